@@ -1,0 +1,145 @@
+package redisync
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultWatchdogTimeout is the lease the watchdog keeps alive for a hold
+// taken without WithLease, as in Redisson.
+const DefaultWatchdogTimeout = 30 * time.Second
+
+// Client makes the locks and synchronizers of one process on one Redis
+// deployment. It owns the watchdog that renews their leases and the one
+// pub/sub subscription that wakes their waiters; make one per process and
+// share it. A Client is safe for concurrent use.
+type Client struct {
+	rdb   redis.UniversalClient
+	id    string // identifies this client's owners: "<id>:<n>"
+	lease time.Duration
+
+	wd *watchdog
+	ps *pubsub
+
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+// Option configures a Client.
+type Option func(*Client) error
+
+// WithWatchdogTimeout sets the lease the watchdog keeps alive for holds taken
+// without WithLease (default 30s). It is renewed every d/3, and a holder whose
+// lease cannot be renewed is told a little before d has passed.
+func WithWatchdogTimeout(d time.Duration) Option {
+	return func(c *Client) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: watchdog timeout %v is not positive", ErrInvalid, d)
+		}
+		if d < 3*time.Millisecond {
+			return fmt.Errorf("%w: watchdog timeout %v is below 3ms", ErrInvalid, d)
+		}
+		c.lease = d
+		return nil
+	}
+}
+
+// New returns a Client on rdb, which may be a single node, a Sentinel
+// (failover) client or a Cluster client. It fails on a nil rdb or a bad
+// option. Close the Client to stop its goroutines; rdb stays open.
+func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
+	if rdb == nil {
+		return nil, fmt.Errorf("%w: nil redis client", ErrInvalid)
+	}
+	c := &Client{
+		rdb:    rdb,
+		id:     uuid.NewString(),
+		lease:  DefaultWatchdogTimeout,
+		closed: make(chan struct{}),
+	}
+	for _, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: nil option", ErrInvalid)
+		}
+		if err := opt(c); err != nil {
+			return nil, err
+		}
+	}
+	c.wd = newWatchdog(rdb, c.lease)
+	c.ps = newPubSub(rdb, c.closed)
+	return c, nil
+}
+
+// Close stops the watchdog and the subscription. Waits in progress end with
+// ErrClosed; holds are released best-effort and their contexts cancelled with
+// a cause that matches both ErrClosed and ErrLeaseLost. Later calls return
+// ErrClosed. Close does not close the redis client it was given.
+func (c *Client) Close() error {
+	err := ErrClosed
+	c.closeOnce.Do(func() {
+		err = nil
+		close(c.closed)
+		c.wd.close()
+		c.ps.close()
+	})
+	return err
+}
+
+// checkOpen returns ErrClosed once Close has begun.
+func (c *Client) checkOpen() error {
+	select {
+	case <-c.closed:
+		return ErrClosed
+	default:
+		return nil
+	}
+}
+
+// field is the Redis hash field of o's holds made through c.
+func (c *Client) field(o *owner) string { return c.id + ":" + o.id }
+
+// LockOption configures a lock made by a Client.
+type LockOption func(*lockConfig) error
+
+type lockConfig struct {
+	lease time.Duration // 0: kept alive by the watchdog
+}
+
+// WithLease gives every hold of the lock a fixed lease of d that the watchdog
+// does not renew (Redisson's lock(leaseTime)): Redis frees the lock d after
+// its last acquisition or re-entry, and the hold's context is cancelled with
+// ErrLeaseLost shortly before.
+func WithLease(d time.Duration) LockOption {
+	return func(lc *lockConfig) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: lease %v is not positive", ErrInvalid, d)
+		}
+		if d < time.Millisecond {
+			return fmt.Errorf("%w: lease %v is below Redis's 1ms resolution", ErrInvalid, d)
+		}
+		lc.lease = d
+		return nil
+	}
+}
+
+// lockSetup validates a lock's name and options; the error is kept by the
+// lock and returned by each of its methods.
+func lockSetup(name string, opts []LockOption) (lockConfig, error) {
+	var lc lockConfig
+	if name == "" {
+		return lc, fmt.Errorf("%w: empty lock name", ErrInvalid)
+	}
+	for _, opt := range opts {
+		if opt == nil {
+			return lc, fmt.Errorf("%w: nil lock option", ErrInvalid)
+		}
+		if err := opt(&lc); err != nil {
+			return lc, err
+		}
+	}
+	return lc, nil
+}

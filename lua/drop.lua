@@ -1,0 +1,17 @@
+-- Releases every hold one owner has on a reentrant lock (used by Close).
+--
+-- KEYS[1]  the lock's hash
+-- ARGV[1]  owner field
+-- ARGV[2]  channel
+-- ARGV[3]  message
+--
+-- Returns 1 when the owner's holds were released, 0 when it held none.
+if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+  return 0
+end
+redis.call('hdel', KEYS[1], ARGV[1])
+if redis.call('hlen', KEYS[1]) == 0 then
+  redis.call('del', KEYS[1])
+  redis.call('publish', ARGV[2], ARGV[3])
+end
+return 1

@@ -1,0 +1,18 @@
+-- Frees a reentrant lock whoever holds it and wakes its waiters.
+--
+-- KEYS[1]  the lock's hash
+-- ARGV[1]  channel
+-- ARGV[2]  message
+--
+-- Returns 1 when a lock was freed, 0 when it was free. A key of another type
+-- is refused with WRONGTYPE and kept.
+local t = redis.call('type', KEYS[1])['ok']
+if t == 'none' then
+  return 0
+end
+if t ~= 'hash' then
+  return redis.error_reply('WRONGTYPE key is not a lock')
+end
+redis.call('del', KEYS[1])
+redis.call('publish', ARGV[1], ARGV[2])
+return 1

@@ -1,0 +1,20 @@
+-- Takes or re-enters a reentrant lock (Redisson RLock format: a hash of
+-- owner field -> hold count, with a PEXPIRE lease).
+--
+-- KEYS[1]  the lock's hash
+-- ARGV[1]  lease in milliseconds
+-- ARGV[2]  owner field "<client uuid>:<n>"
+-- ARGV[3]  hold count the caller had before this call (0 for a first hold)
+--
+-- The count is set to ARGV[3] + 1 rather than incremented, so a call that
+-- go-redis resends after a network error cannot count one re-entry twice.
+--
+-- Returns {1, count} when the owner holds the lock, {0, pttl} when another
+-- owner does. A key of another type fails with WRONGTYPE and is not touched.
+if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+  local n = tonumber(ARGV[3]) + 1
+  redis.call('hset', KEYS[1], ARGV[2], n)
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return {1, n}
+end
+return {0, redis.call('pttl', KEYS[1])}

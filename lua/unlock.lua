@@ -1,0 +1,27 @@
+-- Leaves one hold of a reentrant lock; the last one deletes the lock and
+-- publishes an unlock message (Redisson's "0") on the lock's channel.
+--
+-- KEYS[1]  the lock's hash
+-- ARGV[1]  owner field
+-- ARGV[2]  hold count the caller had before this call (>= 1)
+-- ARGV[3]  lease in milliseconds, kept while holds remain
+-- ARGV[4]  channel
+-- ARGV[5]  message
+--
+-- The count is set to ARGV[2] - 1 rather than decremented, so a call that
+-- go-redis resends after a network error cannot leave twice.
+--
+-- Returns 1 when holds remain, 2 when the lock was released, 0 when the
+-- owner does not hold it (nothing changed).
+if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+  return 0
+end
+local n = tonumber(ARGV[2]) - 1
+if n > 0 then
+  redis.call('hset', KEYS[1], ARGV[1], n)
+  redis.call('pexpire', KEYS[1], ARGV[3])
+  return 1
+end
+redis.call('del', KEYS[1])
+redis.call('publish', ARGV[4], ARGV[5])
+return 2

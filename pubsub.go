@@ -1,0 +1,259 @@
+package redisync
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// pubsub is a Client's one subscription to Redis. Waiters of every lock share
+// it: a channel is subscribed while at least one local waiter needs it, and a
+// message wakes as many local waiters of that channel as its policy says.
+//
+// Messages can be lost (a reconnect, a killed subscription), so no wait relies
+// on them alone: every wait also has a bound, and after go-redis re-subscribes
+// on a new connection every waiter of every channel is woken to look again.
+type pubsub struct {
+	rdb    redis.UniversalClient
+	closed <-chan struct{}
+
+	mu    sync.Mutex
+	ps    *redis.PubSub // nil until the first subscription
+	chans map[string]*channel
+	stale map[string]int // acks still due for subscriptions already dropped
+	done  chan struct{}  // closed when the reader goroutine has ended
+}
+
+// channel is the local state of one subscribed channel.
+type channel struct {
+	name    string
+	wake    func(payload string) int // waiters to wake per message; < 0 for all
+	waiters []*waiter                // in arrival order
+	pending int                      // SUBSCRIBE acks not yet received
+	ready   chan struct{}            // closed at the first ack
+}
+
+// waiter is one goroutine waiting on a channel.
+type waiter struct {
+	p  *pubsub
+	ch *channel
+	c  chan struct{} // buffered 1: a wake-up not yet taken
+}
+
+func newPubSub(rdb redis.UniversalClient, closed <-chan struct{}) *pubsub {
+	return &pubsub{rdb: rdb, closed: closed, chans: map[string]*channel{}, stale: map[string]int{}}
+}
+
+// Wake policies for subscribe.
+func wakeOne(string) int { return 1 }
+func wakeAll(string) int { return -1 }
+
+// subscribe registers a waiter on name, subscribing the channel if it is the
+// first local waiter. wake decides how many waiters a message wakes; the first
+// subscriber of a channel sets it. The waiter must be left with leave. It
+// fails only when the client is closed.
+func (p *pubsub) subscribe(ctx context.Context, name string, wake func(string) int) (*waiter, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.closed:
+		return nil, ErrClosed
+	default:
+	}
+	ch := p.chans[name]
+	if ch == nil {
+		ch = &channel{name: name, wake: wake, ready: make(chan struct{}), pending: 1}
+		p.chans[name] = ch
+		// A failed send leaves the channel in go-redis's set, which it
+		// re-subscribes when its reader reconnects; until then the
+		// waiter's bounded waits stand in for the messages.
+		p.send(ctx, name)
+	}
+	w := &waiter{p: p, ch: ch, c: make(chan struct{}, 1)}
+	ch.waiters = append(ch.waiters, w)
+	return w, nil
+}
+
+// send writes SUBSCRIBE name on the shared connection, creating it and its
+// reader goroutine on first use. Called with p.mu held, which keeps the
+// SUBSCRIBE and UNSUBSCRIBE commands in the order of the state changes.
+func (p *pubsub) send(ctx context.Context, name string) {
+	ctx = context.WithoutCancel(ctx)
+	if p.ps == nil {
+		p.ps = p.rdb.Subscribe(ctx)
+		p.done = make(chan struct{})
+		go p.read(p.ps, p.done)
+	}
+	_ = p.ps.Subscribe(ctx, name)
+}
+
+// leave removes w from its channel, passing on a wake-up it did not take and
+// unsubscribing the channel when w was its last local waiter.
+func (p *pubsub) leave(w *waiter) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ch := w.ch
+	for i, x := range ch.waiters {
+		if x == w {
+			ch.waiters = append(ch.waiters[:i], ch.waiters[i+1:]...)
+			break
+		}
+	}
+	select {
+	case <-w.c:
+		p.wakeLocked(ch, 1)
+	default:
+	}
+	if len(ch.waiters) > 0 || p.chans[ch.name] != ch {
+		return
+	}
+	delete(p.chans, ch.name)
+	if ch.pending > 0 {
+		p.stale[ch.name] += ch.pending
+	}
+	if p.ps != nil {
+		// An error means the connection is gone; go-redis will not
+		// re-subscribe the channel, which is all that is needed.
+		_ = p.ps.Unsubscribe(context.Background(), ch.name)
+	}
+}
+
+// ready waits for Redis to confirm the subscription, at most d: until then an
+// unlock could be published before Redis delivers it to this client.
+func (w *waiter) ready(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-w.ch.ready:
+		return nil
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-w.p.closed:
+		return ErrClosed
+	}
+}
+
+// wait blocks until w is woken, d has passed, ctx ends (its error) or the
+// client closes (ErrClosed).
+func (w *waiter) wait(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-w.c:
+		return nil
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-w.p.closed:
+		return ErrClosed
+	}
+}
+
+// leave ends the wait; see pubsub.leave.
+func (w *waiter) leave() { w.p.leave(w) }
+
+// wakeLocked wakes up to n waiters of ch (all when n < 0), oldest first,
+// skipping those that already have a wake-up pending.
+func (p *pubsub) wakeLocked(ch *channel, n int) {
+	for _, w := range ch.waiters {
+		if n == 0 {
+			return
+		}
+		select {
+		case w.c <- struct{}{}:
+			n--
+		default:
+		}
+	}
+}
+
+// read is the reader goroutine: it dispatches messages and acks until the
+// PubSub is closed. go-redis reconnects and re-subscribes by itself after a
+// connection error; read only paces its retries.
+func (p *pubsub) read(ps *redis.PubSub, done chan struct{}) {
+	defer close(done)
+	backoff := 10 * time.Millisecond
+	for {
+		msg, err := ps.Receive(context.Background())
+		if err != nil {
+			p.connLost()
+			select {
+			case <-p.closed:
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, time.Second)
+			continue
+		}
+		backoff = 10 * time.Millisecond
+		switch m := msg.(type) {
+		case *redis.Message:
+			p.deliver(m.Channel, m.Payload)
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				p.ack(m.Channel)
+			}
+		}
+	}
+}
+
+// connLost forgets the acks the lost connection still owed: they will not
+// come, and go-redis confirms the channels it re-subscribes afresh.
+func (p *pubsub) connLost() {
+	p.mu.Lock()
+	clear(p.stale)
+	p.mu.Unlock()
+}
+
+func (p *pubsub) deliver(name, payload string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ch := p.chans[name]; ch != nil {
+		p.wakeLocked(ch, ch.wake(payload))
+	}
+}
+
+// ack counts a subscription confirmation. One that no SUBSCRIBE of ours is
+// waiting for comes from go-redis re-subscribing on a new connection: messages
+// may have been lost meanwhile, so every waiter of the channel looks again.
+func (p *pubsub) ack(name string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n := p.stale[name]; n > 0 {
+		if n == 1 {
+			delete(p.stale, name)
+		} else {
+			p.stale[name] = n - 1
+		}
+		return
+	}
+	ch := p.chans[name]
+	if ch == nil {
+		return
+	}
+	if ch.pending > 0 {
+		ch.pending--
+		if ch.pending == 0 {
+			close(ch.ready)
+		}
+		return
+	}
+	p.wakeLocked(ch, -1)
+}
+
+// close ends the subscription and waits for the reader goroutine.
+func (p *pubsub) close() {
+	p.mu.Lock()
+	ps, done := p.ps, p.done
+	p.ps = nil
+	p.mu.Unlock()
+	if ps != nil {
+		_ = ps.Close()
+		<-done
+	}
+}

@@ -1,0 +1,61 @@
+package redisync
+
+import (
+	"context"
+	"time"
+)
+
+// releaseTimeout bounds a release whose caller's context is already done.
+const releaseTimeout = 5 * time.Second
+
+// detach returns a context for a release: it keeps ctx's values, ignores its
+// cancellation and gives up after releaseTimeout.
+func detach(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+}
+
+// attempt is one try at acquiring: done reports success; otherwise next is
+// how long to wait at most before the next try (the holder's remaining lease).
+type attempt func() (done bool, next time.Duration, err error)
+
+// await subscribes to channel and retries try until it succeeds, waiting
+// between tries for a wake-up on the channel or for the bound try returned,
+// whichever comes first: a lost message costs at most that bound. first is
+// the bound returned by the try the caller made before calling await.
+//
+// The subscription is confirmed before the first retry, so a release that
+// happens between the caller's try and the subscription is not missed. It
+// returns ctx's error when ctx ends and ErrClosed when the client closes.
+func (c *Client) await(ctx context.Context, channel string, wake func(string) int, first time.Duration, try attempt) error {
+	w, err := c.ps.subscribe(ctx, channel, wake)
+	if err != nil {
+		return err
+	}
+	defer w.leave()
+	if err := w.ready(ctx, first); err != nil {
+		return err
+	}
+	for {
+		done, next, err := try()
+		if err != nil || done {
+			return err
+		}
+		if err := w.wait(ctx, next); err != nil {
+			return err
+		}
+	}
+}
+
+// bound turns a PTTL reply into the longest wait before the next try: the
+// remaining lease, a millisecond when the key is gone, and fallback when the
+// key has no expiry (it was not written by redisync or Redisson).
+func bound(pttl int64, fallback time.Duration) time.Duration {
+	switch {
+	case pttl == -1:
+		return fallback
+	case pttl <= 0:
+		return time.Millisecond
+	default:
+		return time.Duration(pttl) * time.Millisecond
+	}
+}
