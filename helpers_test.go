@@ -1,0 +1,104 @@
+package redisync
+
+import (
+	"context"
+	"runtime"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisync-go/redisync/internal/redistest"
+)
+
+// testEnv is one Redis the tests run against: an embedded miniredis or a
+// private real redis-server started for the test.
+type testEnv struct {
+	name string
+	addr string
+	mr   *miniredis.Miniredis // nil for a real server
+	srv  *redistest.Server    // nil for miniredis
+}
+
+// real reports whether the environment is a real redis-server.
+func (e *testEnv) real() bool { return e.srv != nil }
+
+// forEachEnv runs fn as a subtest against miniredis and a real redis-server.
+func forEachEnv(t *testing.T, fn func(t *testing.T, e *testEnv)) {
+	t.Helper()
+	t.Run("miniredis", func(t *testing.T) { fn(t, miniEnv(t)) })
+	t.Run("redis", func(t *testing.T) { fn(t, realEnv(t)) })
+}
+
+func miniEnv(t *testing.T) *testEnv {
+	mr := miniredis.RunT(t)
+	return &testEnv{name: "miniredis", addr: mr.Addr(), mr: mr}
+}
+
+// realEnv starts a private redis-server (skipped when none is installed,
+// unless REDISYNC_REQUIRE_REDIS=1).
+func realEnv(t *testing.T) *testEnv {
+	srv := redistest.Start(t)
+	return &testEnv{name: "redis", addr: srv.Addr(), srv: srv}
+}
+
+// rdb returns a new go-redis client, closed when the test ends.
+func (e *testEnv) rdb(t testing.TB) *redis.Client {
+	return newRDB(t, e.addr)
+}
+
+func newRDB(t testing.TB, addr string) *redis.Client {
+	rdb := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+// client returns a Client on its own connection pool (like another process),
+// closed when the test ends.
+func (e *testEnv) client(t testing.TB, opts ...Option) *Client {
+	return newClient(t, e.rdb(t), opts...)
+}
+
+func newClient(t testing.TB, rdb redis.UniversalClient, opts ...Option) *Client {
+	c, err := New(rdb, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// keys lists every key in the environment's Redis, sorted.
+func (e *testEnv) keys(t testing.TB) []string {
+	ks, err := e.rdb(t).Keys(context.Background(), "*").Result()
+	require.NoError(t, err)
+	sort.Strings(ks)
+	return ks
+}
+
+// eventually fails the test unless cond holds within d.
+func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// redisyncGoroutines counts goroutines running this package's loops.
+func redisyncGoroutines() int {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	n := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "redisync.(*watchdog).run") || strings.Contains(g, "redisync.(*pubsub).read") {
+			n++
+		}
+	}
+	return n
+}
