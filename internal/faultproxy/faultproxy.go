@@ -1,0 +1,157 @@
+// Package faultproxy is a TCP proxy for injecting network faults between a
+// client under test and a server: partitions (Blackhole) and dropped
+// connections (CutAll).
+package faultproxy
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Proxy forwards TCP connections accepted on a free 127.0.0.1 port to a
+// target address. Its methods are safe for concurrent use.
+type Proxy struct {
+	target    string
+	ln        net.Listener
+	ctx       context.Context // cancelled by Close
+	cancel    context.CancelFunc
+	blackhole atomic.Bool
+	wg        sync.WaitGroup
+
+	mu     sync.Mutex
+	closed bool
+	conns  map[net.Conn]struct{} // both ends of every live proxied connection
+	active int                   // live proxied (client, target) pairs
+}
+
+// New starts a proxy to target on a free loopback port and closes it when
+// tb's test ends.
+func New(tb testing.TB, target string) *Proxy {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("faultproxy: listen: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Proxy{target: target, ln: ln, ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}}
+	p.wg.Add(1)
+	go p.acceptLoop()
+	tb.Cleanup(p.Close)
+	return p
+}
+
+// Addr returns the proxy's "127.0.0.1:port" address, to give to clients.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// Blackhole turns a silent network partition on or off. While on, the proxy
+// keeps every connection open (and still accepts new ones) but discards all
+// bytes in both directions, so clients' reads hang until their own
+// timeouts. Discarded bytes are lost for good: after Blackhole(false) new
+// connections work normally, while an existing connection resumes
+// forwarding but its protocol stream may be out of step (go-redis discards
+// connections that timed out, so this is harmless for it). A connection
+// closed by either end is still closed through the proxy.
+func (p *Proxy) Blackhole(on bool) { p.blackhole.Store(on) }
+
+// CutAll closes every current connection, on both sides, as a dropped
+// connection or server-side reset would. New connections are still accepted.
+func (p *Proxy) CutAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		_ = c.Close()
+	}
+}
+
+// ActiveConns returns the number of proxied connections currently open.
+func (p *Proxy) ActiveConns() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.active
+}
+
+// Close stops accepting, closes every connection and waits for all of the
+// proxy's goroutines to end. Closing a closed proxy does nothing.
+func (p *Proxy) Close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.cancel()
+	_ = p.ln.Close()
+	p.CutAll()
+	p.wg.Wait()
+}
+
+func (p *Proxy) acceptLoop() {
+	defer p.wg.Done()
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			time.Sleep(10 * time.Millisecond) // e.g. EMFILE: back off
+			continue
+		}
+		p.wg.Add(1)
+		go p.serve(client)
+	}
+}
+
+// serve dials the target for client and pipes bytes both ways until either
+// side closes.
+func (p *Proxy) serve(client net.Conn) {
+	defer p.wg.Done()
+	d := net.Dialer{Timeout: 5 * time.Second}
+	server, err := d.DialContext(p.ctx, "tcp", p.target)
+	if err != nil {
+		_ = client.Close()
+		return
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		_ = client.Close()
+		_ = server.Close()
+		return
+	}
+	p.conns[client], p.conns[server] = struct{}{}, struct{}{}
+	p.active++
+	p.mu.Unlock()
+
+	var pipes sync.WaitGroup
+	pipes.Add(2)
+	go p.pipe(&pipes, server, client)
+	go p.pipe(&pipes, client, server)
+	pipes.Wait()
+
+	p.mu.Lock()
+	delete(p.conns, client)
+	delete(p.conns, server)
+	p.active--
+	p.mu.Unlock()
+}
+
+// pipe copies src to dst, dropping bytes while blackholed; when src fails it
+// closes both ends so the opposite pipe ends too.
+func (p *Proxy) pipe(wg *sync.WaitGroup, dst, src net.Conn) {
+	defer wg.Done()
+	defer func() { _ = dst.Close(); _ = src.Close() }()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !p.blackhole.Load() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}

@@ -1,0 +1,76 @@
+package redistest_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisync-go/redisync/internal/redistest"
+)
+
+func TestStartAndRestart(t *testing.T) {
+	ctx := context.Background()
+	s := redistest.Start(t)
+	c := s.Client(t)
+	require.NoError(t, c.Set(ctx, "k", "v", 0).Err())
+	port := s.Port()
+
+	s.Restart(t)
+	require.Equal(t, port, s.Port())
+	require.Equal(t, fmt.Sprintf("127.0.0.1:%d", port), s.Addr())
+	require.ErrorIs(t, c.Get(ctx, "k").Err(), redis.Nil, "restart should start with an empty dataset")
+
+	s.Kill()
+	_, err := net.Dial("tcp", s.Addr())
+	require.Error(t, err, "killed server should refuse connections")
+	s.Restart(t)
+	require.NoError(t, c.Ping(ctx).Err())
+	s.Stop()
+	s.Stop() // idempotent
+}
+
+func TestExtraArgs(t *testing.T) {
+	c := redistest.Start(t, "--maxmemory", "12345678").Client(t)
+	got, err := c.ConfigGet(context.Background(), "maxmemory").Result()
+	require.NoError(t, err)
+	require.Equal(t, "12345678", got["maxmemory"])
+}
+
+func TestReplica(t *testing.T) {
+	ctx := context.Background()
+	m := redistest.Start(t)
+	r := redistest.StartReplica(t, m)
+	require.NoError(t, m.Client(t).Set(ctx, "k", "v", 0).Err())
+	rc := r.Client(t)
+	require.Eventually(t, func() bool { return rc.Get(ctx, "k").Val() == "v" }, 5*time.Second, 20*time.Millisecond)
+}
+
+func TestCluster(t *testing.T) {
+	ctx := context.Background()
+	cl := redistest.StartCluster(t, 0)
+	require.Len(t, cl.Addrs(), 3)
+	c := cl.Client(t)
+	slots := map[int64]bool{}
+	for i := range 20 {
+		k := fmt.Sprintf("key-%d", i)
+		require.NoError(t, c.Set(ctx, k, i, 0).Err())
+		slot, err := c.ClusterKeySlot(ctx, k).Result()
+		require.NoError(t, err)
+		slots[slot/5462] = true // which third of the slot space
+	}
+	require.Len(t, slots, 3, "keys should land on all three masters")
+	for i := range 20 {
+		require.Equal(t, fmt.Sprint(i), c.Get(ctx, fmt.Sprintf("key-%d", i)).Val())
+	}
+	// Every master owns some of the keys.
+	for _, m := range cl.Masters {
+		n, err := m.Client(t).DBSize(ctx).Result()
+		require.NoError(t, err)
+		require.Positive(t, n, "master %s has no keys", m.Addr())
+	}
+}
