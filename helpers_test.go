@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redisync-go/redisync/internal/faultproxy"
 	"github.com/redisync-go/redisync/internal/redistest"
 )
 
@@ -102,3 +103,11 @@ func redisyncGoroutines() int {
 	}
 	return n
 }
+
+func newProxy(t *testing.T, target string) *faultproxy.Proxy { return faultproxy.New(t, target) }
+
+func redistestReplica(t *testing.T, e *testEnv) *redistest.Server {
+	return redistest.StartReplica(t, e.srv)
+}
+
+func redistestCluster(t *testing.T) *redistest.Cluster { return redistest.StartCluster(t, 3) }

@@ -187,12 +187,15 @@ func (w *watchdog) run() {
 			return
 		case <-t.C:
 		}
+		// Ticks are counted from the start of a round, so a slow round
+		// does not stretch the time between two renewals of a lease.
+		start := time.Now()
 		next := w.interval
 		if !w.renewAll() {
 			// Retry failed renewals sooner; the deadlines still stand.
 			next = min(w.interval, time.Second)
 		}
-		t.Reset(next)
+		t.Reset(max(next-time.Since(start), 0))
 	}
 }
 

@@ -1,0 +1,821 @@
+package redisync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisync-go/redisync/lua"
+)
+
+func TestMutexLockUnlockLeavesNothing(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		c := e.client(t)
+		m := c.Mutex("orders:42")
+		ctx, err := m.Lock(context.Background())
+		require.NoError(t, err)
+		locked, err := m.IsLocked(ctx)
+		require.NoError(t, err)
+		assert.True(t, locked)
+		ttl, err := m.TTL(ctx)
+		require.NoError(t, err)
+		assert.Greater(t, ttl, 25*time.Second)
+		assert.LessOrEqual(t, ttl, DefaultWatchdogTimeout)
+
+		require.NoError(t, m.Unlock(ctx))
+		assert.ErrorIs(t, context.Cause(ctx), context.Canceled, "the hold's context ends with the hold")
+		assert.Empty(t, e.keys(t))
+		ttl, err = m.TTL(context.Background())
+		require.NoError(t, err)
+		assert.Zero(t, ttl)
+	})
+}
+
+func TestMutexReentersThroughContext(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		m := e.client(t).Mutex("nested")
+		type key struct{}
+		ctx, err := m.Lock(context.Background())
+		require.NoError(t, err)
+		inner := context.WithValue(ctx, key{}, "kept")
+		got, err := m.Lock(inner)
+		require.NoError(t, err)
+		assert.Equal(t, inner, got, "a re-entry returns the context it was given")
+		n, err := m.HoldCount(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, 2, n)
+
+		require.NoError(t, m.Unlock(got))
+		assert.NoError(t, ctx.Err(), "one hold remains")
+		n, _ = m.HoldCount(ctx)
+		assert.Equal(t, 1, n)
+		locked, _ := m.IsLocked(ctx)
+		assert.True(t, locked)
+
+		require.NoError(t, m.Unlock(ctx))
+		assert.Error(t, ctx.Err())
+		assert.ErrorIs(t, m.Unlock(ctx), ErrNotHeld)
+		assert.Empty(t, e.keys(t))
+	})
+}
+
+func TestMutexSharedHandleExcludesGoroutines(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		m := e.client(t).Mutex("shared")
+		ctx, err := m.Lock(context.Background())
+		require.NoError(t, err)
+		errc := make(chan error, 1)
+		go func() {
+			_, err := m.TryLock(context.Background())
+			errc <- err
+		}()
+		assert.ErrorIs(t, <-errc, ErrNotAcquired)
+
+		// A new owner inside the hold does not re-enter either.
+		_, err = m.TryLock(WithOwner(ctx))
+		assert.ErrorIs(t, err, ErrNotAcquired)
+		require.NoError(t, m.Unlock(ctx))
+	})
+}
+
+func TestMutexExclusionUnderContention(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		const clients, perClient, rounds = 4, 8, 20
+		var inside, maxInside atomic.Int32
+		counter := 0 // deliberately not atomic: the lock must protect it
+		var wg sync.WaitGroup
+		for i := 0; i < clients; i++ {
+			m := e.client(t).Mutex("contended")
+			for g := 0; g < perClient; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for r := 0; r < rounds; r++ {
+						ctx, err := m.Lock(context.Background())
+						if !assert.NoError(t, err) {
+							return
+						}
+						n := inside.Add(1)
+						for {
+							old := maxInside.Load()
+							if n <= old || maxInside.CompareAndSwap(old, n) {
+								break
+							}
+						}
+						counter++
+						inside.Add(-1)
+						assert.NoError(t, m.Unlock(ctx))
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		assert.Equal(t, int32(1), maxInside.Load())
+		assert.Equal(t, clients*perClient*rounds, counter)
+		assert.Empty(t, e.keys(t))
+	})
+}
+
+func TestMutexForeignUnlockRefused(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		m := e.client(t).Mutex("mine")
+		other := e.client(t).Mutex("mine")
+		ctx, err := m.Lock(context.Background())
+		require.NoError(t, err)
+		before, _ := e.rdb(t).HGetAll(context.Background(), "mine").Result()
+
+		assert.ErrorIs(t, m.Unlock(context.Background()), ErrNotHeld, "no owner in the context")
+		assert.ErrorIs(t, m.Unlock(WithOwner(context.Background())), ErrNotHeld, "another owner, same client")
+		assert.ErrorIs(t, other.Unlock(ctx), ErrNotHeld, "same owner value, another client")
+
+		after, _ := e.rdb(t).HGetAll(context.Background(), "mine").Result()
+		assert.Equal(t, before, after)
+		assert.NoError(t, ctx.Err())
+		require.NoError(t, m.Unlock(ctx))
+	})
+}
+
+func TestMutexWaitEndsWithContextAndLeavesNothing(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		c := e.client(t)
+		holder, err := e.client(t).Mutex("busy").Lock(context.Background())
+		require.NoError(t, err)
+		m := c.Mutex("busy")
+
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		got, err := m.Lock(ctx)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Equal(t, ctx, got, "on error Lock returns ctx unchanged")
+		assert.Less(t, time.Since(start), 2*time.Second)
+
+		cctx, ccancel := context.WithCancel(context.Background())
+		go func() { time.Sleep(50 * time.Millisecond); ccancel() }()
+		_, err = m.Lock(cctx)
+		assert.ErrorIs(t, err, context.Canceled)
+
+		_, err = m.Lock(cctx) // already ended: no attempt at all
+		assert.ErrorIs(t, err, context.Canceled)
+
+		assert.Equal(t, []string{"busy"}, e.keys(t))
+		if e.real() {
+			chans, err := e.rdb(t).PubSubChannels(context.Background(), "*").Result()
+			require.NoError(t, err)
+			assert.Empty(t, chans, "the waiters unsubscribed")
+		}
+		c.ps.mu.Lock()
+		assert.Empty(t, c.ps.chans)
+		c.ps.mu.Unlock()
+		_ = holder
+	})
+}
+
+func TestMutexBadInput(t *testing.T) {
+	_, err := New(nil)
+	assert.ErrorIs(t, err, ErrInvalid)
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		rdb := e.rdb(t)
+		for _, d := range []time.Duration{0, -time.Second} {
+			_, err := New(rdb, WithWatchdogTimeout(d))
+			assert.ErrorIs(t, err, ErrInvalid)
+		}
+		c := e.client(t)
+		ctx := context.Background()
+		for _, m := range []*Mutex{c.Mutex(""), c.Mutex("x", WithLease(0)), c.Mutex("x", WithLease(-time.Second)), c.Mutex("x", nil), (*Client)(nil).Mutex("x")} {
+			_, err := m.Lock(ctx)
+			assert.ErrorIs(t, err, ErrInvalid)
+			_, err = m.TryLock(ctx)
+			assert.ErrorIs(t, err, ErrInvalid)
+			assert.ErrorIs(t, m.Unlock(ctx), ErrInvalid)
+			_, err = m.IsLocked(ctx)
+			assert.ErrorIs(t, err, ErrInvalid)
+			_, err = m.ForceUnlock(ctx)
+			assert.ErrorIs(t, err, ErrInvalid)
+		}
+		assert.Empty(t, e.keys(t))
+
+		// Someone else's data under the lock's name is reported, never overwritten.
+		require.NoError(t, rdb.Set(ctx, "taken", "precious", 0).Err())
+		m := c.Mutex("taken")
+		_, err := m.Lock(ctx)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "WRONGTYPE")
+		_, err = m.TryLock(ctx)
+		assert.Contains(t, err.Error(), "WRONGTYPE")
+		_, err = m.ForceUnlock(ctx)
+		assert.Contains(t, err.Error(), "WRONGTYPE")
+		_, err = m.IsLocked(ctx)
+		assert.Contains(t, err.Error(), "WRONGTYPE")
+		assert.Error(t, m.Unlock(WithOwner(ctx)))
+		v, err := rdb.Get(ctx, "taken").Result()
+		require.NoError(t, err)
+		assert.Equal(t, "precious", v)
+	})
+}
+
+// Failure mode 1: SETNX then EXPIRE is not atomic. redisync takes the lock and
+// sets its lease in one script, so a lock is never visible without a lease,
+// and a holder that dies right after acquiring leaves a lock that expires.
+func TestFailureModeAcquireIsAtomicWithLease(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		var cmds []string
+		rdb := e.rdb(t)
+		c := newClient(t, rdb, WithWatchdogTimeout(time.Second))
+		_, err := c.Mutex("warm-up").Lock(context.Background()) // connects, loads the script
+		require.NoError(t, err)
+		rdb.AddHook(cmdRecorder{&cmds})
+		_, err = c.Mutex("atomic").Lock(context.Background())
+		require.NoError(t, err)
+		require.Len(t, cmds, 1, "one command takes the lock and sets its lease: %v", cmds)
+		pttl, err := e.rdb(t).PTTL(context.Background(), "atomic").Result()
+		require.NoError(t, err)
+		assert.Greater(t, pttl, time.Duration(0))
+	})
+}
+
+// Failure mode 2: deleting a lock you no longer own.
+func TestFailureModeExpiredHolderCannotUnlockNextHolder(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		a := e.client(t).Mutex("expiring", WithLease(100*time.Millisecond))
+		b := e.client(t).Mutex("expiring")
+		actx, err := a.Lock(context.Background())
+		require.NoError(t, err)
+		if e.mr != nil {
+			e.mr.FastForward(150 * time.Millisecond)
+		}
+		bctx, err := b.Lock(context.Background())
+		require.NoError(t, err)
+		assert.ErrorIs(t, a.Unlock(actx), ErrNotHeld)
+		locked, err := b.IsLocked(bctx)
+		require.NoError(t, err)
+		assert.True(t, locked, "the old holder's unlock must not free the new holder's lock")
+		n, _ := b.HoldCount(bctx)
+		assert.Equal(t, 1, n)
+		require.NoError(t, b.Unlock(bctx))
+	})
+}
+
+// Failure mode 3: a holder that crashes (its connection dies, nobody calls
+// Unlock) frees the lock within one watchdog timeout, with no manual step.
+func TestFailureModeCrashedHolderFreesLock(t *testing.T) {
+	e := realEnv(t)
+	const lease = 600 * time.Millisecond
+	crashed := redis.NewClient(&redis.Options{Addr: e.addr, MaxRetries: -1})
+	cc := newClient(t, crashed, WithWatchdogTimeout(lease))
+	hctx, err := cc.Mutex("crash").Lock(context.Background())
+	require.NoError(t, err)
+	crashed.Close() // the process is gone: no renewals, no unlock
+
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	other := e.client(t, WithWatchdogTimeout(lease)).Mutex("crash")
+	octx, err := other.Lock(ctx)
+	require.NoError(t, err)
+	waited := time.Since(start)
+	assert.Less(t, waited, lease+300*time.Millisecond, "freed within one lease")
+	t.Logf("crashed holder's lock taken over after %v (lease %v)", waited, lease)
+	<-hctx.Done()
+	assert.ErrorIs(t, context.Cause(hctx), ErrLeaseLost, "the crashed side's hold is marked lost too")
+	require.NoError(t, other.Unlock(octx))
+}
+
+// Failure mode 4: work that outlives the lease. The watchdog keeps the lease;
+// when it cannot, the holder is told before anyone else can hold the lock.
+func TestFailureModeLongWorkKeptByWatchdog(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		const lease = 300 * time.Millisecond
+		m := e.client(t, WithWatchdogTimeout(lease)).Mutex("long")
+		ctx, err := m.Lock(context.Background())
+		require.NoError(t, err)
+		deadline := time.Now().Add(4 * lease)
+		for time.Now().Before(deadline) {
+			if e.mr != nil {
+				e.mr.FastForward(50 * time.Millisecond)
+			}
+			time.Sleep(50 * time.Millisecond)
+			ttl, err := m.TTL(context.Background())
+			require.NoError(t, err)
+			require.Greater(t, ttl, time.Duration(0), "lease kept alive")
+		}
+		require.NoError(t, ctx.Err())
+		require.NoError(t, m.Unlock(ctx))
+	})
+}
+
+// Failure mode 4, continued: a partition (a connection that silently drops
+// traffic) stops renewals; the holder hears before the lease ends in Redis,
+// even though each renewal hangs for go-redis's read timeout.
+func TestFailureModePartitionedHolderToldBeforeExpiry(t *testing.T) {
+	e := realEnv(t)
+	const lease = 900 * time.Millisecond
+	proxy := newProxy(t, e.addr)
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ReadTimeout: 3 * time.Second, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	m := newClient(t, rdb, WithWatchdogTimeout(lease)).Mutex("partitioned")
+	ctx, err := m.Lock(context.Background())
+	require.NoError(t, err)
+	proxy.Blackhole(true)
+
+	direct := e.rdb(t)
+	select {
+	case <-ctx.Done():
+	case <-time.After(3 * lease):
+		t.Fatal("holder not told within three leases")
+	}
+	pttl, err := direct.PTTL(context.Background(), "partitioned").Result()
+	require.NoError(t, err)
+	assert.ErrorIs(t, context.Cause(ctx), ErrLeaseLost)
+	assert.Greater(t, pttl, time.Duration(0), "told while the lease still stood in Redis")
+	t.Logf("holder told with %v of its lease left in Redis", pttl)
+
+	other := e.client(t).Mutex("partitioned")
+	octx, err := other.Lock(context.Background())
+	require.NoError(t, err)
+	require.NoError(t, other.Unlock(octx))
+}
+
+// Failure mode 5: client clocks do not matter. Leases live in Redis: moving
+// Redis's clock (miniredis FastForward) expires the lock although no client
+// clock moved, and the holder learns it at its next renewal.
+func TestFailureModeLeaseLivesInRedisClock(t *testing.T) {
+	e := miniEnv(t)
+	const lease = 600 * time.Millisecond
+	a := e.client(t, WithWatchdogTimeout(lease)).Mutex("clock")
+	b := e.client(t, WithWatchdogTimeout(lease)).Mutex("clock")
+	actx, err := a.Lock(context.Background())
+	require.NoError(t, err)
+	_, err = b.TryLock(context.Background())
+	require.ErrorIs(t, err, ErrNotAcquired)
+
+	e.mr.FastForward(lease + time.Millisecond) // Redis's time only
+	bctx, err := b.TryLock(context.Background())
+	require.NoError(t, err, "expired by Redis's clock, whatever the clients' clocks say")
+	select {
+	case <-actx.Done():
+		assert.ErrorIs(t, context.Cause(actx), ErrLeaseLost)
+	case <-time.After(2 * lease):
+		t.Fatal("old holder not told")
+	}
+	require.NoError(t, b.Unlock(bctx))
+}
+
+// Failure mode 6: a failover. The lock is replicated asynchronously; once the
+// replica has it, a promoted replica keeps excluding others, and the holder,
+// cut off from the dead primary, is told its lease is lost.
+func TestFailureModeFailoverToReplica(t *testing.T) {
+	e := realEnv(t)
+	replica := redistestReplica(t, e)
+	const lease = 600 * time.Millisecond
+	primaryRDB := redis.NewClient(&redis.Options{Addr: e.addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { primaryRDB.Close() })
+	m := newClient(t, primaryRDB, WithWatchdogTimeout(lease)).Mutex("failover")
+	ctx, err := m.Lock(context.Background())
+	require.NoError(t, err)
+	rr := replica.Client(t)
+	eventually(t, 2*time.Second, "the lock replicated", func() bool {
+		n, _ := rr.Exists(context.Background(), "failover").Result()
+		return n == 1
+	})
+	e.srv.Kill()
+	require.NoError(t, rr.ReplicaOf(context.Background(), "NO", "ONE").Err())
+
+	_, err = newClient(t, rr).Mutex("failover").TryLock(context.Background())
+	assert.ErrorIs(t, err, ErrNotAcquired, "the promoted replica still holds the lock")
+	select {
+	case <-ctx.Done():
+		assert.ErrorIs(t, context.Cause(ctx), ErrLeaseLost)
+	case <-time.After(3 * lease):
+		t.Fatal("holder cut off from the primary was not told")
+	}
+}
+
+func TestMutexKeyDeletedBehindHoldersBack(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		m := e.client(t, WithWatchdogTimeout(300*time.Millisecond)).Mutex("deleted")
+		ctx, err := m.Lock(context.Background())
+		require.NoError(t, err)
+		require.NoError(t, e.rdb(t).Del(context.Background(), "deleted").Err())
+		select {
+		case <-ctx.Done():
+			assert.ErrorIs(t, context.Cause(ctx), ErrLeaseLost)
+		case <-time.After(time.Second):
+			t.Fatal("holder not told its lock was deleted")
+		}
+		assert.ErrorIs(t, m.Unlock(ctx), ErrNotHeld)
+	})
+}
+
+func TestMutexFixedLease(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		m := e.client(t).Mutex("fixed", WithLease(300*time.Millisecond))
+		ctx, err := m.Lock(context.Background())
+		require.NoError(t, err)
+		ttl, _ := m.TTL(ctx)
+		assert.LessOrEqual(t, ttl, 300*time.Millisecond)
+		<-ctx.Done()
+		assert.ErrorIs(t, context.Cause(ctx), ErrLeaseLost)
+		if e.real() {
+			ttl, _ := m.TTL(context.Background())
+			assert.Greater(t, ttl, time.Duration(0), "told before Redis frees it")
+			eventually(t, time.Second, "expiry", func() bool {
+				ok, _ := m.IsLocked(context.Background())
+				return !ok
+			})
+		}
+	})
+}
+
+func TestMutexForceUnlock(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		c := e.client(t)
+		m := c.Mutex("forced")
+		ctx, err := m.Lock(context.Background())
+		require.NoError(t, err)
+		waited := make(chan error, 1)
+		go func() {
+			wctx, err := e.client(t).Mutex("forced").Lock(context.Background())
+			waited <- err
+			_ = wctx
+		}()
+		time.Sleep(50 * time.Millisecond)
+		ok, err := c.Mutex("forced").ForceUnlock(context.Background())
+		require.NoError(t, err)
+		assert.True(t, ok)
+		assert.ErrorIs(t, context.Cause(ctx), ErrLeaseLost, "local holders are told at once")
+		select {
+		case err := <-waited:
+			require.NoError(t, err)
+		case <-time.After(2 * time.Second):
+			t.Fatal("waiter not woken by ForceUnlock")
+		}
+		ok, err = m.ForceUnlock(context.Background())
+		require.NoError(t, err)
+		assert.True(t, ok)
+		ok, err = m.ForceUnlock(context.Background())
+		require.NoError(t, err)
+		assert.False(t, ok)
+	})
+}
+
+func TestMutexUnlockWithCancelledContext(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		m := e.client(t).Mutex("cancelled")
+		parent, cancel := context.WithCancel(context.Background())
+		ctx, err := m.Lock(parent)
+		require.NoError(t, err)
+		cancel()
+		require.Error(t, ctx.Err())
+		require.NoError(t, m.Unlock(ctx))
+		assert.Empty(t, e.keys(t))
+	})
+}
+
+// A retried unlock (go-redis resends a command after a network error) must
+// not leave two holds of a reentrant lock.
+func TestUnlockScriptIsIdempotent(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		c := e.client(t)
+		m := c.Mutex("retried")
+		ctx, err := m.Lock(context.Background())
+		require.NoError(t, err)
+		_, err = m.Lock(ctx)
+		require.NoError(t, err)
+		field := c.field(ownerOf(ctx))
+		rdb := e.rdb(t)
+		for i := 0; i < 2; i++ { // the same command, delivered twice
+			n, err := lua.Unlock.Run(context.Background(), rdb, []string{"retried"}, field, 2, 30000, "ch", "0").Int64()
+			require.NoError(t, err)
+			assert.Equal(t, int64(1), n)
+		}
+		v, err := rdb.HGet(context.Background(), "retried", field).Int()
+		require.NoError(t, err)
+		assert.Equal(t, 1, v, "one hold left, not zero")
+		for i := 0; i < 2; i++ { // the same acquire, delivered twice
+			r, err := lua.Lock.Run(context.Background(), rdb, []string{"retried"}, 30000, field, 1).Int64Slice()
+			require.NoError(t, err)
+			assert.Equal(t, []int64{1, 2}, r)
+		}
+	})
+}
+
+// A killed subscription does not strand waiters: go-redis re-subscribes and
+// every waiter looks again, so the unlock published while it was down costs
+// a reconnect, not the holder's whole lease.
+func TestMutexWaitersSurviveKilledSubscription(t *testing.T) {
+	e := realEnv(t)
+	holder := e.client(t).Mutex("killed-sub")
+	hctx, err := holder.Lock(context.Background())
+	require.NoError(t, err)
+	c := e.client(t)
+	const waiters = 5
+	got := make(chan error, waiters)
+	for i := 0; i < waiters; i++ {
+		go func() {
+			m := c.Mutex("killed-sub")
+			ctx, err := m.Lock(context.Background())
+			if err == nil {
+				err = m.Unlock(ctx)
+			}
+			got <- err
+		}()
+	}
+	admin := e.rdb(t)
+	eventually(t, 2*time.Second, "the waiters' subscription", func() bool {
+		n, _ := admin.PubSubNumSub(context.Background(), "redisson_lock__channel:{killed-sub}").Result()
+		return n["redisson_lock__channel:{killed-sub}"] == 1
+	})
+	require.NoError(t, admin.ClientKillByFilter(context.Background(), "TYPE", "pubsub").Err())
+	require.NoError(t, holder.Unlock(hctx)) // very likely published while nobody listens
+	start := time.Now()
+	for i := 0; i < waiters; i++ {
+		select {
+		case err := <-got:
+			require.NoError(t, err)
+		case <-time.After(5 * time.Second):
+			t.Fatal("waiter stranded by a killed subscription (lease is 30s)")
+		}
+	}
+	t.Logf("all %d waiters done %v after the kill", waiters, time.Since(start))
+}
+
+// Redisson compatibility: a Redisson holder (its hash written as Redisson's
+// script does) keeps redisync out, and its unlock message wakes redisync.
+func TestMutexRedissonWireFormat(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		ctx := context.Background()
+		rdb := e.rdb(t)
+		const javaField = "6f0e6b1c-0d7e-4c0e-9a0b-1b2c3d4e5f60:57"
+		require.NoError(t, rdb.HIncrBy(ctx, "shared-resource", javaField, 1).Err())
+		require.NoError(t, rdb.PExpire(ctx, "shared-resource", 30*time.Second).Err())
+
+		c := e.client(t)
+		m := c.Mutex("shared-resource")
+		_, err := m.TryLock(ctx)
+		require.ErrorIs(t, err, ErrNotAcquired)
+		done := make(chan context.Context, 1)
+		go func() {
+			hctx, err := m.Lock(ctx)
+			assert.NoError(t, err)
+			done <- hctx
+		}()
+		time.Sleep(100 * time.Millisecond)
+		// Redisson's unlock: delete at zero and publish 0 on its channel.
+		require.NoError(t, rdb.Del(ctx, "shared-resource").Err())
+		require.NoError(t, rdb.Publish(ctx, "redisson_lock__channel:{shared-resource}", "0").Err())
+		var hctx context.Context
+		select {
+		case hctx = <-done:
+		case <-time.After(2 * time.Second):
+			t.Fatal("Redisson's unlock message did not wake the waiter")
+		}
+		// redisync's hold looks like Redisson's to Redisson.
+		h, err := rdb.HGetAll(ctx, "shared-resource").Result()
+		require.NoError(t, err)
+		require.Len(t, h, 1)
+		for f, v := range h {
+			parts := strings.Split(f, ":")
+			require.Len(t, parts, 2)
+			assert.Equal(t, c.id, parts[0])
+			assert.Equal(t, "1", v)
+		}
+		pttl, _ := rdb.PTTL(ctx, "shared-resource").Result()
+		assert.Greater(t, pttl, 25*time.Second)
+
+		sub := rdb.Subscribe(ctx, "redisson_lock__channel:{shared-resource}")
+		defer sub.Close()
+		_, err = sub.Receive(ctx)
+		require.NoError(t, err)
+		require.NoError(t, m.Unlock(hctx))
+		msg, err := sub.ReceiveMessage(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, "0", msg.Payload)
+	})
+}
+
+func TestCloseEndsWaitsReleasesHoldsAndStopsGoroutines(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		base := redisyncGoroutines()
+		c := e.client(t)
+		bc := e.client(t)
+		held, err := c.Mutex("held").Lock(context.Background())
+		require.NoError(t, err)
+		blocker, err := bc.Mutex("blocked").Lock(context.Background())
+		require.NoError(t, err)
+		errc := make(chan error, 1)
+		go func() {
+			_, err := c.Mutex("blocked").Lock(context.Background())
+			errc <- err
+		}()
+		time.Sleep(50 * time.Millisecond)
+		require.NoError(t, c.Close())
+		select {
+		case err := <-errc:
+			assert.ErrorIs(t, err, ErrClosed)
+		case <-time.After(2 * time.Second):
+			t.Fatal("wait not ended by Close")
+		}
+		assert.ErrorIs(t, context.Cause(held), ErrClosed)
+		assert.ErrorIs(t, context.Cause(held), ErrLeaseLost)
+		assert.Equal(t, []string{"blocked"}, e.keys(t), "the closed client's hold was released")
+		assert.ErrorIs(t, c.Close(), ErrClosed)
+		_, err = c.Mutex("x").Lock(context.Background())
+		assert.ErrorIs(t, err, ErrClosed)
+		assert.ErrorIs(t, c.Mutex("held").Unlock(held), ErrClosed)
+		require.NoError(t, bc.Close())
+		assert.ErrorIs(t, context.Cause(blocker), ErrClosed)
+		assert.Empty(t, e.keys(t))
+		eventually(t, time.Second, "goroutines to stop", func() bool { return redisyncGoroutines() <= base })
+	})
+}
+
+// An uncontended Lock+Unlock costs two round trips.
+func TestMutexUncontendedRoundTrips(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		var cmds []string
+		rdb := e.rdb(t)
+		c := newClient(t, rdb)
+		m := c.Mutex("rtt")
+		ctx, err := m.Lock(context.Background()) // loads the scripts
+		require.NoError(t, err)
+		require.NoError(t, m.Unlock(ctx))
+		rdb.AddHook(cmdRecorder{&cmds})
+		for i := 0; i < 10; i++ {
+			ctx, err := m.Lock(context.Background())
+			require.NoError(t, err)
+			require.NoError(t, m.Unlock(ctx))
+		}
+		assert.Len(t, cmds, 20, "%v", cmds)
+		for _, c := range cmds {
+			assert.Equal(t, "evalsha", c)
+		}
+	})
+}
+
+// One unlock message wakes one local waiter, not all of them.
+func TestMutexUnlockWakesOneLocalWaiter(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		holder := e.client(t).Mutex("herd")
+		hctx, err := holder.Lock(context.Background())
+		require.NoError(t, err)
+
+		var tries atomic.Int64
+		rdb := e.rdb(t)
+		rdb.AddHook(countHook{n: &tries})
+		c := newClient(t, rdb)
+		const waiters = 10
+		var acquired atomic.Int32
+		release := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := 0; i < waiters; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				m := c.Mutex("herd")
+				ctx, err := m.Lock(context.Background())
+				if !assert.NoError(t, err) {
+					return
+				}
+				acquired.Add(1)
+				<-release
+				assert.NoError(t, m.Unlock(ctx))
+			}()
+		}
+		eventually(t, 2*time.Second, "all waiters waiting", func() bool { return tries.Load() >= 2*waiters })
+		time.Sleep(20 * time.Millisecond)
+		before := tries.Load()
+		require.NoError(t, holder.Unlock(hctx))
+		eventually(t, 2*time.Second, "one waiter to acquire", func() bool { return acquired.Load() == 1 })
+		time.Sleep(50 * time.Millisecond)
+		assert.Equal(t, int64(1), tries.Load()-before, "only the woken waiter tried again")
+		close(release)
+		wg.Wait()
+		assert.Equal(t, int32(waiters), acquired.Load())
+	})
+}
+
+func TestMutexRedisRestart(t *testing.T) {
+	e := realEnv(t)
+	rdb := e.rdb(t)
+	c := newClient(t, rdb, WithWatchdogTimeout(600*time.Millisecond))
+	m := c.Mutex("restart")
+	ctx, err := m.Lock(context.Background())
+	require.NoError(t, err)
+	e.srv.Restart(t) // no persistence: the lock and the script cache are gone
+	select {
+	case <-ctx.Done():
+		assert.ErrorIs(t, context.Cause(ctx), ErrLeaseLost)
+	case <-time.After(3 * time.Second):
+		t.Fatal("holder not told its lock vanished with the restart")
+	}
+	var nctx context.Context
+	eventually(t, 3*time.Second, "locking after the restart", func() bool {
+		nctx, err = m.Lock(context.Background())
+		return err == nil
+	})
+	require.NoError(t, m.Unlock(nctx))
+}
+
+func TestWatchdogRenewsInBatches(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		const locks = 200
+		const lease = 600 * time.Millisecond
+		var cmds, pipes atomic.Int64
+		rdb := e.rdb(t)
+		c := newClient(t, rdb, WithWatchdogTimeout(lease))
+		ctxs := make([]context.Context, locks)
+		for i := range ctxs {
+			var err error
+			ctxs[i], err = c.Mutex(fmt.Sprintf("batch:%d", i)).Lock(context.Background())
+			require.NoError(t, err)
+		}
+		rdb.AddHook(countHook{n: &cmds, pipes: &pipes})
+		time.Sleep(2 * lease)
+		for _, ctx := range ctxs {
+			require.NoError(t, context.Cause(ctx), "every lease kept")
+		}
+		assert.Zero(t, cmds.Load(), "no lock is renewed on its own")
+		assert.GreaterOrEqual(t, pipes.Load(), int64(2))
+		assert.LessOrEqual(t, pipes.Load(), int64(8), "one pipeline per tick")
+	})
+}
+
+func TestMutexOnCluster(t *testing.T) {
+	cl := redistestCluster(t)
+	c1 := newClient(t, cl.Client(t))
+	c2 := newClient(t, cl.Client(t))
+	var counter int
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			c := c1
+			if i%2 == 1 {
+				c = c2
+			}
+			for r := 0; r < 10; r++ {
+				for _, name := range []string{"cl:a", "cl:b", "cl:c"} { // different slots
+					m := c.Mutex(name)
+					ctx, err := m.Lock(context.Background())
+					if !assert.NoError(t, err) {
+						return
+					}
+					if name == "cl:a" {
+						counter++
+					}
+					assert.NoError(t, m.Unlock(ctx))
+				}
+			}
+		}(i)
+	}
+	wg.Wait()
+	assert.Equal(t, 80, counter)
+}
+
+// cmdRecorder records the name of every command (a pipeline counts each).
+type cmdRecorder struct{ names *[]string }
+
+func (cmdRecorder) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (r cmdRecorder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		*r.names = append(*r.names, cmd.Name())
+		return next(ctx, cmd)
+	}
+}
+func (r cmdRecorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// countHook counts single script commands and pipelines.
+type countHook struct{ n, pipes *atomic.Int64 }
+
+func (countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := cmd.Name(); n == "evalsha" || n == "eval" {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.pipes != nil {
+			h.pipes.Add(1)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+var _ = errors.Is
