@@ -106,7 +106,8 @@ func (c *Client) field(o *owner) string { return c.id + ":" + o.id }
 type LockOption func(*lockConfig) error
 
 type lockConfig struct {
-	lease time.Duration // 0: kept alive by the watchdog
+	lease  time.Duration // 0: kept alive by the watchdog
+	waiter time.Duration // 0: DefaultWaiterTimeout (FairMutex, RWMutex)
 }
 
 // WithLease gives every hold of the lock a fixed lease of d that the watchdog

@@ -1,0 +1,534 @@
+package redisync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisync-go/redisync/internal/keys"
+	"github.com/redisync-go/redisync/lua"
+)
+
+// fairQueue returns the fields queued for f, head first.
+func fairQueue(t testing.TB, rdb *redis.Client, f *FairMutex) []string {
+	t.Helper()
+	q, err := rdb.ZRange(context.Background(), f.queue, 0, -1).Result()
+	require.NoError(t, err)
+	return q
+}
+
+// waitQueued waits until f's queue holds n waiters.
+func waitQueued(t testing.TB, rdb *redis.Client, f *FairMutex, n int) {
+	t.Helper()
+	eventually(t, 3*time.Second, fmt.Sprintf("%d queued waiters", n), func() bool {
+		return len(fairQueue(t, rdb, f)) == n
+	})
+}
+
+// lockResult is what a background Lock call reports.
+type lockResult struct {
+	ctx context.Context
+	err error
+	at  time.Time
+}
+
+func lockAsync(ctx context.Context, lock func(context.Context) (context.Context, error)) <-chan lockResult {
+	ch := make(chan lockResult, 1)
+	go func() {
+		hctx, err := lock(ctx)
+		ch <- lockResult{hctx, err, time.Now()}
+	}()
+	return ch
+}
+
+func recvLock(t testing.TB, ch <-chan lockResult, d time.Duration, what string) lockResult {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(d):
+		t.Fatalf("%s: no result within %v", what, d)
+		return lockResult{}
+	}
+}
+
+func noLock(t testing.TB, ch <-chan lockResult, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case r := <-ch:
+		t.Fatalf("%s: returned (err %v) but should still wait", what, r.err)
+	case <-time.After(d):
+	}
+}
+
+func TestFairMutexLockUnlockLeavesNothing(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		f := e.client(t).FairMutex("fair:basic")
+		ctx, err := f.Lock(context.Background())
+		require.NoError(t, err)
+		locked, err := f.IsLocked(ctx)
+		require.NoError(t, err)
+		assert.True(t, locked)
+		ttl, err := f.TTL(ctx)
+		require.NoError(t, err)
+		assert.Greater(t, ttl, 25*time.Second)
+		assert.Equal(t, []string{"fair:basic"}, e.keys(t), "no queue keys while nobody waits")
+
+		type key struct{}
+		inner := context.WithValue(ctx, key{}, 1)
+		got, err := f.Lock(inner)
+		require.NoError(t, err)
+		assert.Equal(t, inner, got, "a re-entry returns the context it was given")
+		n, err := f.HoldCount(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, 2, n)
+		require.NoError(t, f.Unlock(got))
+		assert.NoError(t, ctx.Err(), "one hold remains")
+		require.NoError(t, f.Unlock(ctx))
+		assert.ErrorIs(t, context.Cause(ctx), context.Canceled)
+		assert.ErrorIs(t, f.Unlock(ctx), ErrNotHeld)
+
+		assert.Empty(t, e.keys(t))
+		locked, err = f.IsLocked(context.Background())
+		require.NoError(t, err)
+		assert.False(t, locked)
+		ttl, err = f.TTL(context.Background())
+		require.NoError(t, err)
+		assert.Zero(t, ttl)
+		n, err = f.HoldCount(context.Background())
+		require.NoError(t, err)
+		assert.Zero(t, n)
+	})
+}
+
+func TestFairMutexTryLockAndForeignUnlock(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		f := e.client(t).FairMutex("fair:try")
+		g := e.client(t).FairMutex("fair:try")
+		ctx, err := f.TryLock(context.Background())
+		require.NoError(t, err)
+		_, err = g.TryLock(context.Background())
+		assert.ErrorIs(t, err, ErrNotAcquired)
+		assert.Equal(t, []string{"fair:try"}, e.keys(t), "TryLock never queues")
+
+		other := WithOwner(context.Background())
+		assert.ErrorIs(t, g.Unlock(other), ErrNotHeld)
+		assert.ErrorIs(t, g.Unlock(context.Background()), ErrNotHeld)
+		n, _ := f.HoldCount(ctx)
+		assert.Equal(t, 1, n, "a foreign Unlock changes nothing")
+
+		// A context cancelled while holding: Unlock still works.
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		require.NoError(t, f.Unlock(cctx))
+		assert.Empty(t, e.keys(t))
+	})
+}
+
+func TestFairMutexBadInput(t *testing.T) {
+	c := newClient(t, miniEnv(t).rdb(t))
+	for _, tc := range []struct {
+		name string
+		opts []LockOption
+	}{
+		{"", nil},
+		{"a}b", nil},
+		{"a{}b", nil},
+		{"ok", []LockOption{nil}},
+		{"ok", []LockOption{WithWaiterTimeout(0)}},
+		{"ok", []LockOption{WithWaiterTimeout(-time.Second)}},
+		{"ok", []LockOption{WithWaiterTimeout(time.Millisecond)}},
+		{"ok", []LockOption{WithLease(0)}},
+	} {
+		f := c.FairMutex(tc.name, tc.opts...)
+		_, err := f.Lock(context.Background())
+		assert.ErrorIs(t, err, ErrInvalid, "name %q", tc.name)
+		_, err = f.TryLock(context.Background())
+		assert.ErrorIs(t, err, ErrInvalid)
+		assert.ErrorIs(t, f.Unlock(context.Background()), ErrInvalid)
+		_, err = f.IsLocked(context.Background())
+		assert.ErrorIs(t, err, ErrInvalid)
+		_, err = f.ForceUnlock(context.Background())
+		assert.ErrorIs(t, err, ErrInvalid)
+	}
+	var nilClient *Client
+	_, err := nilClient.FairMutex("x").Lock(context.Background())
+	assert.ErrorIs(t, err, ErrInvalid)
+	// A name with its own hash tag keeps it for every companion key.
+	f := c.FairMutex("{orders}:42")
+	assert.Equal(t, "{orders}:42:fair:queue", f.queue)
+	assert.True(t, keys.HasTag(f.timeouts))
+}
+
+// Waiters from several clients (processes) get the lock in the order they
+// arrived, each woken alone, and the queue's keys go away with the last one.
+func TestFairMutexArrivalOrderAcrossClients(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		const name = "fair:order"
+		clients := []*Client{e.client(t), e.client(t), e.client(t)}
+		rdb := e.rdb(t)
+		holder := clients[0].FairMutex(name)
+		hctx, err := holder.Lock(context.Background())
+		require.NoError(t, err)
+
+		const n = 9
+		var mu sync.Mutex
+		var order []int
+		var wg sync.WaitGroup
+		for i := range n {
+			f := clients[i%len(clients)].FairMutex(name)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, err := f.Lock(context.Background())
+				if !assert.NoError(t, err) {
+					return
+				}
+				mu.Lock()
+				order = append(order, i)
+				mu.Unlock()
+				assert.NoError(t, f.Unlock(ctx))
+			}()
+			waitQueued(t, rdb, holder, i+1) // i arrives before i+1
+		}
+		ks := e.keys(t)
+		assert.Equal(t, []string{"fair:order", "{fair:order}:fair:queue", "{fair:order}:fair:timeouts"}, ks,
+			"every key of the lock shares its name's hash tag")
+
+		require.NoError(t, holder.Unlock(hctx))
+		wg.Wait()
+		want := make([]int, n)
+		for i := range want {
+			want[i] = i
+		}
+		assert.Equal(t, want, order)
+		assert.Empty(t, e.keys(t))
+	})
+}
+
+// An unlock publishes exactly one message: on the channel of the waiter at
+// the head of the queue.
+func TestFairMutexWakesOnlyTheHead(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		const name = "fair:wake"
+		rdb := e.rdb(t)
+		c := e.client(t)
+		holder := c.FairMutex(name)
+		hctx, err := holder.Lock(context.Background())
+		require.NoError(t, err)
+
+		ps := rdb.PSubscribe(context.Background(), holder.prefix+"*")
+		defer ps.Close()
+		_, err = ps.Receive(context.Background()) // subscription confirmed
+		require.NoError(t, err)
+
+		var results []<-chan lockResult
+		var waiters []*FairMutex
+		for i := range 3 {
+			f := e.client(t).FairMutex(name)
+			waiters = append(waiters, f)
+			results = append(results, lockAsync(context.Background(), f.Lock))
+			waitQueued(t, rdb, holder, i+1)
+		}
+		head := fairQueue(t, rdb, holder)[0]
+		require.NoError(t, holder.Unlock(hctx))
+
+		msg, err := ps.ReceiveMessage(context.Background())
+		require.NoError(t, err)
+		assert.Equal(t, holder.prefix+head, msg.Channel)
+		first := recvLock(t, results[0], 3*time.Second, "head")
+		require.NoError(t, first.err)
+		noLock(t, results[1], 100*time.Millisecond, "second waiter")
+		m, err := ps.ReceiveTimeout(context.Background(), 100*time.Millisecond)
+		assert.Error(t, err, "no second message (got %v)", m)
+
+		// Release the rest in order.
+		require.NoError(t, waiters[0].Unlock(first.ctx))
+		for i := 1; i < 3; i++ {
+			r := recvLock(t, results[i], 3*time.Second, "next waiter")
+			require.NoError(t, r.err)
+			require.NoError(t, waiters[i].Unlock(r.ctx))
+		}
+		assert.Empty(t, e.keys(t))
+	})
+}
+
+// A waiter whose context ends returns the context's error at once, leaves
+// the queue, and does not hold back the waiter behind it.
+func TestFairMutexCancelledWaiterDoesNotHoldBackNext(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		const name = "fair:cancel"
+		rdb := e.rdb(t)
+		// A long waiter timeout: the next waiter must not get the lock by
+		// waiting out the cancelled one's deadline.
+		opt := WithWaiterTimeout(time.Minute)
+		holder := e.client(t).FairMutex(name, opt)
+		hctx, err := holder.Lock(context.Background())
+		require.NoError(t, err)
+
+		actx, cancelA := context.WithCancel(context.Background())
+		a := lockAsync(actx, e.client(t).FairMutex(name, opt).Lock)
+		waitQueued(t, rdb, holder, 1)
+		bf := e.client(t).FairMutex(name, opt)
+		b := lockAsync(context.Background(), bf.Lock)
+		waitQueued(t, rdb, holder, 2)
+
+		cancelA()
+		ra := recvLock(t, a, time.Second, "cancelled waiter")
+		assert.ErrorIs(t, ra.err, context.Canceled)
+		assert.Equal(t, actx, ra.ctx, "on error Lock returns the context it was given")
+		assert.Len(t, fairQueue(t, rdb, holder), 1, "the cancelled waiter left the queue")
+
+		start := time.Now()
+		require.NoError(t, holder.Unlock(hctx))
+		rb := recvLock(t, b, time.Second, "next waiter")
+		require.NoError(t, rb.err)
+		assert.Less(t, rb.at.Sub(start), 500*time.Millisecond)
+		require.NoError(t, bf.Unlock(rb.ctx))
+		assert.Empty(t, e.keys(t))
+	})
+}
+
+// A waiter that heads the queue of a free lock and leaves it (its wait
+// ended) wakes the next waiter at once.
+func TestFairMutexLeavingHeadOfFreeLockWakesNext(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		const name = "fair:leave-head"
+		rdb := e.rdb(t)
+		ctx := context.Background()
+		bf := e.client(t).FairMutex(name, WithWaiterTimeout(time.Minute))
+		// A waiter in another process, at the head of the queue of the
+		// free lock, that has not taken it yet.
+		now, err := rdb.Time(ctx).Result()
+		require.NoError(t, err)
+		require.NoError(t, rdb.ZAdd(ctx, bf.queue, redis.Z{Score: 1, Member: "ghost"}).Err())
+		require.NoError(t, rdb.ZAdd(ctx, bf.timeouts, redis.Z{Score: float64(now.Add(time.Minute).UnixMilli()), Member: "ghost"}).Err())
+
+		b := lockAsync(ctx, bf.Lock)
+		waitQueued(t, rdb, bf, 2)
+		noLock(t, b, 100*time.Millisecond, "waiter behind the head")
+		require.NoError(t, lua.FairLeave.Run(ctx, rdb, bf.keys(), "ghost", bf.prefix).Err())
+		rb := recvLock(t, b, time.Second, "next waiter")
+		require.NoError(t, rb.err)
+		require.NoError(t, bf.Unlock(rb.ctx))
+		assert.Empty(t, e.keys(t))
+	})
+}
+
+// A waiter whose process dies (its connection is closed; nobody leaves the
+// queue for it) is skipped within the waiter timeout.
+func TestFairMutexCrashedWaiterSkippedWithinBound(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		const name = "fair:crashed-waiter"
+		const bound = 600 * time.Millisecond
+		rdb := e.rdb(t)
+		opt := WithWaiterTimeout(bound)
+		holder := e.client(t).FairMutex(name, opt)
+		hctx, err := holder.Lock(context.Background())
+		require.NoError(t, err)
+
+		crashed := redis.NewClient(&redis.Options{Addr: e.addr, MaxRetries: -1})
+		cf := newClient(t, crashed).FairMutex(name, opt)
+		a := lockAsync(context.Background(), cf.Lock)
+		waitQueued(t, rdb, holder, 1)
+		bf := e.client(t).FairMutex(name, opt)
+		b := lockAsync(context.Background(), bf.Lock)
+		waitQueued(t, rdb, holder, 2)
+
+		require.NoError(t, crashed.Close())
+		crashedAt := time.Now()
+		require.NoError(t, holder.Unlock(hctx))
+		rb := recvLock(t, b, 3*time.Second, "waiter behind the crashed one")
+		require.NoError(t, rb.err)
+		waited := rb.at.Sub(crashedAt)
+		t.Logf("crashed waiter skipped after %v (bound %v)", waited, bound)
+		assert.Less(t, waited, bound+300*time.Millisecond)
+		ra := recvLock(t, a, 3*time.Second, "crashed waiter")
+		assert.Error(t, ra.err, "the crashed side's Lock fails")
+		require.NoError(t, bf.Unlock(rb.ctx))
+		eventually(t, 2*bound, "no keys left", func() bool { return len(e.keys(t)) == 0 })
+	})
+}
+
+// A live waiter keeps its place however long it waits: its presence is
+// refreshed, so waiting much longer than the waiter timeout loses nothing.
+func TestFairMutexLiveWaiterKeepsPlace(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		const name = "fair:patient"
+		const bound = 150 * time.Millisecond
+		rdb := e.rdb(t)
+		opt := WithWaiterTimeout(bound)
+		holder := e.client(t).FairMutex(name, opt)
+		hctx, err := holder.Lock(context.Background())
+		require.NoError(t, err)
+		af := e.client(t).FairMutex(name, opt)
+		a := lockAsync(context.Background(), af.Lock)
+		waitQueued(t, rdb, holder, 1)
+		bf := e.client(t).FairMutex(name, opt)
+		b := lockAsync(context.Background(), bf.Lock)
+		waitQueued(t, rdb, holder, 2)
+		first := fairQueue(t, rdb, holder)
+
+		time.Sleep(5 * bound) // the waiters outlive their timeout several times over
+		assert.Equal(t, first, fairQueue(t, rdb, holder), "both waiters kept their places")
+		require.NoError(t, holder.Unlock(hctx))
+		ra := recvLock(t, a, time.Second, "first waiter")
+		require.NoError(t, ra.err)
+		noLock(t, b, 50*time.Millisecond, "second waiter")
+		require.NoError(t, af.Unlock(ra.ctx))
+		rb := recvLock(t, b, time.Second, "second waiter")
+		require.NoError(t, rb.err)
+		require.NoError(t, bf.Unlock(rb.ctx))
+		assert.Empty(t, e.keys(t))
+	})
+}
+
+// A holder that crashes frees the fair lock within one watchdog timeout, and
+// the head of the queue takes it; the holder's context hears first.
+func TestFairMutexCrashedHolderFreesLock(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		if e.mr != nil {
+			e.mr.ClockTTL(true) // leases run out in real time
+		}
+		const name = "fair:crashed-holder"
+		const lease = 600 * time.Millisecond
+		crashed := redis.NewClient(&redis.Options{Addr: e.addr, MaxRetries: -1})
+		hctx, err := newClient(t, crashed, WithWatchdogTimeout(lease)).FairMutex(name).Lock(context.Background())
+		require.NoError(t, err)
+		bf := e.client(t, WithWatchdogTimeout(lease)).FairMutex(name)
+		b := lockAsync(context.Background(), bf.Lock)
+		waitQueued(t, e.rdb(t), bf, 1)
+		require.NoError(t, crashed.Close())
+		crashedAt := time.Now()
+
+		rb := recvLock(t, b, 3*time.Second, "waiter")
+		require.NoError(t, rb.err)
+		waited := rb.at.Sub(crashedAt)
+		t.Logf("crashed holder's fair lock taken over after %v (lease %v)", waited, lease)
+		assert.Less(t, waited, lease+300*time.Millisecond)
+		select {
+		case <-hctx.Done():
+		default:
+			t.Fatal("the crashed holder's context is still live after another owner took the lock")
+		}
+		assert.ErrorIs(t, context.Cause(hctx), ErrLeaseLost)
+		require.NoError(t, bf.Unlock(rb.ctx))
+		assert.Empty(t, e.keys(t))
+	})
+}
+
+// Many goroutines on several clients: never two holders at once, every
+// increment kept, nothing left behind.
+func TestFairMutexExclusionUnderContention(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		const name = "fair:contended"
+		clients := []*Client{e.client(t), e.client(t), e.client(t)}
+		var inside, violations atomic.Int32
+		counter := 0
+		var wg sync.WaitGroup
+		const goroutines, rounds = 12, 10
+		for g := range goroutines {
+			f := clients[g%len(clients)].FairMutex(name)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range rounds {
+					ctx, err := f.Lock(context.Background())
+					if !assert.NoError(t, err) {
+						return
+					}
+					if inside.Add(1) != 1 {
+						violations.Add(1)
+					}
+					// Re-entry inside the hold.
+					inner, err := f.Lock(ctx)
+					assert.NoError(t, err)
+					v := counter
+					time.Sleep(100 * time.Microsecond)
+					counter = v + 1
+					assert.NoError(t, f.Unlock(inner))
+					inside.Add(-1)
+					assert.NoError(t, f.Unlock(ctx))
+				}
+			}()
+		}
+		wg.Wait()
+		assert.Zero(t, violations.Load())
+		assert.Equal(t, goroutines*rounds, counter)
+		assert.Empty(t, e.keys(t))
+	})
+}
+
+// Closing the Client ends its waits with ErrClosed and takes its waiters out
+// of the queue; its holds are released and the next waiter takes the lock.
+func TestFairMutexCloseEndsWaitsAndReleases(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		const name = "fair:close"
+		rdb := e.rdb(t)
+		c := e.client(t)
+		holder := c.FairMutex(name)
+		hctx, err := holder.Lock(context.Background())
+		require.NoError(t, err)
+		mine := lockAsync(context.Background(), c.FairMutex(name).Lock)
+		waitQueued(t, rdb, holder, 1)
+		bf := e.client(t).FairMutex(name)
+		b := lockAsync(context.Background(), bf.Lock)
+		waitQueued(t, rdb, holder, 2)
+
+		require.NoError(t, c.Close())
+		r := recvLock(t, mine, time.Second, "closed client's waiter")
+		assert.ErrorIs(t, r.err, ErrClosed)
+		assert.ErrorIs(t, context.Cause(hctx), ErrClosed)
+		rb := recvLock(t, b, time.Second, "other client's waiter")
+		require.NoError(t, rb.err)
+		require.NoError(t, bf.Unlock(rb.ctx))
+		assert.Empty(t, e.keys(t))
+		_, err = holder.Lock(context.Background())
+		assert.ErrorIs(t, err, ErrClosed)
+	})
+}
+
+func TestFairMutexForceUnlock(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		const name = "fair:force"
+		rdb := e.rdb(t)
+		holder := e.client(t).FairMutex(name)
+		hctx, err := holder.Lock(context.Background())
+		require.NoError(t, err)
+		bf := e.client(t).FairMutex(name)
+		b := lockAsync(context.Background(), bf.Lock)
+		waitQueued(t, rdb, holder, 1)
+
+		ok, err := e.client(t).FairMutex(name).ForceUnlock(context.Background())
+		require.NoError(t, err)
+		assert.True(t, ok)
+		rb := recvLock(t, b, time.Second, "waiter")
+		require.NoError(t, rb.err)
+		ok, err = holder.ForceUnlock(context.Background())
+		require.NoError(t, err)
+		assert.True(t, ok)
+		assert.ErrorIs(t, context.Cause(hctx), ErrLeaseLost, "same process: lost at once")
+		assert.NoError(t, rb.ctx.Err(), "another process hears at its next renewal")
+		assert.ErrorIs(t, bf.Unlock(rb.ctx), ErrNotHeld)
+		assert.ErrorIs(t, context.Cause(rb.ctx), ErrLeaseLost, "or when it finds out by itself")
+		ok, err = holder.ForceUnlock(context.Background())
+		require.NoError(t, err)
+		assert.False(t, ok)
+		assert.Empty(t, e.keys(t))
+
+		require.NoError(t, rdb.Set(context.Background(), name, "x", 0).Err())
+		_, err = holder.ForceUnlock(context.Background())
+		assert.Error(t, err, "a key of another type is refused")
+		assert.True(t, strings.Contains(err.Error(), "WRONGTYPE"))
+		assert.False(t, errors.Is(err, ErrInvalid))
+	})
+}

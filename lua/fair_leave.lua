@@ -1,0 +1,20 @@
+-- Takes a waiter out of a fair lock's queue (its wait ended without the
+-- lock). When it headed the queue of a free lock, the next waiter is woken.
+--
+-- KEYS[1]  the lock's hash
+-- KEYS[2]  the queue zset
+-- KEYS[3]  the waiters' deadlines zset
+-- ARGV[1]  waiter field
+-- ARGV[2]  channel prefix
+--
+-- Returns 1 when the waiter was queued, 0 when it was not.
+local head0 = redis.call('zrange', KEYS[2], 0, 0)[1]
+local n = redis.call('zrem', KEYS[2], ARGV[1])
+redis.call('zrem', KEYS[3], ARGV[1])
+if head0 == ARGV[1] and redis.call('exists', KEYS[1]) == 0 then
+  local head = redis.call('zrange', KEYS[2], 0, 0)[1]
+  if head then
+    redis.call('publish', ARGV[2] .. head, '1')
+  end
+end
+return n

@@ -1,0 +1,38 @@
+-- Leaves one hold of a fair lock; the last one deletes the lock and wakes the
+-- waiter at the head of the queue (only that one, on its own channel).
+--
+-- KEYS[1]  the lock's hash
+-- KEYS[2]  the queue zset
+-- KEYS[3]  the waiters' deadlines zset
+-- ARGV[1]  owner field
+-- ARGV[2]  hold count the caller had before this call (>= 1)
+-- ARGV[3]  lease in milliseconds, kept while holds remain
+-- ARGV[4]  channel prefix
+--
+-- The count is set to ARGV[2] - 1 rather than decremented, so a call that
+-- go-redis resends after a network error cannot leave twice.
+--
+-- Returns 1 when holds remain, 2 when the lock was released, 0 when the
+-- owner does not hold it (nothing changed).
+redis.replicate_commands()
+if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+  return 0
+end
+local n = tonumber(ARGV[2]) - 1
+if n > 0 then
+  redis.call('hset', KEYS[1], ARGV[1], n)
+  redis.call('pexpire', KEYS[1], ARGV[3])
+  return 1
+end
+redis.call('del', KEYS[1])
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+for _, f in ipairs(redis.call('zrangebyscore', KEYS[3], '-inf', now)) do
+  redis.call('zrem', KEYS[2], f)
+  redis.call('zrem', KEYS[3], f)
+end
+local head = redis.call('zrange', KEYS[2], 0, 0)[1]
+if head then
+  redis.call('publish', ARGV[4] .. head, '1')
+end
+return 2
