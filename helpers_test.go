@@ -111,3 +111,5 @@ func redistestReplica(t *testing.T, e *testEnv) *redistest.Server {
 }
 
 func redistestCluster(t *testing.T) *redistest.Cluster { return redistest.StartCluster(t, 3) }
+
+func redistestStart(tb testing.TB) string { return redistest.Start(tb).Addr() }

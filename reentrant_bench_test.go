@@ -1,0 +1,122 @@
+package redisync
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Benchmarks run against a private real redis-server:
+//
+//	go test -run '^$' -bench Mutex -benchtime 3s .
+
+func BenchmarkMutexUncontended(b *testing.B) {
+	srv := realServer(b)
+	c := newClient(b, newRDB(b, srv))
+	m := c.Mutex("bench:uncontended")
+	ctx := context.Background()
+	b.ResetTimer()
+	for b.Loop() {
+		hctx, err := m.Lock(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := m.Unlock(hctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkMutexContended(b *testing.B) {
+	for _, goroutines := range []int{8, 64} {
+		b.Run(fmt.Sprintf("goroutines=%d/clients=4", goroutines), func(b *testing.B) {
+			srv := realServer(b)
+			clients := make([]*Client, 4)
+			for i := range clients {
+				clients[i] = newClient(b, newRDB(b, srv))
+			}
+			var next atomic.Int64
+			var handoffs atomic.Int64
+			var last atomic.Int64 // id of the goroutine that held last
+			counter := 0
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			start := time.Now()
+			for g := 0; g < goroutines; g++ {
+				wg.Add(1)
+				go func(g int) {
+					defer wg.Done()
+					m := clients[g%len(clients)].Mutex("bench:contended")
+					for next.Add(1) <= int64(b.N) {
+						ctx, err := m.Lock(context.Background())
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						counter++
+						if last.Swap(int64(g)) != int64(g) {
+							handoffs.Add(1)
+						}
+						if err := m.Unlock(ctx); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}(g)
+			}
+			wg.Wait()
+			elapsed := time.Since(start)
+			if counter != b.N {
+				b.Fatalf("mutual exclusion broken: counter %d, acquisitions %d", counter, b.N)
+			}
+			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "acq/s")
+			b.ReportMetric(float64(handoffs.Load())/elapsed.Seconds(), "handoffs/s")
+		})
+	}
+}
+
+// BenchmarkMutexHandoff measures the time from an Unlock returning to the
+// waiting goroutine (another client) holding the lock.
+func BenchmarkMutexHandoff(b *testing.B) {
+	srv := realServer(b)
+	holder := newClient(b, newRDB(b, srv)).Mutex("bench:handoff")
+	waiter := newClient(b, newRDB(b, srv)).Mutex("bench:handoff")
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		hctx, err := holder.Lock(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		got := make(chan time.Time, 1)
+		waiting := make(chan struct{})
+		go func() {
+			close(waiting)
+			ctx, err := waiter.Lock(context.Background())
+			got <- time.Now()
+			if err == nil {
+				waiter.Unlock(ctx)
+			}
+		}()
+		<-waiting
+		time.Sleep(2 * time.Millisecond) // let it subscribe and wait
+		if err := holder.Unlock(hctx); err != nil {
+			b.Fatal(err)
+		}
+		released := time.Now()
+		lat = append(lat, (<-got).Sub(released))
+	}
+	b.StopTimer()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+}
+
+func realServer(b *testing.B) string {
+	b.Helper()
+	return redistestStart(b)
+}
