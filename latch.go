@@ -1,0 +1,130 @@
+package redisync
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redisync-go/redisync/lua"
+)
+
+// latchRecheck bounds each wait of CountDownLatch.Wait between two looks at
+// the count, so a lost message costs at most this long.
+const latchRecheck = time.Second
+
+// CountDownLatch lets any number of waiters, in any process, wait until a
+// count set once has been counted down to zero (Redisson's
+// RCountDownLatch). In Redis it is a string at its name holding the count;
+// the key is removed at zero and a message on
+// "redisync_latch__channel:{name}" wakes the waiters.
+//
+// A CountDownLatch is a cheap handle, safe for concurrent use. It has no
+// owner: anyone may count it down.
+type CountDownLatch struct {
+	c       *Client
+	name    string
+	channel string
+	err     error
+}
+
+// CountDownLatch returns a handle on the latch name. An empty name is
+// reported by every method of the handle.
+func (c *Client) CountDownLatch(name string) *CountDownLatch {
+	l := &CountDownLatch{name: name, channel: "redisync_latch__channel:{" + name + "}"}
+	switch {
+	case c == nil:
+		l.err = fmt.Errorf("%w: nil Client", ErrInvalid)
+	case name == "":
+		l.err = fmt.Errorf("%w: empty latch name", ErrInvalid)
+	}
+	l.c = c
+	return l
+}
+
+// Name returns the latch's name, which is also its Redis key.
+func (l *CountDownLatch) Name() string { return l.name }
+
+func (l *CountDownLatch) check() error {
+	if l.err != nil {
+		return l.err
+	}
+	return l.c.checkOpen()
+}
+
+func (l *CountDownLatch) wrap(err error) error {
+	return fmt.Errorf("redisync: latch %q: %w", l.name, err)
+}
+
+// TrySetCount starts the latch counting down from n (n > 0) unless it is
+// already counting, reporting whether it did. A latch that reached zero may
+// be set again.
+func (l *CountDownLatch) TrySetCount(ctx context.Context, n int64) (bool, error) {
+	if err := l.check(); err != nil {
+		return false, err
+	}
+	if n <= 0 {
+		return false, l.wrap(fmt.Errorf("%w: count %d (must be positive)", ErrInvalid, n))
+	}
+	ok, err := l.c.rdb.SetNX(ctx, l.name, n, 0).Result()
+	if err != nil {
+		return false, l.wrap(err)
+	}
+	return ok, nil
+}
+
+// CountDown decrements the count; at zero the latch's key is removed and
+// every waiter, in every process, is released. Counting down a latch that
+// is not counting does nothing.
+//
+// A CountDown that go-redis resends after a network error may count twice.
+func (l *CountDownLatch) CountDown(ctx context.Context) error {
+	if err := l.check(); err != nil {
+		return err
+	}
+	if err := lua.LatchCountDown.Run(ctx, l.c.rdb, []string{l.name}, l.channel).Err(); err != nil {
+		return l.wrap(err)
+	}
+	return nil
+}
+
+// Count returns the count left: 0 when the latch reached zero or was never
+// set.
+func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
+	if err := l.check(); err != nil {
+		return 0, err
+	}
+	v, err := l.c.rdb.Get(ctx, l.name).Result()
+	if err != nil {
+		if isNil(err) {
+			return 0, nil
+		}
+		return 0, l.wrap(err)
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, l.wrap(fmt.Errorf("value %q is not a count", v))
+	}
+	return max(n, 0), nil
+}
+
+// Wait blocks until the count is zero, returning at once when it is zero or
+// the latch was never set, and returns ctx's error if ctx ends first. It is
+// woken by the CountDown that reaches zero and also looks again every
+// second, so a lost message costs a delay, never a hang.
+func (l *CountDownLatch) Wait(ctx context.Context) error {
+	if err := l.check(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	n, err := l.Count(ctx)
+	if err != nil || n == 0 {
+		return err
+	}
+	return l.c.await(ctx, l.channel, wakeAll, latchRecheck, func() (bool, time.Duration, error) {
+		n, err := l.Count(ctx)
+		return n == 0, latchRecheck, err
+	})
+}

@@ -1,0 +1,6 @@
+package lua
+
+// The scripts of the CountDownLatch.
+var (
+	LatchCountDown = Load("latch_countdown.lua")
+)

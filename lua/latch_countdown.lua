@@ -1,0 +1,19 @@
+-- Counts a CountDownLatch down by one; at zero the key is removed and every
+-- waiter is told.
+--
+-- KEYS[1]  the latch's count (a string)
+-- ARGV[1]  channel
+--
+-- Returns the count left (0 when the latch was not counting: nothing
+-- changed). A key of another type fails with WRONGTYPE and is not touched.
+local v = redis.call('get', KEYS[1])
+if not v then
+  return 0
+end
+local n = redis.call('decr', KEYS[1])
+if n <= 0 then
+  redis.call('del', KEYS[1])
+  redis.call('publish', ARGV[1], '0')
+  return 0
+end
+return n
