@@ -33,6 +33,13 @@ type channel struct {
 	waiters []*waiter                // in arrival order
 	pending int                      // SUBSCRIBE acks not yet received
 	ready   chan struct{}            // closed at the first ack
+	seq     uint64                   // wake-ups so far (messages and re-subscriptions)
+}
+
+// mark is a channel's state seen before an attempt: see pubsub.mark.
+type mark struct {
+	ch  *channel
+	seq uint64
 }
 
 // waiter is one goroutine waiting on a channel.
@@ -74,6 +81,28 @@ func (p *pubsub) subscribe(ctx context.Context, name string, wake func(string) i
 	w := &waiter{p: p, ch: ch, c: make(chan struct{}, 1)}
 	ch.waiters = append(ch.waiters, w)
 	return w, nil
+}
+
+// mark records the state of a channel that is already subscribed and
+// confirmed, before an attempt at what it guards. If nothing was delivered
+// on it from then until a waiter registers, the waiter cannot have missed a
+// wake-up, and need not try again before waiting (see waiter.missed).
+func (p *pubsub) mark(name string) mark {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ch := p.chans[name]
+	if ch == nil || ch.pending > 0 {
+		return mark{}
+	}
+	return mark{ch: ch, seq: ch.seq}
+}
+
+// missed reports whether w could have missed a wake-up since m was taken:
+// always, unless m saw w's channel live and nothing was delivered since.
+func (w *waiter) missed(m mark) bool {
+	w.p.mu.Lock()
+	defer w.p.mu.Unlock()
+	return m.ch != w.ch || m.seq != w.ch.seq
 }
 
 // send writes SUBSCRIBE name on the shared connection, creating it and its
@@ -214,6 +243,7 @@ func (p *pubsub) deliver(name, payload string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if ch := p.chans[name]; ch != nil {
+		ch.seq++
 		p.wakeLocked(ch, ch.wake(payload))
 	}
 }
@@ -243,6 +273,7 @@ func (p *pubsub) ack(name string) {
 		}
 		return
 	}
+	ch.seq++
 	p.wakeLocked(ch, -1)
 }
 

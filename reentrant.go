@@ -88,6 +88,10 @@ func (m *Mutex) lock(parent context.Context, wait bool) (context.Context, error)
 		return parent, err
 	}
 	ctx, o := ensureOwner(parent)
+	var mk mark
+	if wait {
+		mk = m.c.ps.mark(m.channel)
+	}
 	hctx, ttl, err := m.try(ctx, o)
 	if err != nil {
 		return parent, err
@@ -98,7 +102,7 @@ func (m *Mutex) lock(parent context.Context, wait bool) (context.Context, error)
 	if !wait {
 		return parent, m.wrap(ErrNotAcquired)
 	}
-	err = m.c.await(ctx, m.channel, wakeOne, ttl, func() (bool, time.Duration, error) {
+	err = m.c.awaitFrom(ctx, mk, m.channel, wakeOne, ttl, func() (bool, time.Duration, error) {
 		hctx, ttl, err = m.try(ctx, o)
 		return hctx != nil, ttl, err
 	})

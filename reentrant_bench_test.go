@@ -36,8 +36,11 @@ func BenchmarkMutexContended(b *testing.B) {
 		b.Run(fmt.Sprintf("goroutines=%d/clients=4", goroutines), func(b *testing.B) {
 			srv := realServer(b)
 			clients := make([]*Client, 4)
+			var scripts atomic.Int64
 			for i := range clients {
-				clients[i] = newClient(b, newRDB(b, srv))
+				rdb := newRDB(b, srv)
+				rdb.AddHook(countHook{n: &scripts})
+				clients[i] = newClient(b, rdb)
 			}
 			var next atomic.Int64
 			var handoffs atomic.Int64
@@ -75,6 +78,7 @@ func BenchmarkMutexContended(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "acq/s")
 			b.ReportMetric(float64(handoffs.Load())/elapsed.Seconds(), "handoffs/s")
+			b.ReportMetric(float64(scripts.Load())/float64(b.N), "scripts/acq")
 		})
 	}
 }

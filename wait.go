@@ -27,12 +27,24 @@ type attempt func() (done bool, next time.Duration, err error)
 // happens between the caller's try and the subscription is not missed. It
 // returns ctx's error when ctx ends and ErrClosed when the client closes.
 func (c *Client) await(ctx context.Context, channel string, wake func(string) int, first time.Duration, try attempt) error {
+	return c.awaitFrom(ctx, mark{}, channel, wake, first, try)
+}
+
+// awaitFrom is await for a caller that took m (c.ps.mark(channel)) before its
+// own try: when the channel was live then and nothing was delivered on it
+// since, the retry before the first wait is skipped, saving a round trip per
+// wait under contention.
+func (c *Client) awaitFrom(ctx context.Context, m mark, channel string, wake func(string) int, first time.Duration, try attempt) error {
 	w, err := c.ps.subscribe(ctx, channel, wake)
 	if err != nil {
 		return err
 	}
 	defer w.leave()
-	if err := w.ready(ctx, first); err != nil {
+	if w.missed(m) {
+		if err := w.ready(ctx, first); err != nil {
+			return err
+		}
+	} else if err := w.wait(ctx, first); err != nil {
 		return err
 	}
 	for {
