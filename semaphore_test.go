@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisync-go/redisync/internal/keys"
+	"github.com/redisync-go/redisync/internal/redistest"
 	"github.com/redisync-go/redisync/lua"
 )
 
@@ -715,4 +716,47 @@ func TestSemaphoreErrorsWrapName(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotAcquired)
 	require.Contains(t, err.Error(), `"jobs"`)
 	require.False(t, errors.Is(err, ErrInvalid))
+}
+
+// TestSemaphoreAndLatchOnCluster: a semaphore's keys share one Cluster slot
+// (its scripts would fail with CROSSSLOT otherwise), and waiters in other
+// clients are woken across the cluster.
+func TestSemaphoreAndLatchOnCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	bg := context.Background()
+	a := newClient(t, cl.Client(t))
+	b := newClient(t, cl.Client(t))
+	for _, name := range []string{"jobs", "{app}:jobs"} {
+		sa, sb := a.Semaphore(name), b.Semaphore(name)
+		require.NoError(t, sa.SetPermits(bg, 1))
+		hctx, err := sa.Acquire(bg, 1)
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(bg, semWaitCap/2)
+		got := make(chan error, 1)
+		go func() {
+			h, err := sb.Acquire(ctx, 1)
+			if err == nil {
+				err = sb.Release(h, 1)
+			}
+			got <- err
+		}()
+		eventually(t, time.Second, "waiter subscribed", func() bool { return semSubscribed(b, sb.channel, 1) })
+		require.NoError(t, sa.Release(hctx, 1))
+		require.NoError(t, <-got, name)
+		cancel()
+		n, err := sa.Available(bg)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+	}
+
+	la, lb := a.CountDownLatch("done"), b.CountDownLatch("done")
+	_, err := la.TrySetCount(bg, 1)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(bg, latchRecheck/2)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() { got <- lb.Wait(ctx) }()
+	eventually(t, time.Second, "waiter subscribed", func() bool { return semSubscribed(b, lb.channel, 1) })
+	require.NoError(t, la.CountDown(bg))
+	require.NoError(t, <-got)
 }

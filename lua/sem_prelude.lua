@@ -16,6 +16,12 @@
 -- set in them: when every holder is gone they vanish by themselves, and a
 -- missing holders hash means nothing is in use.
 
+-- Replicate the scripts' effects rather than the scripts, which read TIME
+-- (the default since Redis 5; needed by Redis 3.2 to 4).
+if redis.replicate_commands then
+  redis.replicate_commands()
+end
+
 -- sem_now returns Redis's clock in milliseconds.
 local function sem_now()
   local t = redis.call('time')
