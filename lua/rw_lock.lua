@@ -1,0 +1,82 @@
+-- Takes or re-enters the write lock of an RWMutex.
+--
+-- KEYS[1..5]  hash, read holders, waiting writers, waiting readers, admitted
+--              readers (see lua/rw.go)
+-- ARGV[1]  lease in milliseconds
+-- ARGV[2]  owner field
+-- ARGV[3]  write hold count the caller had before this call (0 for a first)
+-- ARGV[4]  waiter timeout in ms: on failure the caller registers as a waiting
+--          writer (which holds new readers back) with a deadline that far
+--          ahead; 0 = not (TryLock)
+--
+-- Granted when the owner holds the write lock (re-entry), or when no read or
+-- write hold is left and no reader admitted by the last write unlock is still
+-- to come. A reader may not upgrade: its own read hold keeps it waiting.
+--
+-- Returns {1, count} or {0, ms}: how long to wait at most before trying again
+-- (-1: the lock has no expiry).
+-- Drops read holds whose lease ran out and waiters whose deadline passed,
+-- and frees the lock when no hold is left.
+local function purge(now)
+  for _, f in ipairs(redis.call('zrangebyscore', KEYS[2], '-inf', now)) do
+    redis.call('hdel', KEYS[1], 'r:' .. f)
+    redis.call('zrem', KEYS[2], f)
+  end
+  for i = 3, 5 do
+    redis.call('zremrangebyscore', KEYS[i], '-inf', now)
+  end
+  if redis.call('exists', KEYS[1]) == 0 then
+    redis.call('del', KEYS[2])
+  elseif redis.call('hget', KEYS[1], 'mode') == 'read' and redis.call('zcard', KEYS[2]) == 0 then
+    redis.call('del', KEYS[1])
+  end
+end
+
+-- Makes key k live at least ms longer.
+local function extend(k, ms)
+  if redis.call('pttl', k) < ms then
+    redis.call('pexpire', k, ms)
+  end
+end
+
+redis.replicate_commands()
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+purge(now)
+
+local field = ARGV[2]
+local wf = 'w:' .. field
+local lease = tonumber(ARGV[1])
+local n = tonumber(ARGV[3]) + 1
+local mode = redis.call('hget', KEYS[1], 'mode')
+local wait
+if mode == 'write' then
+  if redis.call('hexists', KEYS[1], wf) == 1 then
+    redis.call('hset', KEYS[1], wf, n)
+    extend(KEYS[1], lease)
+    redis.call('zrem', KEYS[3], field)
+    return {1, n}
+  end
+  wait = redis.call('pttl', KEYS[1])
+elseif mode == 'read' then
+  wait = tonumber(redis.call('zrange', KEYS[2], 0, 0, 'withscores')[2]) - now
+else
+  local admitted = redis.call('zrange', KEYS[5], 0, 0, 'withscores')[2]
+  if not admitted then
+    redis.call('hset', KEYS[1], 'mode', 'write', wf, n)
+    redis.call('pexpire', KEYS[1], lease)
+    redis.call('zrem', KEYS[3], field)
+    return {1, n}
+  end
+  wait = tonumber(admitted) - now
+end
+
+local tmo = tonumber(ARGV[4])
+if tmo > 0 then
+  redis.call('zadd', KEYS[3], now + tmo, field)
+  extend(KEYS[3], tmo)
+end
+if wait ~= -1 and wait < 1 then
+  wait = 1
+end
+return {0, wait}

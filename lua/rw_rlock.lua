@@ -1,0 +1,87 @@
+-- Takes or re-enters the read lock of an RWMutex.
+--
+-- KEYS[1..5]  hash, read holders, waiting writers, waiting readers, admitted
+--              readers (see lua/rw.go)
+-- ARGV[1]  lease in milliseconds
+-- ARGV[2]  owner field
+-- ARGV[3]  read hold count the caller had before this call (0 for a first)
+-- ARGV[4]  waiter timeout in ms: on failure the caller registers as a reader
+--          waiting behind a writer, with a deadline that far ahead; 0 = not
+--          (TryRLock)
+--
+-- Granted when the owner holds the write lock (downgrade) or already holds
+-- the read lock (re-entry), or when nobody holds the write lock and either
+-- no writer waits or a write unlock admitted this reader. The count is set to
+-- ARGV[3] + 1 so a resent call cannot count twice.
+--
+-- Returns {1, count} or {0, ms}: how long to wait at most before trying again
+-- (-1: the write lock has no expiry).
+-- Drops read holds whose lease ran out and waiters whose deadline passed,
+-- and frees the lock when no hold is left.
+local function purge(now)
+  for _, f in ipairs(redis.call('zrangebyscore', KEYS[2], '-inf', now)) do
+    redis.call('hdel', KEYS[1], 'r:' .. f)
+    redis.call('zrem', KEYS[2], f)
+  end
+  for i = 3, 5 do
+    redis.call('zremrangebyscore', KEYS[i], '-inf', now)
+  end
+  if redis.call('exists', KEYS[1]) == 0 then
+    redis.call('del', KEYS[2])
+  elseif redis.call('hget', KEYS[1], 'mode') == 'read' and redis.call('zcard', KEYS[2]) == 0 then
+    redis.call('del', KEYS[1])
+  end
+end
+
+-- Makes key k live at least ms longer.
+local function extend(k, ms)
+  if redis.call('pttl', k) < ms then
+    redis.call('pexpire', k, ms)
+  end
+end
+
+redis.replicate_commands()
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+purge(now)
+
+local field = ARGV[2]
+local rf = 'r:' .. field
+local mode = redis.call('hget', KEYS[1], 'mode')
+local grant
+if mode == 'write' then
+  grant = redis.call('hexists', KEYS[1], 'w:' .. field) == 1
+else
+  grant = redis.call('hexists', KEYS[1], rf) == 1
+    or redis.call('zcard', KEYS[3]) == 0
+    or redis.call('zscore', KEYS[5], field) ~= false
+end
+if grant then
+  local n = tonumber(ARGV[3]) + 1
+  local lease = tonumber(ARGV[1])
+  if not mode then
+    redis.call('hset', KEYS[1], 'mode', 'read')
+  end
+  redis.call('hset', KEYS[1], rf, n)
+  redis.call('zadd', KEYS[2], now + lease, field)
+  extend(KEYS[1], lease)
+  extend(KEYS[2], lease)
+  redis.call('zrem', KEYS[4], field)
+  redis.call('zrem', KEYS[5], field)
+  return {1, n}
+end
+
+local tmo = tonumber(ARGV[4])
+if tmo > 0 then
+  redis.call('zadd', KEYS[4], now + tmo, field)
+  extend(KEYS[4], tmo)
+end
+if mode == 'write' then
+  return {0, redis.call('pttl', KEYS[1])}
+end
+-- Behind waiting writers: at the latest when the first of them times out.
+local d = tonumber(redis.call('zrange', KEYS[3], 0, 0, 'withscores')[2]) - now
+if d < 1 then
+  d = 1
+end
+return {0, d}

@@ -1,0 +1,62 @@
+-- Leaves one read hold of an RWMutex; the last read hold of the lock frees it
+-- and wakes a writer. Costs O(log n) in the number of read holders.
+--
+-- KEYS[1..5]  hash, read holders, waiting writers, waiting readers, admitted
+--              readers (see lua/rw.go)
+-- ARGV[1]  owner field
+-- ARGV[2]  read hold count the caller had before this call (1 releases all)
+-- ARGV[3]  lease in milliseconds, renewed while holds remain
+-- ARGV[4]  writers' channel
+--
+-- Returns 1 when holds remain, 2 when the owner's read hold was released, 0
+-- when the owner holds no read lock (nothing changed).
+-- Drops read holds whose lease ran out and waiters whose deadline passed,
+-- and frees the lock when no hold is left.
+local function purge(now)
+  for _, f in ipairs(redis.call('zrangebyscore', KEYS[2], '-inf', now)) do
+    redis.call('hdel', KEYS[1], 'r:' .. f)
+    redis.call('zrem', KEYS[2], f)
+  end
+  for i = 3, 5 do
+    redis.call('zremrangebyscore', KEYS[i], '-inf', now)
+  end
+  if redis.call('exists', KEYS[1]) == 0 then
+    redis.call('del', KEYS[2])
+  elseif redis.call('hget', KEYS[1], 'mode') == 'read' and redis.call('zcard', KEYS[2]) == 0 then
+    redis.call('del', KEYS[1])
+  end
+end
+
+-- Makes key k live at least ms longer.
+local function extend(k, ms)
+  if redis.call('pttl', k) < ms then
+    redis.call('pexpire', k, ms)
+  end
+end
+
+redis.replicate_commands()
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+purge(now)
+
+local field = ARGV[1]
+local rf = 'r:' .. field
+if redis.call('hexists', KEYS[1], rf) == 0 then
+  return 0
+end
+local n = tonumber(ARGV[2]) - 1
+if n > 0 then
+  local lease = tonumber(ARGV[3])
+  redis.call('hset', KEYS[1], rf, n)
+  redis.call('zadd', KEYS[2], now + lease, field)
+  extend(KEYS[1], lease)
+  extend(KEYS[2], lease)
+  return 1
+end
+redis.call('hdel', KEYS[1], rf)
+redis.call('zrem', KEYS[2], field)
+if redis.call('hget', KEYS[1], 'mode') == 'read' and redis.call('zcard', KEYS[2]) == 0 then
+  redis.call('del', KEYS[1])
+  redis.call('publish', ARGV[4], '1')
+end
+return 2

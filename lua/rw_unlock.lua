@@ -1,0 +1,72 @@
+-- Leaves one write hold of an RWMutex. The last one admits the readers that
+-- waited for it (they go before the next writer), keeps the owner's read
+-- hold if it took one (downgrade) or else frees the lock, and wakes the
+-- readers and a writer.
+--
+-- KEYS[1..5]  hash, read holders, waiting writers, waiting readers, admitted
+--              readers (see lua/rw.go)
+-- ARGV[1]  owner field
+-- ARGV[2]  write hold count the caller had before this call (1 releases all)
+-- ARGV[3]  lease in milliseconds, kept while holds remain
+-- ARGV[4]  readers' channel
+-- ARGV[5]  writers' channel
+--
+-- Returns 1 when holds remain, 2 when the write hold was released, 0 when
+-- the owner does not hold the write lock (nothing changed).
+-- Drops read holds whose lease ran out and waiters whose deadline passed,
+-- and frees the lock when no hold is left.
+local function purge(now)
+  for _, f in ipairs(redis.call('zrangebyscore', KEYS[2], '-inf', now)) do
+    redis.call('hdel', KEYS[1], 'r:' .. f)
+    redis.call('zrem', KEYS[2], f)
+  end
+  for i = 3, 5 do
+    redis.call('zremrangebyscore', KEYS[i], '-inf', now)
+  end
+  if redis.call('exists', KEYS[1]) == 0 then
+    redis.call('del', KEYS[2])
+  elseif redis.call('hget', KEYS[1], 'mode') == 'read' and redis.call('zcard', KEYS[2]) == 0 then
+    redis.call('del', KEYS[1])
+  end
+end
+
+-- Makes key k live at least ms longer.
+local function extend(k, ms)
+  if redis.call('pttl', k) < ms then
+    redis.call('pexpire', k, ms)
+  end
+end
+
+redis.replicate_commands()
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+purge(now)
+
+local wf = 'w:' .. ARGV[1]
+if redis.call('hget', KEYS[1], 'mode') ~= 'write' or redis.call('hexists', KEYS[1], wf) == 0 then
+  return 0
+end
+local n = tonumber(ARGV[2]) - 1
+if n > 0 then
+  redis.call('hset', KEYS[1], wf, n)
+  extend(KEYS[1], tonumber(ARGV[3]))
+  return 1
+end
+redis.call('hdel', KEYS[1], wf)
+local waiting = redis.call('zrange', KEYS[4], 0, -1, 'withscores')
+if #waiting > 0 then
+  local ttl = redis.call('pttl', KEYS[4])
+  for i = 1, #waiting, 2 do
+    redis.call('zadd', KEYS[5], waiting[i + 1], waiting[i])
+  end
+  redis.call('del', KEYS[4])
+  extend(KEYS[5], ttl)
+end
+if redis.call('zcard', KEYS[2]) > 0 then
+  redis.call('hset', KEYS[1], 'mode', 'read')
+else
+  redis.call('del', KEYS[1])
+  redis.call('publish', ARGV[5], '1')
+end
+redis.call('publish', ARGV[4], '1')
+return 2

@@ -1,0 +1,604 @@
+package redisync
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// zcard returns the size of the zset at key.
+func zcard(t testing.TB, rdb *redis.Client, key string) int {
+	t.Helper()
+	n, err := rdb.ZCard(context.Background(), key).Result()
+	require.NoError(t, err)
+	return int(n)
+}
+
+// waitWriters waits until n writers are registered as waiting on r.
+func waitWriters(t testing.TB, rdb *redis.Client, r *RWMutex, n int) {
+	t.Helper()
+	eventually(t, 3*time.Second, fmt.Sprintf("%d waiting writers", n), func() bool {
+		return zcard(t, rdb, r.keys[2]) == n
+	})
+}
+
+// waitReaders waits until n readers are registered as waiting on r.
+func waitReaders(t testing.TB, rdb *redis.Client, r *RWMutex, n int) {
+	t.Helper()
+	eventually(t, 3*time.Second, fmt.Sprintf("%d waiting readers", n), func() bool {
+		return zcard(t, rdb, r.keys[3]) == n
+	})
+}
+
+func rwState(t testing.TB, r *RWMutex) (locked, write bool, readers int) {
+	t.Helper()
+	ctx := context.Background()
+	locked, err := r.IsLocked(ctx)
+	require.NoError(t, err)
+	write, err = r.IsWriteLocked(ctx)
+	require.NoError(t, err)
+	readers, err = r.Readers(ctx)
+	require.NoError(t, err)
+	return locked, write, readers
+}
+
+func TestRWMutexReadersShareWritersExclude(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		const name = "rw:basic"
+		r := e.client(t).RWMutex(name)
+		other := e.client(t).RWMutex(name)
+
+		r1, err := r.RLock(context.Background())
+		require.NoError(t, err)
+		r2, err := other.TryRLock(context.Background())
+		require.NoError(t, err)
+		locked, write, readers := rwState(t, r)
+		assert.True(t, locked)
+		assert.False(t, write)
+		assert.Equal(t, 2, readers)
+		_, err = other.TryLock(context.Background())
+		assert.ErrorIs(t, err, ErrNotAcquired)
+		assert.ErrorIs(t, other.Unlock(r2), ErrNotHeld, "a reader does not hold the write lock")
+
+		require.NoError(t, r.RUnlock(r1))
+		assert.ErrorIs(t, context.Cause(r1), context.Canceled)
+		_, _, readers = rwState(t, r)
+		assert.Equal(t, 1, readers)
+		require.NoError(t, other.RUnlock(r2))
+		assert.ErrorIs(t, other.RUnlock(r2), ErrNotHeld)
+		assert.Empty(t, e.keys(t))
+
+		w, err := r.Lock(context.Background())
+		require.NoError(t, err)
+		locked, write, readers = rwState(t, other)
+		assert.True(t, locked)
+		assert.True(t, write)
+		assert.Zero(t, readers)
+		_, err = other.TryRLock(context.Background())
+		assert.ErrorIs(t, err, ErrNotAcquired)
+		_, err = other.TryLock(context.Background())
+		assert.ErrorIs(t, err, ErrNotAcquired)
+		assert.ErrorIs(t, other.RUnlock(WithOwner(context.Background())), ErrNotHeld)
+
+		cctx, cancel := context.WithCancel(w)
+		cancel()
+		require.NoError(t, r.Unlock(cctx), "Unlock works with a cancelled context")
+		assert.ErrorIs(t, context.Cause(w), context.Canceled)
+		assert.Empty(t, e.keys(t))
+		locked, _, _ = rwState(t, r)
+		assert.False(t, locked)
+	})
+}
+
+func TestRWMutexReentrantBothWays(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		r := e.client(t).RWMutex("rw:reenter")
+		type key struct{}
+		w, err := r.Lock(context.Background())
+		require.NoError(t, err)
+		inner := context.WithValue(w, key{}, 1)
+		got, err := r.Lock(inner)
+		require.NoError(t, err)
+		assert.Equal(t, inner, got, "a re-entry returns the context it was given")
+		n, err := r.HoldCount(w)
+		require.NoError(t, err)
+		assert.Equal(t, 2, n)
+		require.NoError(t, r.Unlock(got))
+		require.NoError(t, w.Err())
+		require.NoError(t, r.Unlock(w))
+		assert.ErrorIs(t, r.Unlock(w), ErrNotHeld)
+
+		rd, err := r.RLock(context.Background())
+		require.NoError(t, err)
+		inner = context.WithValue(rd, key{}, 2)
+		got, err = r.RLock(inner)
+		require.NoError(t, err)
+		assert.Equal(t, inner, got)
+		n, err = r.RHoldCount(rd)
+		require.NoError(t, err)
+		assert.Equal(t, 2, n)
+		require.NoError(t, r.RUnlock(got))
+		require.NoError(t, rd.Err())
+		require.NoError(t, r.RUnlock(rd))
+		assert.ErrorIs(t, context.Cause(rd), context.Canceled)
+		assert.Empty(t, e.keys(t))
+	})
+}
+
+// A writer may take the read lock; after its Unlock it still holds it, with
+// a context that outlived the write hold's.
+func TestRWMutexDowngrade(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		const name = "rw:downgrade"
+		r := e.client(t).RWMutex(name)
+		other := e.client(t).RWMutex(name)
+		type key struct{}
+		parent, cancelParent := context.WithCancel(context.WithValue(context.Background(), key{}, "kept"))
+		defer cancelParent()
+		w, err := r.Lock(parent)
+		require.NoError(t, err)
+		rd, err := r.RLock(w)
+		require.NoError(t, err)
+		assert.NotEqual(t, w, rd, "a first read hold gets its own context")
+		assert.Equal(t, "kept", rd.Value(key{}))
+		_, err = other.TryRLock(context.Background())
+		assert.ErrorIs(t, err, ErrNotAcquired, "still write-locked")
+
+		require.NoError(t, r.Unlock(w))
+		assert.ErrorIs(t, context.Cause(w), context.Canceled)
+		require.NoError(t, rd.Err(), "the read hold outlives the write hold")
+		locked, write, readers := rwState(t, r)
+		assert.True(t, locked)
+		assert.False(t, write)
+		assert.Equal(t, 1, readers)
+		n, _ := r.RHoldCount(rd)
+		assert.Equal(t, 1, n)
+
+		o, err := other.TryRLock(context.Background())
+		require.NoError(t, err, "now readers share it")
+		_, err = other.TryLock(context.Background())
+		assert.ErrorIs(t, err, ErrNotAcquired)
+		require.NoError(t, other.RUnlock(o))
+
+		// The read hold still ends with the context the write lock was taken with.
+		cancelParent()
+		eventually(t, time.Second, "read hold context cancelled with its parent", func() bool { return rd.Err() != nil })
+		require.NoError(t, r.RUnlock(rd))
+		assert.Empty(t, e.keys(t))
+	})
+}
+
+// A reader may not upgrade: TryLock says ErrNotAcquired, Lock waits until
+// its context ends, and leaves nothing behind.
+func TestRWMutexNoUpgrade(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		r := e.client(t).RWMutex("rw:upgrade")
+		rd, err := r.RLock(context.Background())
+		require.NoError(t, err)
+		_, err = r.TryLock(rd)
+		assert.ErrorIs(t, err, ErrNotAcquired)
+
+		ctx, cancel := context.WithTimeout(rd, 200*time.Millisecond)
+		defer cancel()
+		got, err := r.Lock(ctx)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Equal(t, ctx, got)
+		assert.Equal(t, []string{"rw:upgrade", "{rw:upgrade}:rw:readers"}, e.keys(t), "no waiting writer left behind")
+
+		again, err := r.RLock(rd)
+		require.NoError(t, err, "the reader may still re-enter")
+		require.NoError(t, r.RUnlock(again))
+		require.NoError(t, r.RUnlock(rd))
+		assert.Empty(t, e.keys(t))
+	})
+}
+
+// Once a writer waits, new readers wait behind it; a reader that already
+// holds the read lock may re-enter. A read unlock that frees the lock wakes
+// the writer, and the write unlock wakes the readers.
+func TestRWMutexWaitingWriterBlocksNewReaders(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		const name = "rw:writer-pref"
+		rdb := e.rdb(t)
+		r := e.client(t).RWMutex(name)
+		rd, err := r.RLock(context.Background())
+		require.NoError(t, err)
+
+		wm := e.client(t).RWMutex(name)
+		w := lockAsync(context.Background(), wm.Lock)
+		waitWriters(t, rdb, r, 1)
+
+		newReader := e.client(t).RWMutex(name)
+		_, err = newReader.TryRLock(context.Background())
+		assert.ErrorIs(t, err, ErrNotAcquired, "a new reader waits behind the writer")
+		nr := lockAsync(context.Background(), newReader.RLock)
+		waitReaders(t, rdb, r, 1)
+
+		again, err := r.TryRLock(rd)
+		require.NoError(t, err, "a reader that holds it may re-enter")
+		require.NoError(t, r.RUnlock(again))
+		noLock(t, w, 50*time.Millisecond, "writer while a reader holds")
+
+		start := time.Now()
+		require.NoError(t, r.RUnlock(rd))
+		rw := recvLock(t, w, time.Second, "writer")
+		require.NoError(t, rw.err)
+		assert.Less(t, rw.at.Sub(start), 500*time.Millisecond, "woken by the read unlock, not by polling")
+		noLock(t, nr, 50*time.Millisecond, "new reader while the writer holds")
+
+		start = time.Now()
+		require.NoError(t, wm.Unlock(rw.ctx))
+		rr := recvLock(t, nr, time.Second, "new reader")
+		require.NoError(t, rr.err)
+		assert.Less(t, rr.at.Sub(start), 500*time.Millisecond, "woken by the write unlock")
+		require.NoError(t, newReader.RUnlock(rr.ctx))
+		assert.Empty(t, e.keys(t))
+	})
+}
+
+// Readers that waited for a write hold go before the next writer, so a
+// stream of writers cannot starve them either.
+func TestRWMutexWaitingReadersGoBeforeNextWriter(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		const name = "rw:alternate"
+		rdb := e.rdb(t)
+		w1 := e.client(t).RWMutex(name)
+		wctx, err := w1.Lock(context.Background())
+		require.NoError(t, err)
+
+		rm := e.client(t).RWMutex(name)
+		rr := lockAsync(context.Background(), rm.RLock)
+		waitReaders(t, rdb, w1, 1)
+		w2 := e.client(t).RWMutex(name)
+		ww := lockAsync(context.Background(), w2.Lock)
+		waitWriters(t, rdb, w1, 1)
+
+		require.NoError(t, w1.Unlock(wctx))
+		got := recvLock(t, rr, time.Second, "waiting reader")
+		require.NoError(t, got.err)
+		noLock(t, ww, 100*time.Millisecond, "next writer while the admitted reader reads")
+		require.NoError(t, rm.RUnlock(got.ctx))
+		gw := recvLock(t, ww, time.Second, "next writer")
+		require.NoError(t, gw.err)
+		require.NoError(t, w2.Unlock(gw.ctx))
+		assert.Empty(t, e.keys(t))
+	})
+}
+
+// The write unlock wakes every local waiting reader at once.
+func TestRWMutexWriteUnlockWakesAllReaders(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		const name = "rw:wake-all"
+		rdb := e.rdb(t)
+		w := e.client(t).RWMutex(name)
+		wctx, err := w.Lock(context.Background())
+		require.NoError(t, err)
+		r := e.client(t).RWMutex(name)
+		const n = 6
+		var waits []<-chan lockResult
+		for range n {
+			waits = append(waits, lockAsync(context.Background(), r.RLock))
+		}
+		waitReaders(t, rdb, w, n)
+		start := time.Now()
+		require.NoError(t, w.Unlock(wctx))
+		for _, ch := range waits {
+			got := recvLock(t, ch, time.Second, "reader")
+			require.NoError(t, got.err)
+			assert.Less(t, got.at.Sub(start), 500*time.Millisecond)
+			defer func() { assert.NoError(t, r.RUnlock(got.ctx)) }()
+		}
+		_, _, readers := rwState(t, r)
+		assert.Equal(t, n, readers)
+	})
+}
+
+// A waiting writer whose context ends stops holding readers back at once.
+func TestRWMutexCancelledWriterReleasesReaders(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		const name = "rw:cancel-writer"
+		rdb := e.rdb(t)
+		opt := WithWaiterTimeout(time.Minute)
+		r := e.client(t).RWMutex(name, opt)
+		rd, err := r.RLock(context.Background())
+		require.NoError(t, err)
+		wctx, cancelW := context.WithCancel(context.Background())
+		w := lockAsync(wctx, e.client(t).RWMutex(name, opt).Lock)
+		waitWriters(t, rdb, r, 1)
+		nm := e.client(t).RWMutex(name, opt)
+		nr := lockAsync(context.Background(), nm.RLock)
+		waitReaders(t, rdb, r, 1)
+
+		start := time.Now()
+		cancelW()
+		gw := recvLock(t, w, time.Second, "cancelled writer")
+		assert.ErrorIs(t, gw.err, context.Canceled)
+		got := recvLock(t, nr, time.Second, "reader")
+		require.NoError(t, got.err)
+		assert.Less(t, got.at.Sub(start), 500*time.Millisecond)
+		require.NoError(t, nm.RUnlock(got.ctx))
+		require.NoError(t, r.RUnlock(rd))
+		assert.Empty(t, e.keys(t))
+	})
+}
+
+// A waiting writer that crashes holds new readers back for at most the
+// waiter timeout.
+func TestRWMutexCrashedWaitingWriterSkippedWithinBound(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		const name = "rw:crashed-writer"
+		const bound = 600 * time.Millisecond
+		rdb := e.rdb(t)
+		opt := WithWaiterTimeout(bound)
+		r := e.client(t).RWMutex(name, opt)
+		rd, err := r.RLock(context.Background())
+		require.NoError(t, err)
+		crashed := redis.NewClient(&redis.Options{Addr: e.addr, MaxRetries: -1})
+		w := lockAsync(context.Background(), newClient(t, crashed).RWMutex(name, opt).Lock)
+		waitWriters(t, rdb, r, 1)
+		require.NoError(t, crashed.Close())
+		crashedAt := time.Now()
+
+		nm := e.client(t).RWMutex(name, opt)
+		got, err := nm.RLock(context.Background())
+		require.NoError(t, err)
+		waited := time.Since(crashedAt)
+		t.Logf("crashed waiting writer stopped holding readers back after %v (bound %v)", waited, bound)
+		assert.Less(t, waited, bound+300*time.Millisecond)
+		assert.Error(t, recvLock(t, w, 3*time.Second, "crashed writer").err)
+		require.NoError(t, nm.RUnlock(got))
+		require.NoError(t, r.RUnlock(rd))
+		assert.Empty(t, e.keys(t))
+	})
+}
+
+// A crashed reader's hold expires within one watchdog timeout while the
+// live readers keep theirs; then a waiting writer gets the lock once the
+// live readers are done.
+func TestRWMutexCrashedReaderExpiresOthersKeepTheirs(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		if e.mr != nil {
+			e.mr.ClockTTL(true) // leases run out in real time
+		}
+		const name = "rw:crashed-reader"
+		const lease = 600 * time.Millisecond
+		rdb := e.rdb(t)
+		crashed := redis.NewClient(&redis.Options{Addr: e.addr, MaxRetries: -1})
+		cr, err := newClient(t, crashed, WithWatchdogTimeout(lease)).RWMutex(name).RLock(context.Background())
+		require.NoError(t, err)
+		live := e.client(t, WithWatchdogTimeout(lease)).RWMutex(name)
+		lr, err := live.RLock(context.Background())
+		require.NoError(t, err)
+		_, _, readers := rwState(t, live)
+		require.Equal(t, 2, readers)
+
+		require.NoError(t, crashed.Close())
+		crashedAt := time.Now()
+		eventually(t, 2*lease, "the crashed reader's hold to expire", func() bool {
+			_, _, readers := rwState(t, live)
+			return readers == 1
+		})
+		waited := time.Since(crashedAt)
+		t.Logf("crashed reader's hold expired after %v (lease %v)", waited, lease)
+		assert.Less(t, waited, lease+300*time.Millisecond)
+		<-cr.Done()
+		assert.ErrorIs(t, context.Cause(cr), ErrLeaseLost)
+
+		wm := e.client(t, WithWatchdogTimeout(lease)).RWMutex(name)
+		w := lockAsync(context.Background(), wm.Lock)
+		waitWriters(t, rdb, live, 1)
+		time.Sleep(2 * lease) // the live reader's lease is renewed meanwhile
+		require.NoError(t, lr.Err(), "the live reader keeps its hold")
+		select {
+		case got := <-w:
+			t.Fatalf("writer got the lock (err %v) while a live reader holds it", got.err)
+		default:
+		}
+		_, _, readers = rwState(t, live)
+		assert.Equal(t, 1, readers)
+
+		require.NoError(t, live.RUnlock(lr))
+		gw := recvLock(t, w, time.Second, "writer")
+		require.NoError(t, gw.err)
+		require.NoError(t, wm.Unlock(gw.ctx))
+		assert.Empty(t, e.keys(t))
+	})
+}
+
+// A writer that crashes frees the lock within one watchdog timeout.
+func TestRWMutexCrashedWriterFreesLock(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		if e.mr != nil {
+			e.mr.ClockTTL(true)
+		}
+		const name = "rw:crashed-holder"
+		const lease = 600 * time.Millisecond
+		crashed := redis.NewClient(&redis.Options{Addr: e.addr, MaxRetries: -1})
+		hctx, err := newClient(t, crashed, WithWatchdogTimeout(lease)).RWMutex(name).Lock(context.Background())
+		require.NoError(t, err)
+		rm := e.client(t, WithWatchdogTimeout(lease)).RWMutex(name)
+		r := lockAsync(context.Background(), rm.RLock)
+		waitReaders(t, e.rdb(t), rm, 1)
+		require.NoError(t, crashed.Close())
+		crashedAt := time.Now()
+
+		got := recvLock(t, r, 3*time.Second, "reader")
+		require.NoError(t, got.err)
+		waited := got.at.Sub(crashedAt)
+		t.Logf("crashed writer's lock taken over after %v (lease %v)", waited, lease)
+		assert.Less(t, waited, lease+300*time.Millisecond)
+		select {
+		case <-hctx.Done():
+		default:
+			t.Fatal("the crashed writer's context is still live after another owner took the lock")
+		}
+		assert.ErrorIs(t, context.Cause(hctx), ErrLeaseLost)
+		require.NoError(t, rm.RUnlock(got.ctx))
+		assert.Empty(t, e.keys(t))
+	})
+}
+
+// Readers and writers mixed, on several clients: never a writer alongside
+// anyone else, and everything released at the end.
+func TestRWMutexNoViolationUnderLoad(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		const name = "rw:load"
+		clients := []*Client{e.client(t), e.client(t), e.client(t)}
+		var readers, writers, violations, reads, maxReaders atomic.Int32
+		shared := 0
+		var wg sync.WaitGroup
+		const goroutines, rounds = 12, 12
+		for g := range goroutines {
+			r := clients[g%len(clients)].RWMutex(name)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(uint64(g), 1))
+				for range rounds {
+					if rng.IntN(3) == 0 {
+						ctx, err := r.Lock(context.Background())
+						if !assert.NoError(t, err) {
+							return
+						}
+						if writers.Add(1) != 1 || readers.Load() != 0 {
+							violations.Add(1)
+						}
+						v := shared
+						time.Sleep(200 * time.Microsecond)
+						shared = v + 1
+						writers.Add(-1)
+						assert.NoError(t, r.Unlock(ctx))
+					} else {
+						ctx, err := r.RLock(context.Background())
+						if !assert.NoError(t, err) {
+							return
+						}
+						n := readers.Add(1)
+						for {
+							m := maxReaders.Load()
+							if n <= m || maxReaders.CompareAndSwap(m, n) {
+								break
+							}
+						}
+						if writers.Load() != 0 {
+							violations.Add(1)
+						}
+						time.Sleep(time.Millisecond)
+						reads.Add(1)
+						readers.Add(-1)
+						assert.NoError(t, r.RUnlock(ctx))
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		assert.Zero(t, violations.Load())
+		assert.Equal(t, goroutines*rounds, int(reads.Load())+shared)
+		assert.Greater(t, maxReaders.Load(), int32(1), "readers shared the lock")
+		t.Logf("%d writes, %d reads, up to %d readers at once", shared, reads.Load(), maxReaders.Load())
+		assert.Empty(t, e.keys(t))
+	})
+}
+
+func TestRWMutexBadInput(t *testing.T) {
+	c := newClient(t, miniEnv(t).rdb(t))
+	for _, tc := range []struct {
+		name string
+		opts []LockOption
+	}{
+		{"", nil},
+		{"a}b", nil},
+		{"ok", []LockOption{nil}},
+		{"ok", []LockOption{WithWaiterTimeout(0)}},
+		{"ok", []LockOption{WithLease(-time.Second)}},
+	} {
+		r := c.RWMutex(tc.name, tc.opts...)
+		ctx := context.Background()
+		_, err := r.Lock(ctx)
+		assert.ErrorIs(t, err, ErrInvalid, "name %q", tc.name)
+		_, err = r.RLock(ctx)
+		assert.ErrorIs(t, err, ErrInvalid)
+		_, err = r.TryLock(ctx)
+		assert.ErrorIs(t, err, ErrInvalid)
+		_, err = r.TryRLock(ctx)
+		assert.ErrorIs(t, err, ErrInvalid)
+		assert.ErrorIs(t, r.Unlock(ctx), ErrInvalid)
+		assert.ErrorIs(t, r.RUnlock(ctx), ErrInvalid)
+		_, err = r.IsLocked(ctx)
+		assert.ErrorIs(t, err, ErrInvalid)
+		_, err = r.ForceUnlock(ctx)
+		assert.ErrorIs(t, err, ErrInvalid)
+	}
+	var nilClient *Client
+	_, err := nilClient.RWMutex("x").RLock(context.Background())
+	assert.ErrorIs(t, err, ErrInvalid)
+	r := c.RWMutex("{orders}:42")
+	for _, k := range r.keys {
+		assert.True(t, strings.HasPrefix(k, "{orders}"), k)
+	}
+}
+
+// Closing the Client ends its waits with ErrClosed, leaving no registration,
+// and releases its holds, read and write.
+func TestRWMutexCloseEndsWaitsAndReleases(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		const name = "rw:close"
+		rdb := e.rdb(t)
+		c := e.client(t)
+		r := c.RWMutex(name)
+		w, err := r.Lock(context.Background())
+		require.NoError(t, err)
+		rd, err := r.RLock(w) // downgrade pending
+		require.NoError(t, err)
+		waitingReader := lockAsync(context.Background(), c.RWMutex(name).RLock)
+		waitReaders(t, rdb, r, 1)
+		om := e.client(t).RWMutex(name)
+		ow := lockAsync(context.Background(), om.Lock)
+		waitWriters(t, rdb, r, 1)
+
+		require.NoError(t, c.Close())
+		assert.ErrorIs(t, recvLock(t, waitingReader, time.Second, "closed client's reader").err, ErrClosed)
+		assert.ErrorIs(t, context.Cause(w), ErrClosed)
+		assert.ErrorIs(t, context.Cause(rd), ErrClosed)
+		got := recvLock(t, ow, time.Second, "other client's writer")
+		require.NoError(t, got.err)
+		require.NoError(t, om.Unlock(got.ctx))
+		assert.Empty(t, e.keys(t))
+	})
+}
+
+func TestRWMutexForceUnlock(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		const name = "rw:force"
+		r := e.client(t).RWMutex(name)
+		rd, err := r.RLock(context.Background())
+		require.NoError(t, err)
+		om := e.client(t).RWMutex(name)
+		ow := lockAsync(context.Background(), om.Lock)
+		waitWriters(t, e.rdb(t), r, 1)
+
+		ok, err := r.ForceUnlock(context.Background())
+		require.NoError(t, err)
+		assert.True(t, ok)
+		assert.ErrorIs(t, context.Cause(rd), ErrLeaseLost)
+		got := recvLock(t, ow, time.Second, "writer")
+		require.NoError(t, got.err)
+		ok, err = r.ForceUnlock(context.Background())
+		require.NoError(t, err)
+		assert.True(t, ok)
+		assert.ErrorIs(t, om.Unlock(got.ctx), ErrNotHeld)
+		ok, err = r.ForceUnlock(context.Background())
+		require.NoError(t, err)
+		assert.False(t, ok)
+		assert.Empty(t, e.keys(t))
+	})
+}
