@@ -1,0 +1,76 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+)
+
+// targets prints each target of issue 5 as met or missed, from this run.
+func (r *report) targets() {
+	fmt.Printf("## Targets (this run)\n\n")
+	fmt.Println("| target | measured | verdict |")
+	fmt.Println("|---|---|---|")
+	row := func(target, measured string, ok bool) {
+		v := "**met**"
+		if !ok {
+			v = "**missed**"
+		}
+		fmt.Printf("| %s | %s | %s |\n", target, measured, v)
+	}
+	if a := r.unc[ours]; a != nil && r.rtt > 0 {
+		floor := 1 / (2 * r.rtt.Seconds())
+		rate := float64(a.acq) / a.elapsed.Seconds()
+		row("Uncontended pairs/s ≥ 90% of 1/(2 × EVALSHA p50)",
+			fmt.Sprintf("%s pairs/s = %s%% of the floor %s", fmtRate(rate), fmtF(100*rate/floor, 0), fmtRate(floor)), rate >= 0.9*floor)
+	}
+	if a := r.hand[ours]; a != nil && len(a.samples) > 0 {
+		p50 := a.samples.sorted().pct(50)
+		row("Handoff p50 ≤ 3 round trips", fmt.Sprintf("%s = %s round trips (1 RTT = %s)", fmtDur(p50), fmtF(float64(p50)/float64(r.rtt), 1), fmtDur(r.rtt)),
+			p50 <= 3*r.rtt)
+	}
+	for _, label := range r.contOrder {
+		if !strings.HasPrefix(label, "64 ") {
+			continue
+		}
+		res := r.cont[label]
+		a, b := res[ours], res[bar]
+		if a == nil {
+			continue
+		}
+		ch := float64(a.handoffs) / a.elapsed.Seconds()
+		if b != nil {
+			bch := float64(b.handoffs) / b.elapsed.Seconds()
+			row("64 goroutines ("+label+"): changes/s ≥ rueidislock KM1's",
+				fmt.Sprintf("%s/s vs %s/s (%s×)", fmtRate(ch), fmtRate(bch), fmtF(ch/bch, 2)), ch >= bch)
+			cpuA, cpuB := cpuPer(a.rs.cpu, a.handoffs), cpuPer(b.rs.cpu, b.handoffs)
+			row("64 goroutines ("+label+"): Redis CPU per change ≤ rueidislock KM1's",
+				fmt.Sprintf("%s vs %s", fmtDur(cpuA), fmtDur(cpuB)), cpuA <= cpuB)
+		}
+		row("64 goroutines ("+label+"): no goroutine starved, Jain ≥ 0.9 (every round)",
+			fmt.Sprintf("min %d acquisitions per goroutine, Jain %s", a.minPerG, fmtF(a.jainMin, 3)), a.starvedRounds == 0 && a.jainMin >= 0.9)
+		if f := res[oursFair]; f != nil {
+			fch := float64(f.handoffs) / f.elapsed.Seconds()
+			row("FairMutex ("+label+"): ≥ half of Mutex's changes/s",
+				fmt.Sprintf("%s/s vs Mutex %s/s (%s×)", fmtRate(fch), fmtRate(ch), fmtF(fch/ch, 2)), fch >= ch/2)
+		}
+	}
+	if o := r.ord[oursFair]; o != nil {
+		row("FairMutex: strict arrival order", fmt.Sprintf("%d/%d rounds in order, %d inversions", o.perfect, o.rounds, o.inversions), o.inversions == 0)
+	} else if !r.has(oursFair) {
+		fmt.Println("| FairMutex rows | not measured: FairMutex has not landed (see fair.go) | – |")
+	}
+	for _, w := range r.wd {
+		if w.lib == ours {
+			row(fmt.Sprintf("Watchdog: %d held locks renewed in ≤ 20 round trips per tick", w.locks),
+				fmt.Sprintf("%s round trips/tick (%s pipelines) over %d ticks, %d leases lost", fmtF(w.reqsPerTick, 1), fmtF(w.pipesPerTick, 1), w.ticks, w.lost), w.reqsPerTick <= 20 && w.ticks > 0 && w.lost == 0)
+		}
+	}
+	for _, p := range r.ps {
+		if strings.HasPrefix(p.lib, "redisync") {
+			row(fmt.Sprintf("Pub/sub (%s): one subscription connection for %d waited locks", p.lib, p.waiters),
+				fmt.Sprintf("%d subscribed connection(s), %d channels; %d/%d acquired after release", p.subConns, p.chans, p.acquired, p.waiters),
+				p.subConns == 1 && p.acquired == p.waiters)
+		}
+	}
+	fmt.Println()
+}
