@@ -113,3 +113,7 @@ func redistestReplica(t *testing.T, e *testEnv) *redistest.Server {
 func redistestCluster(t *testing.T) *redistest.Cluster { return redistest.StartCluster(t, 3) }
 
 func redistestStart(tb testing.TB) string { return redistest.Start(tb).Addr() }
+
+func redistestSentinel(t *testing.T, e *testEnv, replicas int) *redistest.Sentinel {
+	return redistest.StartSentinel(t, e.srv, "redisync", replicas)
+}

@@ -854,3 +854,55 @@ func TestMutexSurvivesDroppedConnections(t *testing.T) {
 	assert.GreaterOrEqual(t, pipes.Load()-before, int64(3), "renewals went on after the failures")
 	require.NoError(t, m.Unlock(ctx))
 }
+
+// Sentinel: through a failover client, a replicated lock survives the
+// failover with its holder, keeps others out, and unlocks on the new master.
+func TestMutexSentinelFailover(t *testing.T) {
+	e := realEnv(t)
+	replica := redistestReplica(t, e)
+	s := redistestSentinel(t, e, 1)
+	newFailover := func() *redis.Client {
+		rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: []string{s.Addr()},
+			MaxRetries: -1, DialTimeout: 300 * time.Millisecond, ReadTimeout: 300 * time.Millisecond})
+		t.Cleanup(func() { rdb.Close() })
+		return rdb
+	}
+	const lease = 6 * time.Second
+	m := newClient(t, newFailover(), WithWatchdogTimeout(lease)).Mutex("sentinel")
+	other := newClient(t, newFailover(), WithWatchdogTimeout(lease)).Mutex("sentinel")
+	ctx, err := m.Lock(context.Background())
+	require.NoError(t, err)
+	rr := replica.Client(t)
+	eventually(t, 2*time.Second, "the lock replicated", func() bool {
+		n, _ := rr.Exists(context.Background(), "sentinel").Result()
+		return n == 1
+	})
+	e.srv.Kill()
+	eventually(t, 15*time.Second, "the replica promoted", func() bool {
+		info, _ := rr.Info(context.Background(), "replication").Result()
+		return strings.Contains(info, "role:master")
+	})
+	eventually(t, 5*time.Second, "the failover clients to follow the new master", func() bool {
+		_, err = other.TryLock(context.Background())
+		return !strings.Contains(fmt.Sprint(err), "connection refused")
+	})
+	assert.ErrorIs(t, err, ErrNotAcquired, "the promoted replica keeps the lock")
+	require.NoError(t, context.Cause(ctx), "the holder kept its hold through the failover")
+
+	got := make(chan error, 1)
+	go func() {
+		octx, err := other.Lock(context.Background())
+		if err == nil {
+			err = other.Unlock(octx)
+		}
+		got <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	require.NoError(t, m.Unlock(ctx))
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("waiter not granted on the new master")
+	}
+}

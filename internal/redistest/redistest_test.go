@@ -74,3 +74,22 @@ func TestCluster(t *testing.T) {
 		require.Positive(t, n, "master %s has no keys", m.Addr())
 	}
 }
+
+func TestSentinelFailover(t *testing.T) {
+	master := redistest.Start(t)
+	replica := redistest.StartReplica(t, master)
+	s := redistest.StartSentinel(t, master, "mymaster", 1)
+	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: []string{s.Addr()}})
+	defer rdb.Close()
+	ctx := context.Background()
+	require.NoError(t, rdb.Set(ctx, "k", "v", 0).Err())
+	master.Kill()
+	sc := redis.NewSentinelClient(&redis.Options{Addr: s.Addr()})
+	defer sc.Close()
+	want := fmt.Sprint(replica.Port())
+	require.Eventually(t, func() bool {
+		addr, err := sc.GetMasterAddrByName(ctx, s.MasterName).Result()
+		return err == nil && addr[1] == want
+	}, 15*time.Second, 50*time.Millisecond, "failover to the replica")
+	require.Eventually(t, func() bool { return rdb.Set(ctx, "k2", "v", 0).Err() == nil }, 5*time.Second, 50*time.Millisecond)
+}

@@ -41,6 +41,7 @@ type Server struct {
 	dir  string
 	port int
 	args []string // extra arguments, replayed by Restart
+	conf string   // a config file read first (Sentinel mode), or ""
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -178,8 +179,13 @@ func (s *Server) launch() error {
 		return err
 	}
 	defer logf.Close() // the child has its own copy
-	argv := append([]string{"--save", "", "--appendonly", "no", "--port", strconv.Itoa(s.port),
-		"--bind", "127.0.0.1", "--dir", s.dir}, s.args...)
+	var argv []string
+	if s.conf != "" {
+		argv = []string{s.conf, "--sentinel"}
+	}
+	argv = append(argv, "--save", "", "--appendonly", "no", "--port", strconv.Itoa(s.port),
+		"--bind", "127.0.0.1", "--dir", s.dir)
+	argv = append(argv, s.args...)
 	cmd := exec.Command(s.bin, argv...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = sysProcAttr()
