@@ -34,9 +34,11 @@ const maxPermits = 1 << 50
 // out, by Redis's own clock, whenever anyone touches the semaphore.
 //
 // In Redis a semaphore is its name, a hash of the total ("permits") and the
-// permits in use ("used"), plus two keys in the name's Cluster slot:
-// "{name}:holders" (owner → permits) and "{name}:expiry" (owner → lease end).
-// Releases publish the number of permits freed on "{name}:channel".
+// permits in use ("used"), plus two keys in the name's Cluster slot (for a
+// name without a hash tag): "{name}:holders", a hash of owner → permits, and
+// "{name}:expiry", a sorted set of owner → lease end in Redis's clock; both
+// vanish when nobody holds a permit. Whatever frees permits publishes how
+// many on the channel "{name}:channel".
 //
 // A Semaphore is a cheap handle, safe for concurrent use.
 type Semaphore struct {
@@ -132,6 +134,9 @@ func (s *Semaphore) TrySetPermits(ctx context.Context, n int) (bool, error) {
 // never set counts as 0) and wakes as many waiters as permits are free. It
 // refuses, with an error wrapping ErrInvalid and changing nothing, n = 0 and
 // a change that would leave fewer permits than are in use.
+//
+// Unlike SetPermits, an AddPermits that go-redis resends after a network
+// error may add twice.
 func (s *Semaphore) AddPermits(ctx context.Context, n int) error {
 	if err := s.check(); err != nil {
 		return err
