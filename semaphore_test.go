@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redisync-go/redisync/internal/faultproxy"
 	"github.com/redisync-go/redisync/internal/keys"
 	"github.com/redisync-go/redisync/internal/redistest"
 	"github.com/redisync-go/redisync/lua"
@@ -759,4 +760,42 @@ func TestSemaphoreAndLatchOnCluster(t *testing.T) {
 	eventually(t, time.Second, "waiter subscribed", func() bool { return semSubscribed(b, lb.channel, 1) })
 	require.NoError(t, la.CountDown(bg))
 	require.NoError(t, <-got)
+}
+
+// TestSemaphorePartitionedHolder: a holder cut off from Redis by a silent
+// partition is told its permits are lost before another client can take
+// them, and the permits come back within one watchdog timeout.
+func TestSemaphorePartitionedHolder(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		const wdt = 600 * time.Millisecond
+		bg := context.Background()
+		proxy := faultproxy.New(t, e.addr)
+		a := newClient(t, newRDB(t, proxy.Addr()), WithWatchdogTimeout(wdt))
+		b := e.client(t, WithWatchdogTimeout(wdt))
+		sa, sb := a.Semaphore("sem"), b.Semaphore("sem")
+		require.NoError(t, sa.SetPermits(bg, 2))
+		actx, err := sa.Acquire(bg, 2)
+		require.NoError(t, err)
+
+		lost := make(chan time.Time, 1)
+		go func() { <-actx.Done(); lost <- time.Now() }()
+		start := time.Now()
+		proxy.Blackhole(true)
+		defer proxy.Blackhole(false)
+		ctx, cancel := context.WithTimeout(bg, 3*time.Second)
+		defer cancel()
+		bctx, err := sb.Acquire(ctx, 2)
+		require.NoError(t, err)
+		acquired := time.Now()
+		require.Less(t, acquired.Sub(start), wdt+800*time.Millisecond)
+
+		select {
+		case at := <-lost:
+			require.True(t, at.Before(acquired), "the partitioned holder heard %v after the permits were taken", acquired.Sub(at))
+		default:
+			t.Fatal("permits taken while the partitioned holder still thinks it holds them")
+		}
+		require.ErrorIs(t, context.Cause(actx), ErrLeaseLost)
+		require.NoError(t, sb.Release(bctx, 2))
+	})
 }
