@@ -87,14 +87,16 @@ func (p *pubsub) subscribe(ctx context.Context, name string, wake func(string) i
 // confirmed, before an attempt at what it guards. If nothing was delivered
 // on it from then until a waiter registers, the waiter cannot have missed a
 // wake-up, and need not try again before waiting (see waiter.missed).
-func (p *pubsub) mark(name string) mark {
+//
+// queued reports whether local waiters are already waiting on the channel.
+func (p *pubsub) mark(name string) (m mark, queued bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ch := p.chans[name]
 	if ch == nil || ch.pending > 0 {
-		return mark{}
+		return mark{}, false
 	}
-	return mark{ch: ch, seq: ch.seq}
+	return mark{ch: ch, seq: ch.seq}, len(ch.waiters) > 0
 }
 
 // missed reports whether w could have missed a wake-up since m was taken:
