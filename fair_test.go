@@ -15,11 +15,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisync-go/redisync/internal/keys"
+	"github.com/redisync-go/redisync/internal/redistest"
 	"github.com/redisync-go/redisync/lua"
 )
 
 // fairQueue returns the fields queued for f, head first.
-func fairQueue(t testing.TB, rdb *redis.Client, f *FairMutex) []string {
+func fairQueue(t testing.TB, rdb redis.Cmdable, f *FairMutex) []string {
 	t.Helper()
 	q, err := rdb.ZRange(context.Background(), f.queue, 0, -1).Result()
 	require.NoError(t, err)
@@ -27,7 +28,7 @@ func fairQueue(t testing.TB, rdb *redis.Client, f *FairMutex) []string {
 }
 
 // waitQueued waits until f's queue holds n waiters.
-func waitQueued(t testing.TB, rdb *redis.Client, f *FairMutex, n int) {
+func waitQueued(t testing.TB, rdb redis.Cmdable, f *FairMutex, n int) {
 	t.Helper()
 	eventually(t, 3*time.Second, fmt.Sprintf("%d queued waiters", n), func() bool {
 		return len(fairQueue(t, rdb, f)) == n
@@ -531,4 +532,34 @@ func TestFairMutexForceUnlock(t *testing.T) {
 		assert.True(t, strings.Contains(err.Error(), "WRONGTYPE"))
 		assert.False(t, errors.Is(err, ErrInvalid))
 	})
+}
+
+// Every key of a fair lock shares one Cluster slot (its scripts would fail
+// with CROSSSLOT otherwise), and the head waiter is woken across the cluster.
+func TestFairMutexOnCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	rdb := cl.Client(t)
+	a := newClient(t, cl.Client(t))
+	b := newClient(t, cl.Client(t))
+	for _, name := range []string{"fair-cl", "{app}:fair-cl"} {
+		fa, fb := a.FairMutex(name), b.FairMutex(name)
+		hctx, err := fa.Lock(context.Background())
+		require.NoError(t, err)
+		var results []<-chan lockResult
+		for i := range 3 {
+			results = append(results, lockAsync(context.Background(), fb.Lock))
+			waitQueued(t, rdb, fa, i+1)
+		}
+		start := time.Now()
+		require.NoError(t, fa.Unlock(hctx))
+		for _, ch := range results {
+			r := recvLock(t, ch, 3*time.Second, name)
+			require.NoError(t, r.err)
+			assert.Less(t, r.at.Sub(start), time.Second, "woken, not polled")
+			require.NoError(t, fb.Unlock(r.ctx))
+		}
+		locked, err := fa.IsLocked(context.Background())
+		require.NoError(t, err)
+		assert.False(t, locked)
+	}
 }

@@ -13,10 +13,12 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisync-go/redisync/internal/redistest"
 )
 
 // zcard returns the size of the zset at key.
-func zcard(t testing.TB, rdb *redis.Client, key string) int {
+func zcard(t testing.TB, rdb redis.Cmdable, key string) int {
 	t.Helper()
 	n, err := rdb.ZCard(context.Background(), key).Result()
 	require.NoError(t, err)
@@ -24,7 +26,7 @@ func zcard(t testing.TB, rdb *redis.Client, key string) int {
 }
 
 // waitWriters waits until n writers are registered as waiting on r.
-func waitWriters(t testing.TB, rdb *redis.Client, r *RWMutex, n int) {
+func waitWriters(t testing.TB, rdb redis.Cmdable, r *RWMutex, n int) {
 	t.Helper()
 	eventually(t, 3*time.Second, fmt.Sprintf("%d waiting writers", n), func() bool {
 		return zcard(t, rdb, r.keys[2]) == n
@@ -32,7 +34,7 @@ func waitWriters(t testing.TB, rdb *redis.Client, r *RWMutex, n int) {
 }
 
 // waitReaders waits until n readers are registered as waiting on r.
-func waitReaders(t testing.TB, rdb *redis.Client, r *RWMutex, n int) {
+func waitReaders(t testing.TB, rdb redis.Cmdable, r *RWMutex, n int) {
 	t.Helper()
 	eventually(t, 3*time.Second, fmt.Sprintf("%d waiting readers", n), func() bool {
 		return zcard(t, rdb, r.keys[3]) == n
@@ -601,4 +603,61 @@ func TestRWMutexForceUnlock(t *testing.T) {
 		assert.False(t, ok)
 		assert.Empty(t, e.keys(t))
 	})
+}
+
+// Every key of a read-write lock shares one Cluster slot, and waiters are
+// woken across the cluster.
+func TestRWMutexOnCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	rdb := cl.Client(t)
+	a := newClient(t, cl.Client(t))
+	b := newClient(t, cl.Client(t))
+	for _, name := range []string{"rw-cl", "{app}:rw-cl"} {
+		ra, rb := a.RWMutex(name), b.RWMutex(name)
+		rd, err := ra.RLock(context.Background())
+		require.NoError(t, err)
+		w := lockAsync(context.Background(), rb.Lock)
+		waitWriters(t, rdb, ra, 1)
+		_, err = ra.TryRLock(context.Background())
+		assert.ErrorIs(t, err, ErrNotAcquired, "behind the waiting writer")
+		rr := lockAsync(context.Background(), ra.RLock)
+		waitReaders(t, rdb, ra, 1)
+		require.NoError(t, ra.RUnlock(rd))
+		gw := recvLock(t, w, 3*time.Second, "writer")
+		require.NoError(t, gw.err)
+		noLock(t, rr, 50*time.Millisecond, "reader while write-locked")
+		require.NoError(t, rb.Unlock(gw.ctx))
+		gr := recvLock(t, rr, 3*time.Second, "reader")
+		require.NoError(t, gr.err)
+		require.NoError(t, ra.RUnlock(gr.ctx))
+		locked, err := ra.IsLocked(context.Background())
+		require.NoError(t, err)
+		assert.False(t, locked)
+	}
+}
+
+// Releasing one read hold costs the same with many readers as with one.
+func BenchmarkRWMutexRUnlockAmongReaders(b *testing.B) {
+	for _, others := range []int{0, 10000} {
+		b.Run(fmt.Sprintf("others=%d", others), func(b *testing.B) {
+			e := &testEnv{srv: redistest.Start(b)}
+			e.addr = e.srv.Addr()
+			c := newClient(b, e.rdb(b))
+			r := c.RWMutex("rw:bench")
+			for range others {
+				_, err := r.RLock(context.Background())
+				require.NoError(b, err)
+			}
+			b.ResetTimer()
+			for range b.N {
+				ctx, err := r.RLock(context.Background())
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := r.RUnlock(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
