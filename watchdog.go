@@ -192,8 +192,9 @@ func (w *watchdog) run() {
 		start := time.Now()
 		next := w.interval
 		if !w.renewAll() {
-			// Retry failed renewals sooner; the deadlines still stand.
-			next = min(w.interval, time.Second)
+			// Retry failed renewals sooner, so a blip costs little of
+			// the lease; the deadlines still stand.
+			next = min(w.interval/3, time.Second)
 		}
 		t.Reset(max(next-time.Since(start), 0))
 	}
