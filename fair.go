@@ -19,7 +19,7 @@ const DefaultWaiterTimeout = 5 * time.Second
 // an RWMutex keeps new readers out, by refreshing a deadline of d (counted on
 // Redis's clock) every d/3 while it waits; a waiter whose process dies is
 // dropped at most d after it died. The default is DefaultWaiterTimeout (5s).
-// Other locks ignore it.
+// Other locks refuse it with ErrInvalid.
 func WithWaiterTimeout(d time.Duration) LockOption {
 	return func(lc *lockConfig) error {
 		if d <= 0 {
