@@ -117,3 +117,13 @@ func redistestStart(tb testing.TB) string { return redistest.Start(tb).Addr() }
 func redistestSentinel(t *testing.T, e *testEnv, replicas int) *redistest.Sentinel {
 	return redistest.StartSentinel(t, e.srv, "redisync", replicas)
 }
+
+// localWaiters counts the goroutines of c waiting on channel.
+func localWaiters(c *Client, channel string) int {
+	c.ps.mu.Lock()
+	defer c.ps.mu.Unlock()
+	if ch := c.ps.chans[channel]; ch != nil {
+		return len(ch.waiters)
+	}
+	return 0
+}

@@ -691,7 +691,7 @@ func TestMutexUnlockWakesOneLocalWaiter(t *testing.T) {
 				assert.NoError(t, m.Unlock(ctx))
 			}()
 		}
-		eventually(t, 2*time.Second, "all waiters waiting", func() bool { return tries.Load() >= 2*waiters })
+		eventually(t, 2*time.Second, "all waiters waiting", func() bool { return localWaiters(c, "redisson_lock__channel:{herd}") == waiters })
 		time.Sleep(20 * time.Millisecond)
 		before := tries.Load()
 		require.NoError(t, holder.Unlock(hctx))
@@ -728,8 +728,8 @@ func TestMutexRedisRestart(t *testing.T) {
 
 func TestWatchdogRenewsInBatches(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, e *testEnv) {
-		const locks = 200
-		const lease = 600 * time.Millisecond
+		const locks = 100
+		const lease = 1500 * time.Millisecond
 		var cmds, pipes atomic.Int64
 		rdb := e.rdb(t)
 		c := newClient(t, rdb, WithWatchdogTimeout(lease))
@@ -740,13 +740,13 @@ func TestWatchdogRenewsInBatches(t *testing.T) {
 			require.NoError(t, err)
 		}
 		rdb.AddHook(countHook{n: &cmds, pipes: &pipes})
-		time.Sleep(2 * lease)
+		time.Sleep(lease + lease/10)
 		for _, ctx := range ctxs {
 			require.NoError(t, context.Cause(ctx), "every lease kept")
 		}
 		assert.Zero(t, cmds.Load(), "no lock is renewed on its own")
 		assert.GreaterOrEqual(t, pipes.Load(), int64(2))
-		assert.LessOrEqual(t, pipes.Load(), int64(8), "one pipeline per tick")
+		assert.LessOrEqual(t, pipes.Load(), int64(6), "one pipeline per tick")
 	})
 }
 
