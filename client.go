@@ -128,8 +128,9 @@ func WithLease(d time.Duration) LockOption {
 }
 
 // lockSetup validates a lock's name and options; the error is kept by the
-// lock and returned by each of its methods.
-func lockSetup(name string, opts []LockOption) (lockConfig, error) {
+// lock and returned by each of its methods. queued says whether the lock
+// has waiters in Redis, the only locks WithWaiterTimeout applies to.
+func lockSetup(name string, opts []LockOption, queued bool) (lockConfig, error) {
 	var lc lockConfig
 	if name == "" {
 		return lc, fmt.Errorf("%w: empty lock name", ErrInvalid)
@@ -141,6 +142,9 @@ func lockSetup(name string, opts []LockOption) (lockConfig, error) {
 		if err := opt(&lc); err != nil {
 			return lc, err
 		}
+	}
+	if lc.waiter > 0 && !queued {
+		return lc, fmt.Errorf("%w: WithWaiterTimeout applies to FairMutex and RWMutex only", ErrInvalid)
 	}
 	return lc, nil
 }

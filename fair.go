@@ -19,7 +19,7 @@ const DefaultWaiterTimeout = 5 * time.Second
 // an RWMutex keeps new readers out, by refreshing a deadline of d (counted on
 // Redis's clock) every d/3 while it waits; a waiter whose process dies is
 // dropped at most d after it died. The default is DefaultWaiterTimeout (5s).
-// Other locks refuse it with ErrInvalid.
+// Mutex and Semaphore refuse it with ErrInvalid.
 func WithWaiterTimeout(d time.Duration) LockOption {
 	return func(lc *lockConfig) error {
 		if d <= 0 {
@@ -68,7 +68,7 @@ func (c *Client) FairMutex(name string, opts ...LockOption) *FairMutex {
 		f.err = fmt.Errorf("%w: nil Client", ErrInvalid)
 		return f
 	}
-	lc, err := lockSetup(name, opts)
+	lc, err := lockSetup(name, opts, true)
 	if err == nil && !keys.Taggable(name) {
 		err = fmt.Errorf("%w: lock name %q has a \"}\" outside a hash tag", ErrInvalid, name)
 	}

@@ -38,10 +38,7 @@ func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
 		m.err = fmt.Errorf("%w: nil Client", ErrInvalid)
 		return m
 	}
-	lc, err := lockSetup(name, opts)
-	if err == nil && lc.waiter > 0 {
-		err = fmt.Errorf("%w: WithWaiterTimeout applies to FairMutex and RWMutex, not Mutex", ErrInvalid)
-	}
+	lc, err := lockSetup(name, opts, false)
 	m.c, m.err, m.lease, m.renewed = c, err, c.lease, true
 	if lc.lease > 0 {
 		m.lease, m.renewed = lc.lease, false

@@ -60,7 +60,7 @@ func (c *Client) RWMutex(name string, opts ...LockOption) *RWMutex {
 		r.err = fmt.Errorf("%w: nil Client", ErrInvalid)
 		return r
 	}
-	lc, err := lockSetup(name, opts)
+	lc, err := lockSetup(name, opts, true)
 	if err == nil && !keys.Taggable(name) {
 		err = fmt.Errorf("%w: lock name %q has a \"}\" outside a hash tag", ErrInvalid, name)
 	}

@@ -63,7 +63,7 @@ func (c *Client) Semaphore(name string, opts ...LockOption) *Semaphore {
 		s.err = fmt.Errorf("%w: nil Client", ErrInvalid)
 		return s
 	}
-	lc, err := lockSetup(name, opts)
+	lc, err := lockSetup(name, opts, false)
 	if err == nil && !keys.Taggable(name) {
 		err = fmt.Errorf("%w: semaphore name %q contains \"}\" without a hash tag", ErrInvalid, name)
 	}
