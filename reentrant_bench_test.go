@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -42,6 +44,7 @@ func BenchmarkMutexContended(b *testing.B) {
 				rdb.AddHook(countHook{n: &scripts})
 				clients[i] = newClient(b, rdb)
 			}
+			cpu0 := redisCPU(b, srv)
 			var next atomic.Int64
 			var handoffs atomic.Int64
 			var last atomic.Int64 // id of the goroutine that held last
@@ -79,6 +82,7 @@ func BenchmarkMutexContended(b *testing.B) {
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "acq/s")
 			b.ReportMetric(float64(handoffs.Load())/elapsed.Seconds(), "handoffs/s")
 			b.ReportMetric(float64(scripts.Load())/float64(b.N), "scripts/acq")
+			b.ReportMetric(float64((redisCPU(b, srv)-cpu0).Microseconds())/float64(max(handoffs.Load(), 1)), "redis-cpu-µs/handoff")
 		})
 	}
 }
@@ -123,4 +127,22 @@ func BenchmarkMutexHandoff(b *testing.B) {
 func realServer(b *testing.B) string {
 	b.Helper()
 	return redistestStart(b)
+}
+
+// redisCPU returns the CPU time (user + sys) the server has used so far.
+func redisCPU(b *testing.B, addr string) time.Duration {
+	rdb := newRDB(b, addr)
+	info, err := rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+			f, _ := strconv.ParseFloat(v, 64)
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second))
 }
