@@ -231,6 +231,63 @@ func (e *env) yardstick(d time.Duration, acc *loadRes) error {
 	return nil
 }
 
+// pubsubFloor is the handoff of a design that wakes its waiter through a
+// go-redis subscription, with nothing else: client A runs a script that
+// PUBLISHes; client B's goroutine blocked in Receive gets the message and runs
+// one EVALSHA. The sample is from A's script returning to B's EVALSHA
+// returning: one message delivery plus one round trip, on go-redis.
+func (e *env) pubsubFloor(d time.Duration, maxN int, acc *handoffRes) error {
+	ctx := context.Background()
+	a := redis.NewClient(&redis.Options{Addr: e.addr, ClientName: "bench-yardstick"})
+	defer a.Close()
+	b := redis.NewClient(&redis.Options{Addr: e.addr, ClientName: "bench-yardstick"})
+	defer b.Close()
+	a.AddHook(&counter{})
+	b.AddHook(&counter{})
+	pub := redis.NewScript("return redis.call('publish', KEYS[1], '0')")
+	one := redis.NewScript("return 1")
+	if err := pub.Load(ctx, a).Err(); err != nil {
+		return err
+	}
+	if err := one.Load(ctx, b).Err(); err != nil {
+		return err
+	}
+	channel := e.name("floor")
+	ps := b.Subscribe(ctx, channel)
+	defer ps.Close()
+	if _, err := ps.Receive(ctx); err != nil { // the subscription's confirmation
+		return err
+	}
+	got := make(chan time.Time, 1)
+	go func() {
+		for {
+			if _, err := ps.ReceiveMessage(ctx); err != nil {
+				close(got)
+				return
+			}
+			_ = one.EvalSha(ctx, b, nil).Err()
+			got <- time.Now()
+		}
+	}()
+	for end := time.Now().Add(d); time.Now().Before(end) && len(acc.samples) < maxN; {
+		time.Sleep(5*time.Millisecond + rand.N(20*time.Millisecond))
+		if err := pub.EvalSha(ctx, a, []string{channel}).Err(); err != nil {
+			return err
+		}
+		t0 := time.Now()
+		select {
+		case t1, ok := <-got:
+			if !ok {
+				return fmt.Errorf("subscription closed")
+			}
+			acc.samples = append(acc.samples, t1.Sub(t0))
+		case <-time.After(5 * time.Second):
+			return fmt.Errorf("message not received")
+		}
+	}
+	return nil
+}
+
 // ---------------------------------------------------------------------------
 // Handoff: a holder (client 0) releases while one waiter (client 1) waits;
 // the sample is the time from the release returning to the waiter holding.
@@ -504,10 +561,26 @@ func (e *env) watchdogRueidislock(n int, window time.Duration, noloop bool) (wat
 	defer l.Close()
 	prefix := e.name("wd")
 	acquired := time.Now()
-	hctxs, err := parallelLock(n, 32, func(i int) (context.Context, error) {
-		ctx, _, err := l.WithContext(context.Background(), prefix+":"+itoa(i))
-		return ctx, err
-	})
+	var hctxs []context.Context
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		hctxs, err = parallelLock(n, 8, func(i int) (context.Context, error) {
+			ctx, _, err := l.WithContext(context.Background(), prefix+":"+itoa(i))
+			return ctx, err
+		})
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		// Seen with NoLoopTracking: an acquisition whose own attempt timed out
+		// (TryNextAfter, 20 ms, under load) waits for an invalidation of a key
+		// nobody else touches, which never comes. Close ends those waits.
+		l.Close()
+		<-done
+		res.note = "**hung**: some WithContext calls on free keys never returned within 20 s (their own attempt timed out; they wait for an invalidation that never comes)"
+		return res, nil
+	}
 	if err != nil {
 		return res, err
 	}

@@ -23,10 +23,13 @@ func (r *report) targets() {
 		row("Uncontended pairs/s ≥ 90% of 1/(2 × EVALSHA p50)",
 			fmt.Sprintf("%s pairs/s = %s%% of the floor %s", fmtRate(rate), fmtF(100*rate/floor, 0), fmtRate(floor)), rate >= 0.9*floor)
 	}
-	if a := r.hand[ours]; a != nil && len(a.samples) > 0 {
-		p50 := a.samples.sorted().pct(50)
-		row("Handoff p50 ≤ 3 round trips", fmt.Sprintf("%s = %s round trips (1 RTT = %s)", fmtDur(p50), fmtF(float64(p50)/float64(r.rtt), 1), fmtDur(r.rtt)),
-			p50 <= 3*r.rtt)
+	for _, name := range []string{ours, oursFair} {
+		if a := r.hand[name]; a != nil && len(a.samples) > 0 {
+			p50 := a.samples.sorted().pct(50)
+			row(name+": handoff p50 ≤ 3 round trips (EVALSHA p50 measured next to it)",
+				fmt.Sprintf("%s = %s round trips of %s", fmtDur(p50), fmtF(float64(p50)/float64(r.hotRTT), 1), fmtDur(r.hotRTT)),
+				p50 <= 3*r.hotRTT)
+		}
 	}
 	for _, label := range r.contOrder {
 		if !strings.HasPrefix(label, "64 ") {
