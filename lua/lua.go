@@ -24,11 +24,21 @@ type Script struct {
 // Load returns the embedded script name (e.g. "lock.lua"). It panics when the
 // file is missing, which is a build-time mistake caught by every test.
 func Load(name string) *Script {
+	return &Script{Script: redis.NewScript(read(name)), name: name}
+}
+
+// LoadWith returns the embedded script name with the embedded prelude (the
+// helpers a family of scripts shares) before it.
+func LoadWith(prelude, name string) *Script {
+	return &Script{Script: redis.NewScript(read(prelude) + "\n" + read(name)), name: name}
+}
+
+func read(name string) string {
 	src, err := files.ReadFile(name)
 	if err != nil {
 		panic("redisync/lua: " + err.Error())
 	}
-	return &Script{Script: redis.NewScript(string(src)), name: name}
+	return string(src)
 }
 
 // Name is the file the script came from.

@@ -9,13 +9,16 @@ package lua
 //	KEYS[4]  zset of readers waiting behind a writer: field -> deadline
 //	KEYS[5]  zset of readers admitted by a write unlock: field -> deadline
 var (
-	RWRLock      = Load("rw_rlock.lua")
-	RWRUnlock    = Load("rw_runlock.lua")
-	RWLock       = Load("rw_lock.lua")
-	RWUnlock     = Load("rw_unlock.lua")
+	RWRLock      = loadRW("rw_rlock.lua")
+	RWRUnlock    = loadRW("rw_runlock.lua")
+	RWLock       = loadRW("rw_lock.lua")
+	RWUnlock     = loadRW("rw_unlock.lua")
 	RWRenewRead  = Load("rw_renew_read.lua")
 	RWRenewWrite = Load("rw_renew_write.lua")
-	RWLeave      = Load("rw_leave.lua")
+	RWLeave      = loadRW("rw_leave.lua")
 	RWForce      = Load("rw_forceunlock.lua")
 	RWInfo       = Load("rw_info.lua")
 )
+
+// loadRW returns a state-changing RWMutex script with rw_prelude.lua before it.
+func loadRW(name string) *Script { return LoadWith("rw_prelude.lua", name) }

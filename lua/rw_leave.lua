@@ -9,9 +9,7 @@
 -- ARGV[3]  writers' channel
 --
 -- Returns 1 when the waiter was registered, 0 when it was not.
--- Drops read holds whose lease ran out and waiters whose deadline passed,
--- and frees the lock when no hold is left.
-local function purge(now)
+-- (rw_prelude.lua comes first: now, purge, extend.)
   for _, f in ipairs(redis.call('zrangebyscore', KEYS[2], '-inf', now)) do
     redis.call('hdel', KEYS[1], 'r:' .. f)
     redis.call('zrem', KEYS[2], f)

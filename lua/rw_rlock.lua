@@ -16,9 +16,7 @@
 --
 -- Returns {1, count} or {0, ms}: how long to wait at most before trying again
 -- (-1: the write lock has no expiry).
--- Drops read holds whose lease ran out and waiters whose deadline passed,
--- and frees the lock when no hold is left.
-local function purge(now)
+-- (rw_prelude.lua comes first: now, purge, extend.)
   for _, f in ipairs(redis.call('zrangebyscore', KEYS[2], '-inf', now)) do
     redis.call('hdel', KEYS[1], 'r:' .. f)
     redis.call('zrem', KEYS[2], f)

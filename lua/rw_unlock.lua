@@ -13,9 +13,7 @@
 --
 -- Returns 1 when holds remain, 2 when the write hold was released, 0 when
 -- the owner does not hold the write lock (nothing changed).
--- Drops read holds whose lease ran out and waiters whose deadline passed,
--- and frees the lock when no hold is left.
-local function purge(now)
+-- (rw_prelude.lua comes first: now, purge, extend.)
   for _, f in ipairs(redis.call('zrangebyscore', KEYS[2], '-inf', now)) do
     redis.call('hdel', KEYS[1], 'r:' .. f)
     redis.call('zrem', KEYS[2], f)
