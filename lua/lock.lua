@@ -11,10 +11,12 @@
 --
 -- Returns {1, count} when the owner holds the lock, {0, pttl} when another
 -- owner does. A key of another type fails with WRONGTYPE and is not touched.
-if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+-- A failed attempt, the common case under contention, costs two reads.
+local pttl = redis.call('pttl', KEYS[1])
+if pttl == -2 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
   local n = tonumber(ARGV[3]) + 1
   redis.call('hset', KEYS[1], ARGV[2], n)
   redis.call('pexpire', KEYS[1], ARGV[1])
   return {1, n}
 end
-return {0, redis.call('pttl', KEYS[1])}
+return {0, pttl}
