@@ -32,7 +32,8 @@ type channel struct {
 	wake    func(payload string) int // waiters to wake per message; < 0 for all
 	waiters []*waiter                // in arrival order
 	pending int                      // SUBSCRIBE acks not yet received
-	ready   chan struct{}            // closed at the first ack
+	rotated int                      // of which from rotate: the channel stays live
+	ready   chan struct{}            // closed at the first ack (of any)
 	seq     uint64                   // wake-ups so far (messages and re-subscriptions)
 }
 
@@ -93,7 +94,7 @@ func (p *pubsub) mark(name string) (m mark, queued bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ch := p.chans[name]
-	if ch == nil || ch.pending > 0 {
+	if ch == nil || ch.pending > ch.rotated {
 		return mark{}, false
 	}
 	return mark{ch: ch, seq: ch.seq}, len(ch.waiters) > 0
@@ -105,6 +106,31 @@ func (w *waiter) missed(m mark) bool {
 	w.p.mu.Lock()
 	defer w.p.mu.Unlock()
 	return m.ch != w.ch || m.seq != w.ch.seq
+}
+
+// rotate moves this client to the back of the channel's subscribers, while
+// it has other local waiters. Redis delivers a message to a channel's
+// subscribers in the order they subscribed, and the first client to hear an
+// unlock usually wins the race for the lock; a client that just won goes
+// last, so the clients take turns and none starves.
+//
+// The caller holds the lock the channel announces: no unlock message can be
+// published between the UNSUBSCRIBE and the SUBSCRIBE.
+func (p *pubsub) rotate(name string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ch := p.chans[name]
+	if ch == nil || len(ch.waiters) == 0 || ch.pending > ch.rotated || p.ps == nil {
+		return
+	}
+	ctx := context.Background()
+	if p.ps.Unsubscribe(ctx, name) != nil {
+		return // the connection is gone; go-redis re-subscribes the rest
+	}
+	// The ack to come is this re-subscription's, not a reconnect's.
+	ch.pending++
+	ch.rotated++
+	_ = p.ps.Subscribe(ctx, name)
 }
 
 // send writes SUBSCRIBE name on the shared connection, creating it and its
@@ -270,7 +296,10 @@ func (p *pubsub) ack(name string) {
 	}
 	if ch.pending > 0 {
 		ch.pending--
-		if ch.pending == 0 {
+		ch.rotated = max(ch.rotated-1, 0)
+		select {
+		case <-ch.ready:
+		default:
 			close(ch.ready)
 		}
 		return

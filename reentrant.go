@@ -119,6 +119,7 @@ func (m *Mutex) lock(parent context.Context, wait bool) (context.Context, error)
 	if err != nil {
 		return parent, err
 	}
+	m.c.ps.rotate(m.channel)
 	return hctx, nil
 }
 

@@ -49,6 +49,7 @@ func BenchmarkMutexContended(b *testing.B) {
 			var handoffs atomic.Int64
 			var last atomic.Int64 // id of the goroutine that held last
 			counter := 0
+			perG := make([]int, goroutines) // acquisitions per goroutine
 			var wg sync.WaitGroup
 			b.ResetTimer()
 			start := time.Now()
@@ -64,6 +65,7 @@ func BenchmarkMutexContended(b *testing.B) {
 							return
 						}
 						counter++
+						perG[g]++
 						if last.Swap(int64(g)) != int64(g) {
 							handoffs.Add(1)
 						}
@@ -82,6 +84,7 @@ func BenchmarkMutexContended(b *testing.B) {
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "acq/s")
 			b.ReportMetric(float64(handoffs.Load())/elapsed.Seconds(), "handoffs/s")
 			b.ReportMetric(float64(scripts.Load())/float64(b.N), "scripts/acq")
+			b.ReportMetric(jainIndex(perG), "jain")
 			b.ReportMetric(float64((redisCPU(b, srv)-cpu0).Microseconds())/float64(max(handoffs.Load(), 1)), "redis-cpu-µs/handoff")
 		})
 	}

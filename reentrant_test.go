@@ -906,3 +906,52 @@ func TestMutexSentinelFailover(t *testing.T) {
 		t.Fatal("waiter not granted on the new master")
 	}
 }
+
+// Clients take turns under contention: Redis tells the clients of an unlock
+// in the order they subscribed, and a client that just won moves to the back.
+func TestMutexClientsTakeTurns(t *testing.T) {
+	e := realEnv(t) // miniredis delivers in no fixed order
+	const clients, perClient, total = 4, 8, 2000
+	var next atomic.Int64
+	var got [clients * perClient]int
+	var wg sync.WaitGroup
+	for i := 0; i < clients; i++ {
+		m := e.client(t).Mutex("turns")
+		for g := 0; g < perClient; g++ {
+			wg.Add(1)
+			go func(id int) {
+				defer wg.Done()
+				for next.Add(1) <= total {
+					ctx, err := m.Lock(context.Background())
+					if !assert.NoError(t, err) {
+						return
+					}
+					got[id]++ // under the lock
+					assert.NoError(t, m.Unlock(ctx))
+				}
+			}(i*perClient + g)
+		}
+	}
+	wg.Wait()
+	perClientShare := make([]int, clients)
+	for id, n := range got {
+		perClientShare[id/perClient] += n
+	}
+	t.Logf("acquisitions per client %v; Jain's index over goroutines %.3f", perClientShare, jainIndex(got[:]))
+	assert.Greater(t, jainIndex(got[:]), 0.9)
+	assert.Empty(t, e.keys(t))
+}
+
+// jainIndex is Jain's fairness index: 1 when all are equal, 1/n when one
+// has everything.
+func jainIndex(xs []int) float64 {
+	var sum, sq float64
+	for _, x := range xs {
+		sum += float64(x)
+		sq += float64(x) * float64(x)
+	}
+	if sq == 0 {
+		return 0
+	}
+	return sum * sum / (float64(len(xs)) * sq)
+}
