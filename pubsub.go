@@ -123,11 +123,11 @@ func (p *pubsub) rotate(name string) {
 	if ch == nil || len(ch.waiters) == 0 || ch.pending > ch.rotated || p.ps == nil {
 		return
 	}
+	// Errors are left to go-redis: Subscribe puts the channel back in its
+	// set even when the connection is gone, and a reconnect re-subscribes
+	// it, so the ack counted here comes either way.
 	ctx := context.Background()
-	if p.ps.Unsubscribe(ctx, name) != nil {
-		return // the connection is gone; go-redis re-subscribes the rest
-	}
-	// The ack to come is this re-subscription's, not a reconnect's.
+	_ = p.ps.Unsubscribe(ctx, name)
 	ch.pending++
 	ch.rotated++
 	_ = p.ps.Subscribe(ctx, name)
