@@ -324,6 +324,11 @@ func (s *Semaphore) try(ctx context.Context, o *owner, n int) (context.Context, 
 // It works with a cancelled ctx; the hold's context is cancelled when the
 // owner's last permit is released.
 //
+// One exception: releasing all of the owner's permits after Redis lost them
+// (a failover, a deleted key) before this process noticed succeeds, and the
+// hold's context is cancelled plainly: the script cannot tell that case from
+// the same release resent by go-redis after it succeeded.
+//
 // After an error other than ErrNotHeld on the owner's last permits (Redis
 // unreachable), they are no longer renewed: Redis frees them when their
 // lease ends.
