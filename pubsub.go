@@ -160,7 +160,7 @@ func (p *pubsub) leave(w *waiter) {
 	}
 	select {
 	case <-w.c:
-		p.wakeLocked(ch, 1)
+		wake(ch.waiters, 1)
 	default:
 	}
 	if len(ch.waiters) > 0 || p.chans[ch.name] != ch {
@@ -194,30 +194,44 @@ func (w *waiter) ready(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// wait blocks until w is woken, d has passed, ctx ends (its error) or the
-// client closes (ErrClosed).
-func (w *waiter) wait(ctx context.Context, d time.Duration) error {
+// wait blocks until w is woken (woken is true), d has passed, ctx ends (its
+// error) or the client closes (ErrClosed).
+func (w *waiter) wait(ctx context.Context, d time.Duration) (woken bool, err error) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-w.c:
-		return nil
+		return true, nil
 	case <-t.C:
-		return nil
+		return false, nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return false, ctx.Err()
 	case <-w.p.closed:
-		return ErrClosed
+		return false, ErrClosed
+	}
+}
+
+// passOn wakes the first waiter queued behind w that has no wake-up pending:
+// w was woken for something it could not use, which one behind it may.
+func (w *waiter) passOn() {
+	p := w.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, x := range w.ch.waiters {
+		if x == w {
+			wake(w.ch.waiters[i+1:], 1)
+			return
+		}
 	}
 }
 
 // leave ends the wait; see pubsub.leave.
 func (w *waiter) leave() { w.p.leave(w) }
 
-// wakeLocked wakes up to n waiters of ch (all when n < 0), oldest first,
-// skipping those that already have a wake-up pending.
-func (p *pubsub) wakeLocked(ch *channel, n int) {
-	for _, w := range ch.waiters {
+// wake wakes up to n of ws (all when n < 0), in order, skipping those that
+// already have a wake-up pending. Called with p.mu held.
+func wake(ws []*waiter, n int) {
+	for _, w := range ws {
 		if n == 0 {
 			return
 		}
@@ -272,7 +286,7 @@ func (p *pubsub) deliver(name, payload string) {
 	defer p.mu.Unlock()
 	if ch := p.chans[name]; ch != nil {
 		ch.seq++
-		p.wakeLocked(ch, ch.wake(payload))
+		wake(ch.waiters, ch.wake(payload))
 	}
 }
 
@@ -305,7 +319,7 @@ func (p *pubsub) ack(name string) {
 		return
 	}
 	ch.seq++
-	p.wakeLocked(ch, -1)
+	wake(ch.waiters, -1)
 }
 
 // close ends the subscription and waits for the reader goroutine.

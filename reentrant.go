@@ -115,7 +115,7 @@ func (m *Mutex) lock(parent context.Context, wait bool) (context.Context, error)
 	err = m.c.awaitFrom(ctx, mk, m.channel, wakeOne, ttl, func() (bool, time.Duration, error) {
 		hctx, ttl, err = m.try(ctx, o)
 		return hctx != nil, ttl, err
-	})
+	}, false)
 	if err != nil {
 		return parent, err
 	}

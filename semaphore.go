@@ -226,7 +226,7 @@ func (s *Semaphore) acquire(parent context.Context, n int, wait bool) (context.C
 	if !wait {
 		return parent, s.wrap(ErrNotAcquired)
 	}
-	err = s.c.await(ctx, s.channel, wakeFreed, next, func() (bool, time.Duration, error) {
+	err = s.c.awaitShared(ctx, s.channel, wakeFreed, next, func() (bool, time.Duration, error) {
 		hctx, next, err = s.try(ctx, o, n)
 		return hctx != nil, next, err
 	})

@@ -800,3 +800,48 @@ func TestSemaphorePartitionedHolder(t *testing.T) {
 		require.NoError(t, sb.Release(bctx, 2))
 	})
 }
+
+// A waiter woken for permits it cannot use (it needs more than came free)
+// passes the wake-up to a waiter behind it that needs fewer, which gets them
+// at once rather than at its next periodic re-check.
+func TestSemaphoreWakeUpPassesToSmallerWaiter(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		bg := context.Background()
+		holder := e.client(t).Semaphore("mixed")
+		require.NoError(t, holder.SetPermits(bg, 2))
+		hctx, err := holder.Acquire(bg, 2)
+		require.NoError(t, err)
+
+		c := e.client(t)
+		s := c.Semaphore("mixed")
+		big := make(chan error, 1)
+		bigCtx, cancelBig := context.WithCancel(bg)
+		defer cancelBig()
+		go func() { _, err := s.Acquire(bigCtx, 2); big <- err }()
+		eventually(t, time.Second, "the big waiter subscribed", func() bool { return semSubscribed(c, s.channel, 1) })
+		small := make(chan time.Time, 1)
+		smallDone := make(chan struct{})
+		go func() {
+			defer close(smallDone)
+			sctx, err := s.Acquire(bg, 1)
+			if assert.NoError(t, err) {
+				small <- time.Now()
+				assert.NoError(t, s.Release(sctx, 1))
+			}
+		}()
+		eventually(t, time.Second, "the small waiter subscribed", func() bool { return semSubscribed(c, s.channel, 2) })
+
+		start := time.Now()
+		require.NoError(t, holder.Release(hctx, 1))
+		select {
+		case got := <-small:
+			assert.Less(t, got.Sub(start), semWaitCap/2, "the small waiter waited for its re-check")
+		case <-time.After(2 * semWaitCap):
+			t.Fatal("the small waiter never got the free permit")
+		}
+		<-smallDone
+		cancelBig()
+		require.ErrorIs(t, <-big, context.Canceled)
+		require.NoError(t, holder.Release(hctx, 1))
+	})
+}

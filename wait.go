@@ -27,14 +27,22 @@ type attempt func() (done bool, next time.Duration, err error)
 // happens between the caller's try and the subscription is not missed. It
 // returns ctx's error when ctx ends and ErrClosed when the client closes.
 func (c *Client) await(ctx context.Context, channel string, wake func(string) int, first time.Duration, try attempt) error {
-	return c.awaitFrom(ctx, mark{}, channel, wake, first, try)
+	return c.awaitFrom(ctx, mark{}, channel, wake, first, try, false)
+}
+
+// awaitShared is await for waiters that may need different amounts of one
+// resource (a semaphore's permits): a waiter that is woken but cannot use
+// what came free passes its wake-up to the next waiter behind it, which may
+// need less, instead of leaving it idle until the next bound.
+func (c *Client) awaitShared(ctx context.Context, channel string, wake func(string) int, first time.Duration, try attempt) error {
+	return c.awaitFrom(ctx, mark{}, channel, wake, first, try, true)
 }
 
 // awaitFrom is await for a caller that took m (c.ps.mark(channel)) before its
 // own try: when the channel was live then and nothing was delivered on it
 // since, the retry before the first wait is skipped, saving a round trip per
 // wait under contention.
-func (c *Client) awaitFrom(ctx context.Context, m mark, channel string, wake func(string) int, first time.Duration, try attempt) error {
+func (c *Client) awaitFrom(ctx context.Context, m mark, channel string, wake func(string) int, first time.Duration, try attempt, passOn bool) error {
 	w, err := c.ps.subscribe(ctx, channel, wake)
 	if err != nil {
 		return err
@@ -44,15 +52,19 @@ func (c *Client) awaitFrom(ctx context.Context, m mark, channel string, wake fun
 		if err := w.ready(ctx, first); err != nil {
 			return err
 		}
-	} else if err := w.wait(ctx, first); err != nil {
+	} else if _, err := w.wait(ctx, first); err != nil {
 		return err
 	}
+	woken := false
 	for {
 		done, next, err := try()
 		if err != nil || done {
 			return err
 		}
-		if err := w.wait(ctx, next); err != nil {
+		if woken && passOn {
+			w.passOn()
+		}
+		if woken, err = w.wait(ctx, next); err != nil {
 			return err
 		}
 	}
