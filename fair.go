@@ -162,11 +162,11 @@ func (f *FairMutex) lock(parent context.Context, wait bool) (context.Context, er
 // leave takes o out of the queue after a wait that ended without the lock,
 // best-effort: an entry left behind expires with its deadline.
 func (f *FairMutex) leave(ctx context.Context, o *owner) {
-	ctx, cancel := detach(ctx)
-	defer cancel()
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	_ = lua.FairLeave.Run(ctx, f.c.rdb, f.keys(), f.c.field(o), f.prefix).Err()
+	cleanup(ctx, func(ctx context.Context) {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		_ = lua.FairLeave.Run(ctx, f.c.rdb, f.keys(), f.c.field(o), f.prefix).Err()
+	})
 }
 
 // try runs the lock script once, queueing (or refreshing o's place) when

@@ -563,3 +563,36 @@ func TestFairMutexOnCluster(t *testing.T) {
 		assert.False(t, locked)
 	}
 }
+
+// A wait ends soon after its context even when Redis stops answering: the
+// queue entry is removed in the background, bounded by go-redis's timeouts,
+// instead of holding the caller for them.
+func TestFairMutexWaitEndsPromptlyWhenRedisIsSilent(t *testing.T) {
+	e := realEnv(t)
+	holder := e.client(t).FairMutex("silent")
+	hctx, err := holder.Lock(context.Background())
+	require.NoError(t, err)
+	proxy := newProxy(t, e.addr)
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ReadTimeout: 3 * time.Second})
+	t.Cleanup(func() { rdb.Close() })
+	m := newClient(t, rdb).FairMutex("silent")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { _, err := m.Lock(ctx); errc <- err }()
+	eventually(t, 2*time.Second, "the waiter queued", func() bool {
+		n, _ := e.rdb(t).ZCard(context.Background(), "{silent}:fair:queue").Result()
+		return n == 1
+	})
+	proxy.Blackhole(true)
+	cancel()
+	start := time.Now()
+	select {
+	case err := <-errc:
+		assert.ErrorIs(t, err, context.Canceled)
+		assert.Less(t, time.Since(start), cleanupGrace+500*time.Millisecond)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the wait was held by a silent Redis")
+	}
+	require.NoError(t, holder.Unlock(hctx))
+}

@@ -180,11 +180,11 @@ func (r *RWMutex) lock(parent context.Context, read, wait bool) (context.Context
 // leave takes o out of the waiting sets after a wait that ended without the
 // lock, best-effort: a registration left behind expires with its deadline.
 func (r *RWMutex) leave(ctx context.Context, o *owner) {
-	ctx, cancel := detach(ctx)
-	defer cancel()
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	_ = lua.RWLeave.Run(ctx, r.c.rdb, r.keys, r.c.field(o), r.rchan, r.wchan).Err()
+	cleanup(ctx, func(ctx context.Context) {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		_ = lua.RWLeave.Run(ctx, r.c.rdb, r.keys, r.c.field(o), r.rchan, r.wchan).Err()
+	})
 }
 
 // try runs the read or write lock script once, registering o as a waiter

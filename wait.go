@@ -14,6 +14,30 @@ func detach(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 }
 
+// cleanupGrace bounds how long a wait that ended waits for its traces in
+// Redis (a queue entry) to be removed.
+const cleanupGrace = time.Second
+
+// cleanup runs f, which removes what an ended wait left in Redis, with a
+// detached context, and waits for it at most cleanupGrace: with Redis slow or
+// unreachable, the wait still ends soon after its context, and f finishes in
+// the background, bounded by go-redis's own timeouts.
+func cleanup(ctx context.Context, f func(context.Context)) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		dctx, cancel := detach(ctx)
+		defer cancel()
+		f(dctx)
+	}()
+	t := time.NewTimer(cleanupGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
 // attempt is one try at acquiring: done reports success; otherwise next is
 // how long to wait at most before the next try (the holder's remaining lease).
 type attempt func() (done bool, next time.Duration, err error)
