@@ -10,31 +10,6 @@
 --
 -- Returns 1 when the waiter was registered, 0 when it was not.
 -- (rw_prelude.lua comes first: now, purge, extend.)
-  for _, f in ipairs(redis.call('zrangebyscore', KEYS[2], '-inf', now)) do
-    redis.call('hdel', KEYS[1], 'r:' .. f)
-    redis.call('zrem', KEYS[2], f)
-  end
-  for i = 3, 5 do
-    redis.call('zremrangebyscore', KEYS[i], '-inf', now)
-  end
-  if redis.call('exists', KEYS[1]) == 0 then
-    redis.call('del', KEYS[2])
-  elseif redis.call('hget', KEYS[1], 'mode') == 'read' and redis.call('zcard', KEYS[2]) == 0 then
-    redis.call('del', KEYS[1])
-  end
-end
-
--- Makes key k live at least ms longer.
-local function extend(k, ms)
-  if redis.call('pttl', k) < ms then
-    redis.call('pexpire', k, ms)
-  end
-end
-
-redis.replicate_commands()
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-purge(now)
 
 local field = ARGV[1]
 local writer = redis.call('zrem', KEYS[3], field)
