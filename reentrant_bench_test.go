@@ -104,8 +104,9 @@ func BenchmarkMutexHandoff(b *testing.B) {
 			b.Fatal(err)
 		}
 		got := make(chan time.Time, 1)
-		waiting := make(chan struct{})
+		waiting, done := make(chan struct{}), make(chan struct{})
 		go func() {
+			defer close(done)
 			close(waiting)
 			ctx, err := waiter.Lock(context.Background())
 			got <- time.Now()
@@ -120,6 +121,7 @@ func BenchmarkMutexHandoff(b *testing.B) {
 		}
 		released := time.Now()
 		lat = append(lat, (<-got).Sub(released))
+		<-done
 	}
 	b.StopTimer()
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
