@@ -596,3 +596,227 @@ func TestFairMutexWaitEndsPromptlyWhenRedisIsSilent(t *testing.T) {
 	}
 	require.NoError(t, holder.Unlock(hctx))
 }
+
+// A key of another type is refused with WRONGTYPE and kept as it was, on the
+// paths that run while no queue exists too: the lock's key, the queue's key,
+// and the deadlines' key when a waiter would join the queue.
+func TestFairMutexRefusesForeignKeys(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		ctx := context.Background()
+		rdb := e.rdb(t)
+		f := e.client(t).FairMutex("fair:foreign")
+		wrongType := func(err error, what string) {
+			t.Helper()
+			require.Error(t, err, what)
+			assert.Contains(t, err.Error(), "WRONGTYPE", what)
+		}
+
+		// The lock's key.
+		require.NoError(t, rdb.Set(ctx, f.name, "x", 0).Err())
+		_, err := f.TryLock(ctx)
+		wrongType(err, "TryLock on a string")
+		_, err = f.Lock(ctx)
+		wrongType(err, "Lock on a string")
+		err = lua.FairUnlock.Run(ctx, rdb, f.keys(), "someone:1", 1, 30000, f.prefix).Err()
+		wrongType(err, "unlock of a string")
+		err = lua.FairUnlock.Run(ctx, rdb, f.keys(), "someone:1", 2, 30000, f.prefix).Err()
+		wrongType(err, "unlock of one re-entry of a string")
+		v, err := rdb.Get(ctx, f.name).Result()
+		require.NoError(t, err)
+		assert.Equal(t, "x", v)
+		assert.Equal(t, []string{f.name}, e.keys(t), "nothing else written")
+		require.NoError(t, rdb.Del(ctx, f.name).Err())
+
+		// The queue's key, with the lock free.
+		require.NoError(t, rdb.Set(ctx, f.queue, "q", 0).Err())
+		_, err = f.TryLock(ctx)
+		wrongType(err, "TryLock with a string queue")
+		v, err = rdb.Get(ctx, f.queue).Result()
+		require.NoError(t, err)
+		assert.Equal(t, "q", v)
+		assert.Equal(t, []string{f.queue}, e.keys(t), "the lock was not taken")
+		require.NoError(t, rdb.Del(ctx, f.queue).Err())
+
+		// The deadlines' key, when a waiter would create the queue.
+		hctx, err := f.Lock(ctx)
+		require.NoError(t, err)
+		require.NoError(t, rdb.Set(ctx, f.timeouts, "t", 0).Err())
+		_, err = e.client(t).FairMutex(f.name).Lock(ctx)
+		wrongType(err, "queueing with a string deadlines key")
+		v, err = rdb.Get(ctx, f.timeouts).Result()
+		require.NoError(t, err)
+		assert.Equal(t, "t", v)
+		assert.Empty(t, fairQueue(t, rdb, f), "the queue was not written")
+		require.NoError(t, rdb.Del(ctx, f.timeouts).Err())
+		require.NoError(t, f.Unlock(hctx))
+		assert.Empty(t, e.keys(t))
+	})
+}
+
+// Every fair lock script go-redis may resend gives the same state and the
+// same answer twice, with and without a queue.
+func TestFairMutexResentScriptsCountOnce(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		ctx := context.Background()
+		rdb := e.rdb(t)
+		f := e.client(t).FairMutex("fair:resent")
+		ks := f.keys()
+		lock := func(field string, count int, waiterMs int64) []int64 {
+			t.Helper()
+			r, err := lua.FairLock.Run(ctx, rdb, ks, 30000, field, count, waiterMs, f.prefix).Int64Slice()
+			require.NoError(t, err)
+			return r
+		}
+		unlock := func(field string, count int) int64 {
+			t.Helper()
+			r, err := lua.FairUnlock.Run(ctx, rdb, ks, field, count, 30000, f.prefix).Int64()
+			require.NoError(t, err)
+			return r
+		}
+		count := func(field string) string {
+			t.Helper()
+			v, err := rdb.HGet(ctx, f.name, field).Result()
+			if isNil(err) {
+				return ""
+			}
+			require.NoError(t, err)
+			return v
+		}
+
+		// No queue: first hold, re-entry, unlocks.
+		for range 2 {
+			assert.Equal(t, []int64{1, 1}, lock("a:1", 0, 60000))
+			assert.Equal(t, "1", count("a:1"))
+		}
+		for range 2 {
+			assert.Equal(t, []int64{1, 2}, lock("a:1", 1, 60000))
+			assert.Equal(t, "2", count("a:1"))
+		}
+		for range 2 {
+			assert.Equal(t, int64(1), unlock("a:1", 2))
+			assert.Equal(t, "1", count("a:1"))
+		}
+		assert.Equal(t, []string{f.name}, e.keys(t), "no queue keys while nobody waits")
+
+		// Queueing twice keeps the first place.
+		for range 2 {
+			r := lock("b:1", 0, 60000)
+			assert.Equal(t, int64(0), r[0])
+			r = lock("c:1", 0, 60000)
+			assert.Equal(t, int64(0), r[0])
+			assert.Equal(t, []string{"b:1", "c:1"}, fairQueue(t, rdb, f))
+		}
+		// A re-entry with waiters queued.
+		assert.Equal(t, []int64{1, 2}, lock("a:1", 1, 60000))
+		assert.Equal(t, int64(1), unlock("a:1", 2))
+
+		// The last unlock releases once; a resend finds nothing to release.
+		assert.Equal(t, int64(2), unlock("a:1", 1))
+		assert.Equal(t, int64(0), unlock("a:1", 1))
+		// The head takes it, once; a resend re-enters to the same count.
+		for range 2 {
+			assert.Equal(t, []int64{1, 1}, lock("b:1", 0, 60000))
+			assert.Equal(t, []string{"c:1"}, fairQueue(t, rdb, f))
+		}
+		assert.Equal(t, int64(2), unlock("b:1", 1))
+		assert.Equal(t, []int64{1, 1}, lock("c:1", 0, 60000))
+		assert.Equal(t, int64(2), unlock("c:1", 1))
+		assert.Equal(t, int64(0), unlock("c:1", 1))
+		assert.Empty(t, e.keys(t))
+	})
+}
+
+// Waiters whose deadline has passed are dropped before the head is woken:
+// by the last unlock, and by an attempt on a free lock promised to a dead
+// head (which wakes the new head). The live waiter behind a dead head is
+// woken, not left to its own timer.
+func TestFairMutexExpiredHeadSkippedAtOnce(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		ctx := context.Background()
+		rdb := e.rdb(t)
+		// Long timeouts: the waiter's own timers would not fire in time.
+		opt := WithWaiterTimeout(time.Minute)
+		bf := e.client(t).FairMutex("fair:expired-head", opt)
+		ghost := func(deadline time.Time) {
+			t.Helper()
+			require.NoError(t, rdb.ZAdd(ctx, bf.queue, redis.Z{Score: 0, Member: "ghost"}).Err())
+			require.NoError(t, rdb.ZAdd(ctx, bf.timeouts, redis.Z{Score: float64(deadline.UnixMilli()), Member: "ghost"}).Err())
+		}
+		now, err := rdb.Time(ctx).Result()
+		require.NoError(t, err)
+
+		// The last unlock drops the expired head and wakes the live one.
+		holder := e.client(t).FairMutex(bf.name, opt)
+		hctx, err := holder.Lock(ctx)
+		require.NoError(t, err)
+		b := lockAsync(ctx, bf.Lock)
+		waitQueued(t, rdb, bf, 1)
+		ghost(now.Add(-time.Second))
+		require.Equal(t, "ghost", fairQueue(t, rdb, bf)[0])
+		require.NoError(t, holder.Unlock(hctx))
+		rb := recvLock(t, b, time.Second, "waiter behind an expired head, at unlock")
+		require.NoError(t, rb.err)
+		require.NoError(t, bf.Unlock(rb.ctx))
+		assert.Empty(t, e.keys(t))
+
+		// A free lock promised to a head that expires while the next waits:
+		// another owner's TryLock drops it and wakes the next.
+		ghost(now.Add(time.Minute))
+		b = lockAsync(ctx, bf.Lock)
+		waitQueued(t, rdb, bf, 2)
+		noLock(t, b, 100*time.Millisecond, "waiter behind a live head")
+		ghost(now.Add(-time.Second))
+		_, err = e.client(t).FairMutex(bf.name, opt).TryLock(ctx)
+		assert.ErrorIs(t, err, ErrNotAcquired, "TryLock does not jump the queue")
+		rb = recvLock(t, b, time.Second, "waiter behind an expired head, at a try")
+		require.NoError(t, rb.err)
+		require.NoError(t, bf.Unlock(rb.ctx))
+		assert.Empty(t, e.keys(t))
+	})
+}
+
+// commandCalls returns Redis's per-command call counts (INFO commandstats).
+func commandCalls(t testing.TB, rdb *redis.Client) map[string]int {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	require.NoError(t, err)
+	calls := map[string]int{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok {
+			continue
+		}
+		name = strings.TrimPrefix(name, "cmdstat_")
+		if name == "info" || strings.HasPrefix(name, "config") {
+			continue
+		}
+		var n int
+		_, err := fmt.Sscanf(rest, "%d", &n)
+		require.NoError(t, err)
+		calls[name] = n
+	}
+	return calls
+}
+
+// The Redis commands of a Lock+Unlock pair while nobody waits: the cost of a
+// plain Mutex plus one read of the queue each way; no clock read, no purge.
+func TestFairMutexUncontendedCost(t *testing.T) {
+	e := realEnv(t)
+	ctx := context.Background()
+	rdb := e.rdb(t)
+	f := e.client(t).FairMutex("fair:cost")
+	pair := func() {
+		hctx, err := f.Lock(ctx)
+		require.NoError(t, err)
+		require.NoError(t, f.Unlock(hctx))
+	}
+	pair() // load the scripts, open the connections
+	require.NoError(t, rdb.ConfigResetStat(ctx).Err())
+	pair()
+	assert.Equal(t, map[string]int{
+		"evalsha": 2,
+		"pttl":    1, "zrange": 2, "hset": 1, "pexpire": 1, // Lock
+		"hdel": 1, // Unlock
+	}, commandCalls(t, rdb))
+	assert.Empty(t, e.keys(t))
+}

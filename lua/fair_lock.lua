@@ -11,62 +11,105 @@
 -- ARGV[5]  channel prefix: a waiter is woken on prefix .. field
 --
 -- The lock is taken when it is free and the caller heads the queue (or the
--- queue is empty). Waiters whose deadline has passed are dropped first. The
--- count is set to ARGV[3] + 1 rather than incremented, and queueing twice
--- keeps the first place, so a call that go-redis resends cannot count twice.
+-- queue is empty). When a free lock is promised to another waiter, waiters
+-- whose deadline has passed are dropped first (the head may be dead), and the
+-- new head is woken if that changed it; a lock that is held, or that the
+-- caller takes as head, needs no drop: the next unlock, or the next attempt
+-- on the free lock, makes it before the head matters. The count is set to
+-- ARGV[3] + 1 rather than incremented, and queueing twice keeps the first
+-- place, so a call that go-redis resends cannot count twice.
+--
+-- Cost: Redis's clock (TIME) is read only to write a deadline or to drop
+-- expired waiters. A free lock with no queue costs PTTL, ZRANGE, HSET and
+-- PEXPIRE; a re-entry PTTL, HEXISTS, HSET and PEXPIRE; a TryLock of a held
+-- lock PTTL and HEXISTS.
 --
 -- Returns {1, count} when the owner holds the lock, or {0, ms}: how long the
 -- caller may wait before it is worth trying again (-1: the lock has no
--- expiry). A key of another type fails with WRONGTYPE.
+-- expiry). A key of another type fails with WRONGTYPE before anything is
+-- written; the deadlines' key is only checked on the paths that read or
+-- write it (queueing, dropping, taking as head).
 redis.replicate_commands()
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local field = ARGV[2]
+local tmo = tonumber(ARGV[4])
 
-local head0 = redis.call('zrange', KEYS[2], 0, 0)[1]
-for _, f in ipairs(redis.call('zrangebyscore', KEYS[3], '-inf', now)) do
-  redis.call('zrem', KEYS[2], f)
-  redis.call('zrem', KEYS[3], f)
-end
-
-local free = redis.call('exists', KEYS[1]) == 0
-local head = redis.call('zrange', KEYS[2], 0, 0)[1]
-if redis.call('hexists', KEYS[1], field) == 1 or (free and (head == nil or head == field)) then
+local function take(queued)
+  if queued then
+    redis.call('zrem', KEYS[3], field)
+    redis.call('zrem', KEYS[2], field)
+  end
   local n = tonumber(ARGV[3]) + 1
   redis.call('hset', KEYS[1], field, n)
   redis.call('pexpire', KEYS[1], ARGV[1])
-  if head ~= nil then
-    redis.call('zrem', KEYS[2], field)
-    redis.call('zrem', KEYS[3], field)
-  end
   return {1, n}
 end
 
-local tmo = tonumber(ARGV[4])
-if tmo > 0 then
-  if not redis.call('zscore', KEYS[2], field) then
-    local last = redis.call('zrange', KEYS[2], -1, -1, 'withscores')
-    local seq = 1
-    if last[2] then
-      seq = tonumber(last[2]) + 1
-    end
-    redis.call('zadd', KEYS[2], seq, field)
-  end
+local function clock()
+  local t = redis.call('time')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Joins the queue at its tail, or keeps the caller's place, with a deadline
+-- now + tmo; the queue's keys live as long as their latest deadline.
+local function enqueue(now)
+  local last = redis.call('zrange', KEYS[2], -1, -1, 'withscores')
   redis.call('zadd', KEYS[3], now + tmo, field)
-  -- The queue's keys vanish once the last waiter's deadline has passed.
-  for i = 2, 3 do
-    if redis.call('pttl', KEYS[i]) < tmo then
-      redis.call('pexpire', KEYS[i], tmo)
-    end
+  if last[1] == nil then
+    redis.call('zadd', KEYS[2], 1, field)
+    redis.call('pexpire', KEYS[2], tmo)
+    redis.call('pexpire', KEYS[3], tmo)
+    return
+  end
+  if last[1] ~= field and not redis.call('zscore', KEYS[2], field) then
+    redis.call('zadd', KEYS[2], tonumber(last[2]) + 1, field)
+  end
+  -- Both keys always get the same expiry: one read covers them.
+  if redis.call('pttl', KEYS[3]) < tmo then
+    redis.call('pexpire', KEYS[2], tmo)
+    redis.call('pexpire', KEYS[3], tmo)
   end
 end
 
-if not free then
-  return {0, redis.call('pttl', KEYS[1])}
+local pttl = redis.call('pttl', KEYS[1])
+if pttl ~= -2 then
+  -- Held: by the caller (a re-entry; a holder is never queued), or by
+  -- another owner (HEXISTS refuses a key of another type).
+  if redis.call('hexists', KEYS[1], field) == 1 then
+    return take(false)
+  end
+  if tmo > 0 then
+    enqueue(clock())
+  end
+  return {0, pttl}
 end
--- Free, but promised to the head: wake it if the drop above made it the
--- head, and try again at the latest when its deadline passes.
-if head ~= head0 then
+
+-- Free.
+local head = redis.call('zrange', KEYS[2], 0, 0)[1]
+if head == nil or head == field then
+  return take(head ~= nil)
+end
+-- Promised to another waiter: drop the expired ones first.
+local now = clock()
+local moved = false
+local dead = redis.call('zrangebyscore', KEYS[3], '-inf', now)
+if #dead > 0 then
+  for _, f in ipairs(dead) do
+    redis.call('zrem', KEYS[2], f)
+    redis.call('zrem', KEYS[3], f)
+  end
+  local h = redis.call('zrange', KEYS[2], 0, 0)[1]
+  if h == nil or h == field then
+    return take(h ~= nil)
+  end
+  moved = h ~= head
+  head = h
+end
+if tmo > 0 then
+  enqueue(now)
+end
+-- Wake the head if the drop above made it the head, and try again at the
+-- latest when its deadline passes.
+if moved then
   redis.call('publish', ARGV[5] .. head, '1')
 end
 local s = redis.call('zscore', KEYS[3], head)
