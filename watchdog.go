@@ -23,19 +23,18 @@ type call struct {
 // process. While it is in the watchdog's table its lease is kept alive (or, for
 // a fixed lease, watched), and its context is live.
 type hold struct {
-	id       string        // table key: the lock's key and the owner's field
-	lease    time.Duration // the lease the scripts set
-	renewed  bool          // renewed by the watchdog; false for a fixed lease
-	renew    call          // returns 1 while held, 0 once gone
-	release  call          // gives up the whole hold (Close)
-	count    int           // hold count, guarded by the owner's mu
-	ctx      context.Context
-	cancel   context.CancelCauseFunc
-	mu       sync.Mutex // guards sent, timer
-	sent     time.Time  // when the newest successful renewal was sent
-	timer    *time.Timer
-	removed  bool
-	lostHook func() // optional: run once when the hold is lost
+	id      string        // table key: the lock's key and the owner's field
+	lease   time.Duration // the lease the scripts set
+	renewed bool          // renewed by the watchdog; false for a fixed lease
+	renew   call          // returns 1 while held, 0 once gone
+	release call          // gives up the whole hold (Close)
+	count   int           // hold count, guarded by the owner's mu
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	mu      sync.Mutex // guards sent, timer
+	sent    time.Time  // when the newest successful renewal was sent
+	timer   *time.Timer
+	removed bool
 }
 
 // watchdog owns a Client's table of holds and the one goroutine that renews
@@ -142,9 +141,6 @@ func (w *watchdog) remove(h *hold) bool {
 // lose removes h and cancels its context with cause.
 func (w *watchdog) lose(h *hold, cause error) {
 	if w.remove(h) {
-		if h.lostHook != nil {
-			h.lostHook()
-		}
 		h.cancel(cause)
 	}
 }
