@@ -575,14 +575,19 @@ func TestFairMutexWaitEndsPromptlyWhenRedisIsSilent(t *testing.T) {
 	proxy := newProxy(t, e.addr)
 	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ReadTimeout: 3 * time.Second})
 	t.Cleanup(func() { rdb.Close() })
-	m := newClient(t, rdb).FairMutex("silent")
+	var done atomic.Int64 // scripts the waiter's client has finished
+	rdb.AddHook(doneHook{&done})
+	c := newClient(t, rdb)
+	m := c.FairMutex("silent")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { _, err := m.Lock(ctx); errc <- err }()
-	eventually(t, 2*time.Second, "the waiter queued", func() bool {
-		n, _ := e.rdb(t).ZCard(context.Background(), "{silent}:fair:queue").Result()
-		return n == 1
+	// The waiter queued, subscribed and made its retry: it is waiting, not
+	// in the middle of a script (a script already sent runs to completion,
+	// bounded by go-redis's timeouts, whatever ctx does).
+	eventually(t, 5*time.Second, "the waiter waiting", func() bool {
+		return done.Load() >= 2 && semWaiters(c) == 1
 	})
 	proxy.Blackhole(true)
 	cancel()
@@ -819,4 +824,21 @@ func TestFairMutexUncontendedCost(t *testing.T) {
 		"hdel": 1, // Unlock
 	}, commandCalls(t, rdb))
 	assert.Empty(t, e.keys(t))
+}
+
+// doneHook counts the scripts a client has finished.
+type doneHook struct{ n *atomic.Int64 }
+
+func (doneHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h doneHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if n := cmd.Name(); n == "evalsha" || n == "eval" {
+			h.n.Add(1)
+		}
+		return err
+	}
+}
+func (doneHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
