@@ -258,28 +258,11 @@ func (f *FairMutex) Unlock(ctx context.Context) error {
 		}
 		return f.wrap(ErrNotHeld)
 	}
-	count := h.count
-	last := count == 1
-	if last {
-		f.c.wd.remove(h)
-	}
-	sent := time.Now()
-	r, err := lua.FairUnlock.Run(ctx, f.c.rdb, ks, field, count, f.lease.Milliseconds(), f.prefix).Int64()
-	switch {
-	case err != nil:
-		if last {
-			h.cancel(nil)
-		}
+	err := f.c.wd.unhold(h, func(count int) (int64, error) {
+		return lua.FairUnlock.Run(ctx, f.c.rdb, ks, field, count, f.lease.Milliseconds(), f.prefix).Int64()
+	})
+	if err != nil {
 		return f.wrap(err)
-	case r == 0:
-		f.c.wd.lose(h, ErrLeaseLost)
-		h.cancel(ErrLeaseLost)
-		return f.wrap(ErrNotHeld)
-	case r == 1:
-		h.count = count - 1
-		f.c.wd.extend(h, sent)
-	default:
-		h.cancel(nil)
 	}
 	return nil
 }
@@ -289,11 +272,11 @@ func (f *FairMutex) IsLocked(ctx context.Context) (bool, error) {
 	if err := f.check(); err != nil {
 		return false, err
 	}
-	n, err := f.c.rdb.HLen(ctx, f.name).Result()
+	ok, err := hashLocked(ctx, f.c, f.name)
 	if err != nil {
 		return false, f.wrap(err)
 	}
-	return n > 0, nil
+	return ok, nil
 }
 
 // HoldCount returns how many holds ctx's owner has on the lock (0 when none).
@@ -301,15 +284,8 @@ func (f *FairMutex) HoldCount(ctx context.Context) (int, error) {
 	if err := f.check(); err != nil {
 		return 0, err
 	}
-	o := ownerOf(ctx)
-	if o == nil {
-		return 0, nil
-	}
-	n, err := f.c.rdb.HGet(ctx, f.name, f.c.field(o)).Int()
+	n, err := hashHolds(ctx, f.c, f.name)
 	if err != nil {
-		if isNil(err) {
-			return 0, nil
-		}
 		return 0, f.wrap(err)
 	}
 	return n, nil
@@ -321,12 +297,9 @@ func (f *FairMutex) TTL(ctx context.Context) (time.Duration, error) {
 	if err := f.check(); err != nil {
 		return 0, err
 	}
-	d, err := f.c.rdb.PTTL(ctx, f.name).Result()
+	d, err := hashLease(ctx, f.c, f.name)
 	if err != nil {
 		return 0, f.wrap(err)
-	}
-	if d == -2 {
-		return 0, nil
 	}
 	return d, nil
 }

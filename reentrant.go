@@ -209,29 +209,11 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		}
 		return m.wrap(ErrNotHeld)
 	}
-	count := h.count
-	last := count == 1
-	if last {
-		// Renewals stop before the release is sent, so none can follow it.
-		m.c.wd.remove(h)
-	}
-	sent := time.Now()
-	r, err := lua.Unlock.Run(ctx, m.c.rdb, keys, field, count, m.lease.Milliseconds(), m.channel, unlockMessage).Int64()
-	switch {
-	case err != nil:
-		if last {
-			h.cancel(nil)
-		}
+	err := m.c.wd.unhold(h, func(count int) (int64, error) {
+		return lua.Unlock.Run(ctx, m.c.rdb, keys, field, count, m.lease.Milliseconds(), m.channel, unlockMessage).Int64()
+	})
+	if err != nil {
 		return m.wrap(err)
-	case r == 0:
-		m.c.wd.lose(h, ErrLeaseLost)
-		h.cancel(ErrLeaseLost) // no-op unless already removed above
-		return m.wrap(ErrNotHeld)
-	case r == 1:
-		h.count = count - 1
-		m.c.wd.extend(h, sent)
-	default:
-		h.cancel(nil)
 	}
 	return nil
 }
@@ -241,11 +223,11 @@ func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
 	if err := m.check(); err != nil {
 		return false, err
 	}
-	n, err := m.c.rdb.HLen(ctx, m.name).Result()
+	ok, err := hashLocked(ctx, m.c, m.name)
 	if err != nil {
 		return false, m.wrap(err)
 	}
-	return n > 0, nil
+	return ok, nil
 }
 
 // HoldCount returns how many holds ctx's owner has on the lock (0 when none).
@@ -253,15 +235,8 @@ func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
 	if err := m.check(); err != nil {
 		return 0, err
 	}
-	o := ownerOf(ctx)
-	if o == nil {
-		return 0, nil
-	}
-	n, err := m.c.rdb.HGet(ctx, m.name, m.c.field(o)).Int()
+	n, err := hashHolds(ctx, m.c, m.name)
 	if err != nil {
-		if isNil(err) {
-			return 0, nil
-		}
 		return 0, m.wrap(err)
 	}
 	return n, nil
@@ -273,14 +248,44 @@ func (m *Mutex) TTL(ctx context.Context) (time.Duration, error) {
 	if err := m.check(); err != nil {
 		return 0, err
 	}
-	d, err := m.c.rdb.PTTL(ctx, m.name).Result()
+	d, err := hashLease(ctx, m.c, m.name)
 	if err != nil {
 		return 0, m.wrap(err)
 	}
-	if d == -2 { // go-redis passes PTTL's -2 (no key) through as is
+	return d, nil
+}
+
+// The state of a lock kept as Redisson keeps an RLock (a hash of owner
+// field -> hold count at key, with a PEXPIRE lease), read for Mutex and
+// FairMutex.
+
+// hashLocked reports whether any owner holds the lock at key.
+func hashLocked(ctx context.Context, c *Client, key string) (bool, error) {
+	n, err := c.rdb.HLen(ctx, key).Result()
+	return n > 0, err
+}
+
+// hashHolds returns the holds ctx's owner has on the lock at key.
+func hashHolds(ctx context.Context, c *Client, key string) (int, error) {
+	o := ownerOf(ctx)
+	if o == nil {
 		return 0, nil
 	}
-	return d, nil
+	n, err := c.rdb.HGet(ctx, key, c.field(o)).Int()
+	if isNil(err) {
+		return 0, nil
+	}
+	return n, err
+}
+
+// hashLease returns the lock's remaining lease: 0 when free, negative when
+// its key has no expiry.
+func hashLease(ctx context.Context, c *Client, key string) (time.Duration, error) {
+	d, err := c.rdb.PTTL(ctx, key).Result()
+	if d == -2 { // go-redis passes PTTL's -2 (no key) through as is
+		return 0, err
+	}
+	return d, err
 }
 
 // ForceUnlock frees the lock whoever holds it and wakes a waiter, reporting

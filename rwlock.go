@@ -325,28 +325,11 @@ func (r *RWMutex) unlock(ctx context.Context, read bool) error {
 		}
 		return r.wrap(ErrNotHeld)
 	}
-	count := h.count
-	last := count == 1
-	if last {
-		r.c.wd.remove(h)
-	}
-	sent := time.Now()
-	n, err := script.Run(ctx, r.c.rdb, r.keys, args(count)...).Int64()
-	switch {
-	case err != nil:
-		if last {
-			h.cancel(nil)
-		}
+	err := r.c.wd.unhold(h, func(count int) (int64, error) {
+		return script.Run(ctx, r.c.rdb, r.keys, args(count)...).Int64()
+	})
+	if err != nil {
 		return r.wrap(err)
-	case n == 0:
-		r.c.wd.lose(h, ErrLeaseLost)
-		h.cancel(ErrLeaseLost)
-		return r.wrap(ErrNotHeld)
-	case n == 1:
-		h.count = count - 1
-		r.c.wd.extend(h, sent)
-	default:
-		h.cancel(nil)
 	}
 	return nil
 }

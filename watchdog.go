@@ -145,6 +145,39 @@ func (w *watchdog) lose(h *hold, cause error) {
 	}
 }
 
+// unhold gives up one hold of h: send runs the release script with the hold
+// count before it and returns the script's reply (1: holds remain, 2: the
+// last was released, 0: not held, nothing changed). Renewals of a last hold
+// stop before the script is sent, so none can follow it. It returns
+// ErrNotHeld (h is then lost) or send's error, unwrapped. The caller holds
+// the owner's mu.
+func (w *watchdog) unhold(h *hold, send func(count int) (int64, error)) error {
+	count := h.count
+	last := count == 1
+	if last {
+		w.remove(h)
+	}
+	sent := time.Now()
+	reply, err := send(count)
+	switch {
+	case err != nil:
+		if last {
+			h.cancel(nil) // Redis frees it when its lease ends
+		}
+		return err
+	case reply == 0:
+		w.lose(h, ErrLeaseLost)
+		h.cancel(ErrLeaseLost) // no-op unless already removed above
+		return ErrNotHeld
+	case reply == 1:
+		h.count = count - 1
+		w.extend(h, sent)
+	default:
+		h.cancel(nil)
+	}
+	return nil
+}
+
 // loseAll cancels, with ErrLeaseLost, every hold whose id starts with prefix.
 func (w *watchdog) loseAll(prefix string) {
 	w.mu.Lock()
