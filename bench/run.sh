@@ -6,16 +6,5 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
-have_redis() {
-	command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || [ -x /usr/sbin/redis-server ]
-}
-if ! have_redis; then
-	echo "redis-server not found; installing Debian package redis-server" >&2
-	SUDO=""
-	if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then
-		SUDO=sudo
-	fi
-	$SUDO apt-get update
-	$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server
-fi
+bash ../scripts/ensure-redis.sh
 exec go run . "$@"
