@@ -27,6 +27,10 @@ type Client struct {
 
 	closeOnce sync.Once
 	closed    chan struct{}
+
+	bgMu     sync.Mutex
+	bg       sync.WaitGroup // background give-backs (hold.go)
+	bgClosed bool
 }
 
 // Option configures a Client.
@@ -34,7 +38,8 @@ type Option func(*Client) error
 
 // WithWatchdogTimeout sets the lease the watchdog keeps alive for holds taken
 // without WithLease (default 30s). It is renewed every d/3, and a holder whose
-// lease cannot be renewed is told a little before d has passed.
+// lease cannot be renewed is told a little before d has passed. Redis counts
+// leases in whole milliseconds: d is rounded up to one.
 func WithWatchdogTimeout(d time.Duration) Option {
 	return func(c *Client) error {
 		if d <= 0 {
@@ -43,7 +48,7 @@ func WithWatchdogTimeout(d time.Duration) Option {
 		if d < 3*time.Millisecond {
 			return fmt.Errorf("%w: watchdog timeout %v is below 3ms", ErrInvalid, d)
 		}
-		c.lease = d
+		c.lease = wholeMs(d)
 		return nil
 	}
 }
@@ -69,10 +74,15 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 			return nil, err
 		}
 	}
-	c.wd = newWatchdog(rdb, c.lease)
+	c.wd = newWatchdog(c, c.lease)
 	c.ps = newPubSub(rdb, c.closed)
 	return c, nil
 }
+
+// ID returns the client's identity: the UUID that begins the Redis field of
+// every owner of its holds ("<id>:<n>"), as Redisson's client id does. Log
+// it to tell which process holds a lock.
+func (c *Client) ID() string { return c.id }
 
 // Close stops the watchdog and the subscription. Waits in progress end with
 // ErrClosed; holds are released best-effort and their contexts cancelled with
@@ -85,8 +95,36 @@ func (c *Client) Close() error {
 		close(c.closed)
 		c.wd.close()
 		c.ps.close()
+		c.bgMu.Lock()
+		c.bgClosed = true
+		c.bgMu.Unlock()
+		waitAtMost(&c.bg, releaseTimeout)
 	})
 	return err
+}
+
+// bgStart counts one more background give-back, unless the client is
+// closed (Close releases every hold itself).
+func (c *Client) bgStart() bool {
+	c.bgMu.Lock()
+	defer c.bgMu.Unlock()
+	if c.bgClosed {
+		return false
+	}
+	c.bg.Add(1)
+	return true
+}
+
+// waitAtMost waits for wg, at most d.
+func waitAtMost(wg *sync.WaitGroup, d time.Duration) {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // checkOpen returns ErrClosed once Close has begun.
@@ -99,9 +137,6 @@ func (c *Client) checkOpen() error {
 	}
 }
 
-// field is the Redis hash field of o's holds made through c.
-func (c *Client) field(o *owner) string { return c.id + ":" + o.id }
-
 // LockOption configures a lock made by a Client.
 type LockOption func(*lockConfig) error
 
@@ -113,7 +148,9 @@ type lockConfig struct {
 // WithLease gives every hold of the lock a fixed lease of d that the watchdog
 // does not renew (Redisson's lock(leaseTime)): Redis frees the lock d after
 // its last acquisition or re-entry, and the hold's context is cancelled with
-// ErrLeaseLost shortly before.
+// ErrLeaseLost shortly before. Redis counts leases in whole milliseconds: d
+// is rounded up to one. A hold keeps the lease it was taken with: a
+// re-entry through a handle with another lease is refused (ErrInvalid).
 func WithLease(d time.Duration) LockOption {
 	return func(lc *lockConfig) error {
 		if d <= 0 {
@@ -122,7 +159,7 @@ func WithLease(d time.Duration) LockOption {
 		if d < time.Millisecond {
 			return fmt.Errorf("%w: lease %v is below Redis's 1ms resolution", ErrInvalid, d)
 		}
-		lc.lease = d
+		lc.lease = wholeMs(d)
 		return nil
 	}
 }

@@ -1,21 +1,29 @@
 package redisync
 
-import "errors"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
 
 // Sentinel errors. Match them with errors.Is: the errors redisync returns wrap
-// them with the name of the lock involved.
+// them and name the lock involved ("redisync: lock \"x\": not acquired").
 var (
 	// ErrNotAcquired is returned by the Try methods when the lock or the
-	// permits are held elsewhere.
+	// permits are held elsewhere, and by the TryLockFor family when their
+	// wait ran out.
 	ErrNotAcquired = errors.New("redisync: not acquired")
 
-	// ErrNotHeld is returned when the context's owner does not hold what it
-	// tries to release. Nothing is changed in Redis.
+	// ErrNotHeld is returned when the context carries no hold of what it
+	// tries to release, or a hold that has already ended.
 	ErrNotHeld = errors.New("redisync: not held by this owner")
 
 	// ErrLeaseLost is the cause of a hold's context being cancelled when its
 	// lease could not be renewed in time or was taken away (read it with
-	// context.Cause).
+	// context.Cause), and is wrapped by a call through a hold found lost.
 	ErrLeaseLost = errors.New("redisync: lease lost")
 
 	// ErrClosed is returned by calls on a closed Client and ends the waits
@@ -23,6 +31,95 @@ var (
 	ErrClosed = errors.New("redisync: client closed")
 
 	// ErrInvalid is wrapped by every error about bad input: an empty name, a
-	// non-positive lease, timeout or count, a nil client.
+	// non-positive lease, timeout, wait or count, a nil client or option.
 	ErrInvalid = errors.New("redisync: invalid argument")
 )
+
+// lockError is an error about one named lock, latch or semaphore.
+type lockError struct {
+	what string // "lock", "fair lock", "rw lock", "semaphore", "latch"
+	name string
+	err  error
+}
+
+func (e *lockError) Error() string {
+	return "redisync: " + e.what + " " + strconv.Quote(e.name) + ": " + strings.TrimPrefix(e.err.Error(), "redisync: ")
+}
+
+func (e *lockError) Unwrap() error { return e.err }
+
+// keyType is one key of a primitive and the Redis type redisync keeps in it.
+type keyType struct{ key, typ string }
+
+// wrapFor returns the wrap function of a primitive whose keys are layout:
+// it names the primitive and translates Redis's WRONGTYPE replies (see
+// wrongTypeError).
+func wrapFor(c *Client, what, name string, layout ...keyType) func(error) error {
+	return func(err error) error {
+		if err == nil {
+			return nil
+		}
+		var le *lockError
+		if errors.As(err, &le) && le.name == name {
+			return err
+		}
+		if isGone(err) && c != nil {
+			err = wrongType(c, err, layout)
+		}
+		return &lockError{what: what, name: name, err: err}
+	}
+}
+
+// multiError has its own text and matches each of errs.
+type multiError struct {
+	msg  string
+	errs []error
+}
+
+func (e *multiError) Error() string   { return e.msg }
+func (e *multiError) Unwrap() []error { return e.errs }
+
+// wrongTypeError replaces Redis's WRONGTYPE reply to a script, whose text
+// carries the script's SHA and line, with one that says which keys the
+// lock uses: one of them holds a value of another type. It unwraps to
+// Redis's reply.
+type wrongTypeError struct {
+	keys []string
+	err  error
+}
+
+func (e *wrongTypeError) Error() string {
+	if len(e.keys) == 1 {
+		return fmt.Sprintf("key %q holds a value of another type, not one of redisync's (WRONGTYPE)", e.keys[0])
+	}
+	return fmt.Sprintf("one of its keys %q holds a value of another type, not one of redisync's (WRONGTYPE)", e.keys)
+}
+
+func (e *wrongTypeError) Unwrap() error { return e.err }
+
+// wrongType finds which of layout's keys hold a value of another type (an
+// error path, so a few TYPE commands are affordable).
+func wrongType(c *Client, err error, layout []keyType) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	var bad, all []string
+	for _, k := range layout {
+		all = append(all, k.key)
+		if t, terr := c.rdb.Type(ctx, k.key).Result(); terr == nil && t != "none" && t != k.typ {
+			bad = append(bad, k.key)
+		}
+	}
+	if len(bad) == 0 {
+		bad = all
+	}
+	return &wrongTypeError{keys: bad, err: err}
+}
+
+// waitError wraps the error that ended a wait: ctx's error when ctx ended,
+// ErrNotAcquired when only the wait's own bound (TryLockFor) ran out.
+func waitError(err error, parent context.Context, bounded bool) error {
+	if bounded && parent.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: the wait ran out", ErrNotAcquired)
+	}
+	return err
+}

@@ -2,6 +2,7 @@ package redisync
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -43,8 +44,10 @@ func WithWaiterTimeout(d time.Duration) LockOption {
 // client's) while they wait; see WithWaiterTimeout for the bound on how long
 // a crashed waiter can block the queue. A waiter whose context ends leaves the
 // queue at once. Besides the lock's own key (a hash at the name, as Mutex),
-// the queue uses two sorted sets in the name's hash tag slot; none of the
-// keys is left in Redis once the lock is free and nobody waits.
+// the queue uses two sorted sets in the name's Cluster slot,
+// "{tag}:fair-queue:<name>" and "{tag}:fair-timeouts:<name>" (tag is the
+// name's hash tag, or the name); none of the keys is left in Redis once the
+// lock is free and nobody waits.
 //
 // A FairMutex is a cheap handle, safe for concurrent use.
 type FairMutex struct {
@@ -53,8 +56,7 @@ type FairMutex struct {
 	queue    string // zset: waiter field -> arrival number
 	timeouts string // zset: waiter field -> deadline (ms, Redis clock)
 	prefix   string // waiter channel prefix; a waiter listens on prefix+field
-	lease    time.Duration
-	renewed  bool
+	spec     spec
 	waiter   time.Duration
 	err      error
 }
@@ -63,26 +65,29 @@ type FairMutex struct {
 // a name whose companion keys cannot share its Cluster slot, a bad option) is
 // reported by every method of the handle.
 func (c *Client) FairMutex(name string, opts ...LockOption) *FairMutex {
-	f := &FairMutex{name: name}
+	f := &FairMutex{c: c, name: name, waiter: DefaultWaiterTimeout}
+	if keys.Taggable(name) {
+		f.queue = keys.Companion(name, "fair-queue")
+		f.timeouts = keys.Companion(name, "fair-timeouts")
+		f.prefix = keys.Companion(name, "fair-wake") + ":"
+	}
+	f.spec.wrap = wrapFor(c, "fair lock", name, keyType{name, "hash"}, keyType{f.queue, "zset"}, keyType{f.timeouts, "zset"})
 	if c == nil {
-		f.err = fmt.Errorf("%w: nil Client", ErrInvalid)
+		f.err = f.spec.wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
 		return f
 	}
 	lc, err := lockSetup(name, opts, true)
 	if err == nil && !keys.Taggable(name) {
 		err = fmt.Errorf("%w: lock name %q has a \"}\" outside a hash tag", ErrInvalid, name)
 	}
-	f.c, f.err, f.lease, f.renewed, f.waiter = c, err, c.lease, true, DefaultWaiterTimeout
+	f.err = f.spec.wrap(err)
+	f.spec.ref = lockRef{c, "fair lock", name}
+	f.spec.lease, f.spec.renewed = c.lease, true
 	if lc.lease > 0 {
-		f.lease, f.renewed = lc.lease, false
+		f.spec.lease, f.spec.renewed = lc.lease, false
 	}
 	if lc.waiter > 0 {
 		f.waiter = lc.waiter
-	}
-	if err == nil {
-		f.queue = keys.Tagged(name, "fair:queue")
-		f.timeouts = keys.Tagged(name, "fair:timeouts")
-		f.prefix = keys.Tagged(name, "fair:")
 	}
 	return f
 }
@@ -94,177 +99,142 @@ func (f *FairMutex) check() error {
 	if f.err != nil {
 		return f.err
 	}
-	return f.c.checkOpen()
+	return f.wrap(f.c.checkOpen())
 }
 
-func (f *FairMutex) wrap(err error) error {
-	return fmt.Errorf("redisync: fair lock %q: %w", f.name, err)
-}
+func (f *FairMutex) wrap(err error) error { return f.spec.wrap(err) }
 
 func (f *FairMutex) keys() []string { return []string{f.name, f.queue, f.timeouts} }
-
-func (f *FairMutex) holdID(field string) string { return "fair\x00" + f.name + "\x00" + field }
 
 // refresh is how often a waiter renews its place in the queue.
 func (f *FairMutex) refresh() time.Duration { return f.waiter / 3 }
 
-// Lock acquires the lock for ctx's owner in arrival order, waiting until it
-// is this owner's turn or ctx ends (then it returns ctx's error and leaves the
-// queue at once). A re-entry by an owner that holds the lock does not queue.
+// Lock acquires the lock in arrival order, waiting until it is this caller's
+// turn or ctx ends (then it returns an error wrapping ctx's error and
+// leaves the queue at once). A re-entry does not queue.
 //
-// It returns the hold's context, as Mutex.Lock does: pass it down to
-// re-enter and to Unlock; it is cancelled with cause ErrLeaseLost if the
-// lease is lost, and plainly when the owner's last hold is released.
+// It returns the hold's context, with Mutex.Lock's rules: a nested Lock
+// with it re-enters, the hold ends with ctx, and the context is cancelled
+// with cause ErrLeaseLost if the lease is lost.
 func (f *FairMutex) Lock(ctx context.Context) (context.Context, error) {
-	return f.lock(ctx, true)
+	return f.lock(ctx, ctx, true, false)
 }
 
 // TryLock is Lock without waiting: it returns an error wrapping
 // ErrNotAcquired when another owner holds the lock or when others queue for
 // it (it never jumps the queue, and never joins it).
 func (f *FairMutex) TryLock(ctx context.Context) (context.Context, error) {
-	return f.lock(ctx, false)
+	return f.lock(ctx, ctx, false, false)
 }
 
-func (f *FairMutex) lock(parent context.Context, wait bool) (context.Context, error) {
+// TryLockFor is Lock waiting at most wait (wait > 0): after it, it leaves
+// the queue and returns an error wrapping ErrNotAcquired. The bound is on the
+// wait only: a hold it gets lasts as long as ctx.
+func (f *FairMutex) TryLockFor(ctx context.Context, wait time.Duration) (context.Context, error) {
+	if err := checkWait(wait); err != nil {
+		return ctx, f.wrap(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	return f.lock(ctx, wctx, true, true)
+}
+
+func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (context.Context, error) {
 	if err := f.check(); err != nil {
 		return parent, err
 	}
-	if err := parent.Err(); err != nil {
-		return parent, err
+	if err := wctx.Err(); err != nil {
+		return parent, f.wrap(waitError(err, parent, bounded))
 	}
-	ctx, o := ensureOwner(parent)
-	hctx, next, err := f.try(ctx, o, wait)
+	h, err := entry(parent, f.spec.ref)
 	if err != nil {
-		if wait {
-			f.leave(ctx, o)
-		}
-		return parent, err
+		return parent, f.wrap(err)
 	}
-	if hctx != nil {
+	if h != nil {
+		hctx, err := f.c.reenter(parent, &f.spec, h, func(count int) (int, bool, error) {
+			r, err := f.script(parent, h.field, count, false)
+			if err != nil {
+				return 0, false, err
+			}
+			return int(r[1]), r[0] != 1, nil
+		})
+		if err != nil {
+			return parent, err
+		}
 		return hctx, nil
 	}
-	if !wait {
-		return parent, f.wrap(ErrNotAcquired)
+
+	field := f.c.newField()
+	leaseMs := f.spec.lease.Milliseconds()
+	var hctx context.Context
+	try := func() (bool, time.Duration, error) {
+		sent := time.Now()
+		r, err := f.script(parent, field, 0, wait)
+		if err != nil {
+			return false, 0, err
+		}
+		if r[0] != 1 {
+			next := bound(r[1], f.spec.lease/3)
+			if wait {
+				next = min(next, f.refresh())
+			}
+			return false, next, nil
+		}
+		hctx, err = f.c.grant(&f.spec, parent, field, int(r[1]), sent,
+			call{lua.Renew, []string{f.name}, []any{field, leaseMs}},
+			call{lua.FairDrop, f.keys(), []any{field, f.prefix}})
+		if errors.Is(err, errTooLate) {
+			return false, time.Millisecond, nil
+		}
+		return err == nil, 0, err
 	}
-	// Only this owner's waiters listen on its channel: wake them all.
-	err = f.c.await(ctx, f.prefix+f.c.field(o), wakeAll, next, func() (bool, time.Duration, error) {
-		hctx, next, err = f.try(ctx, o, true)
-		return hctx != nil, next, err
-	})
+	done, next, err := try()
+	if err == nil && !done && wait {
+		// Only this waiter listens on its channel: wake it at every message.
+		err = f.c.await(wctx, f.prefix+field, wakeAll, next, try)
+	}
 	if err != nil {
-		f.leave(ctx, o)
-		return parent, err
+		if wait {
+			f.leave(parent, field)
+		}
+		return parent, f.wrap(waitError(err, parent, bounded))
+	}
+	if !done && !wait {
+		return parent, f.wrap(ErrNotAcquired)
 	}
 	return hctx, nil
 }
 
-// leave takes o out of the queue after a wait that ended without the lock,
-// best-effort: an entry left behind expires with its deadline.
-func (f *FairMutex) leave(ctx context.Context, o *owner) {
-	cleanup(ctx, func(ctx context.Context) {
-		o.mu.Lock()
-		defer o.mu.Unlock()
-		_ = lua.FairLeave.Run(ctx, f.c.rdb, f.keys(), f.c.field(o), f.prefix).Err()
-	})
-}
-
-// try runs the lock script once, queueing (or refreshing o's place) when
-// queue is set. It returns the hold's context when o holds the lock, or the
-// bound to wait before trying again.
-func (f *FairMutex) try(ctx context.Context, o *owner, queue bool) (context.Context, time.Duration, error) {
-	field := f.c.field(o)
-	id := f.holdID(field)
-	ks := f.keys()
-	leaseMs := f.lease.Milliseconds()
+// script runs the lock script once for field with its hold count before the
+// call, queueing (or refreshing the caller's place) when queue is set. It
+// runs to completion even if ctx ends meanwhile (see Mutex).
+func (f *FairMutex) script(ctx context.Context, field string, count int, queue bool) ([]int64, error) {
 	var waiterMs int64
 	if queue {
 		waiterMs = f.waiter.Milliseconds()
 	}
-
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	h := f.c.wd.get(id)
-	count := 0
-	if h != nil {
-		count = h.count
-	}
-	// The script runs to completion even if ctx ends meanwhile (see Mutex).
-	sent := time.Now()
-	r, err := lua.FairLock.Run(context.WithoutCancel(ctx), f.c.rdb, ks, leaseMs, field, count, waiterMs, f.prefix).Int64Slice()
-	if err != nil {
-		return nil, 0, f.wrap(err)
-	}
-	if r[0] == 0 {
-		next := bound(r[1], f.lease/3)
-		if queue {
-			next = min(next, f.refresh())
-		}
-		return nil, next, nil
-	}
-	if h != nil {
-		h.count = int(r[1])
-		f.c.wd.extend(h, sent)
-		return ctx, 0, nil
-	}
-	hctx, cancel := context.WithCancelCause(ctx)
-	h = &hold{
-		id:      id,
-		lease:   f.lease,
-		renewed: f.renewed,
-		renew:   call{lua.Renew, []string{f.name}, []any{field, leaseMs}},
-		release: call{lua.FairDrop, ks, []any{field, f.prefix}},
-		count:   int(r[1]),
-		ctx:     hctx,
-		cancel:  cancel,
-	}
-	if !f.c.wd.add(h, sent) {
-		cancel(ErrClosed)
-		rctx, done := detach(ctx)
-		defer done()
-		_ = lua.FairDrop.Run(rctx, f.c.rdb, ks, field, f.prefix).Err()
-		return nil, 0, ErrClosed
-	}
-	return hctx, 0, nil
+	return lua.FairLock.Run(context.WithoutCancel(ctx), f.c.rdb, f.keys(), f.spec.lease.Milliseconds(), field, count, waiterMs, f.prefix).Int64Slice()
 }
 
-// Unlock releases one hold of ctx's owner; when the owner's last hold is
-// released the lock is handed to the head of the queue, and only that waiter
-// is woken. It returns an error wrapping ErrNotHeld, changing nothing, when
-// the owner does not hold the lock. It works with a cancelled ctx.
+// leave takes field out of the queue after a wait that ended without the
+// lock, best-effort: an entry left behind expires with its deadline.
+func (f *FairMutex) leave(ctx context.Context, field string) {
+	cleanup(ctx, func(ctx context.Context) {
+		_ = lua.FairLeave.Run(ctx, f.c.rdb, f.keys(), field, f.prefix).Err()
+	})
+}
+
+// Unlock releases one hold of the lock that ctx carries; when the last hold
+// is released the lock is handed to the head of the queue, and only that
+// waiter is woken. Its results are Mutex.Unlock's. It works with a
+// cancelled ctx.
 func (f *FairMutex) Unlock(ctx context.Context) error {
 	if err := f.check(); err != nil {
 		return err
 	}
-	o := ownerOf(ctx)
-	if o == nil {
-		return f.wrap(fmt.Errorf("%w (the context carries no owner)", ErrNotHeld))
-	}
-	ctx, cancel := detach(ctx)
-	defer cancel()
-	field := f.c.field(o)
-	ks := f.keys()
-
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	h := f.c.wd.get(f.holdID(field))
-	if h == nil {
-		n, err := lua.FairDrop.Run(ctx, f.c.rdb, ks, field, f.prefix).Int64()
-		if err != nil {
-			return f.wrap(err)
-		}
-		if n == 1 {
-			return nil
-		}
-		return f.wrap(ErrNotHeld)
-	}
-	err := f.c.wd.unhold(h, func(count int) (int64, error) {
-		return lua.FairUnlock.Run(ctx, f.c.rdb, ks, field, count, f.lease.Milliseconds(), f.prefix).Int64()
+	return f.c.release(ctx, &f.spec, 1, func(ctx context.Context, h *hold, count int) (int64, error) {
+		return lua.FairUnlock.Run(ctx, f.c.rdb, f.keys(), h.field, count, h.lease.Milliseconds(), f.prefix).Int64()
 	})
-	if err != nil {
-		return f.wrap(err)
-	}
-	return nil
 }
 
 // IsLocked reports whether any owner holds the lock.
@@ -273,22 +243,17 @@ func (f *FairMutex) IsLocked(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	ok, err := hashLocked(ctx, f.c, f.name)
-	if err != nil {
-		return false, f.wrap(err)
-	}
-	return ok, nil
+	return ok, f.wrap(err)
 }
 
-// HoldCount returns how many holds ctx's owner has on the lock (0 when none).
+// HoldCount returns how many holds of the lock the hold ctx carries has (0
+// when ctx carries none), as Redis has it.
 func (f *FairMutex) HoldCount(ctx context.Context) (int, error) {
 	if err := f.check(); err != nil {
 		return 0, err
 	}
-	n, err := hashHolds(ctx, f.c, f.name)
-	if err != nil {
-		return 0, f.wrap(err)
-	}
-	return n, nil
+	n, err := hashHolds(ctx, f.c, f.spec.ref)
+	return n, f.wrap(err)
 }
 
 // TTL returns the lock's remaining lease: 0 when it is free, and a negative
@@ -298,24 +263,21 @@ func (f *FairMutex) TTL(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	d, err := hashLease(ctx, f.c, f.name)
-	if err != nil {
-		return 0, f.wrap(err)
-	}
-	return d, nil
+	return d, f.wrap(err)
 }
 
 // ForceUnlock frees the lock whoever holds it and hands it to the head of the
 // queue, reporting whether it was held. Holders lose their lease: their
-// contexts are cancelled with ErrLeaseLost (at once in this process, at their
-// next renewal in others). The queue is kept.
+// contexts are cancelled with ErrLeaseLost, in this process before the lock
+// is freed, in others at their next renewal. The queue is kept.
 func (f *FairMutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := f.check(); err != nil {
 		return false, err
 	}
+	f.c.wd.endAll(f.spec.ref, endForced, ErrLeaseLost)
 	n, err := lua.FairForceUnlock.Run(ctx, f.c.rdb, []string{f.name, f.queue}, f.prefix).Int64()
 	if err != nil {
 		return false, f.wrap(err)
 	}
-	f.c.wd.loseAll("fair\x00" + f.name + "\x00")
 	return n == 1, nil
 }

@@ -25,20 +25,21 @@ type CountDownLatch struct {
 	c       *Client
 	name    string
 	channel string
+	wrap    func(error) error
 	err     error
 }
 
 // CountDownLatch returns a handle on the latch name. An empty name is
 // reported by every method of the handle.
 func (c *Client) CountDownLatch(name string) *CountDownLatch {
-	l := &CountDownLatch{name: name, channel: "redisync_latch__channel:{" + name + "}"}
+	l := &CountDownLatch{c: c, name: name, channel: "redisync_latch__channel:{" + name + "}"}
+	l.wrap = wrapFor(c, "latch", name, keyType{name, "string"})
 	switch {
 	case c == nil:
-		l.err = fmt.Errorf("%w: nil Client", ErrInvalid)
+		l.err = l.wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
 	case name == "":
-		l.err = fmt.Errorf("%w: empty latch name", ErrInvalid)
+		l.err = l.wrap(fmt.Errorf("%w: empty latch name", ErrInvalid))
 	}
-	l.c = c
 	return l
 }
 
@@ -49,11 +50,7 @@ func (l *CountDownLatch) check() error {
 	if l.err != nil {
 		return l.err
 	}
-	return l.c.checkOpen()
-}
-
-func (l *CountDownLatch) wrap(err error) error {
-	return fmt.Errorf("redisync: latch %q: %w", l.name, err)
+	return l.wrap(l.c.checkOpen())
 }
 
 // TrySetCount starts the latch counting down from n (n > 0) unless it is
@@ -123,8 +120,8 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 	if err != nil || n == 0 {
 		return err
 	}
-	return l.c.await(ctx, l.channel, wakeAll, latchRecheck, func() (bool, time.Duration, error) {
+	return l.wrap(l.c.await(ctx, l.channel, wakeAll, latchRecheck, func() (bool, time.Duration, error) {
 		n, err := l.Count(ctx)
 		return n == 0, latchRecheck, err
-	})
+	}))
 }

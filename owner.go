@@ -3,50 +3,67 @@ package redisync
 import (
 	"context"
 	"strconv"
-	"sync"
 	"sync/atomic"
 )
 
-// owner is who holds a lock: the Go analogue of Redisson's thread. It travels
-// in a context.Context so nested calls re-enter instead of deadlocking.
-type owner struct {
-	id string // process-unique; the Redis field is "<client uuid>:<id>"
+// A context carries holds, not an owner. Each first acquisition of a lock
+// gets a fresh owner (the Redis field "<client uuid>:<n>"); the hold's
+// context carries that hold under a key naming the lock, so a nested Lock of
+// the same lock with it re-enters, while any other lock sees no hold and
+// gives the caller a fresh owner of its own.
 
-	// mu serialises this owner's lock-changing scripts, so the hold counts
-	// the scripts set stay in step with the counts kept in the process even
-	// when goroutines share an owner on purpose (WithOwner).
-	mu sync.Mutex
+// lockRef names one lock of one Client: the key under which a context
+// carries a hold of it.
+type lockRef struct {
+	c    *Client
+	kind string // "lock", "fair lock", "rw read", "rw write", "semaphore"
+	name string
 }
 
-type ownerKey struct{}
+// scope is started by WithOwner: holds taken outside it are not re-entered
+// inside it.
+type scope struct{ _ byte }
+
+type scopeKey struct{}
+
+// WithOwner returns a copy of ctx in which the holds ctx carries are not
+// re-entered: a Lock with it (or with a context derived from it) takes a
+// new owner and contends for the lock, even one that ctx holds. Use it
+// inside a hold to wait for the lock as somebody else would, rather than
+// re-entering it.
+//
+// Lock already gives a fresh owner to a context that carries no hold of
+// the lock, so WithOwner is needed only inside a hold.
+func WithOwner(ctx context.Context) context.Context {
+	return context.WithValue(ctx, scopeKey{}, new(scope))
+}
+
+func scopeOf(ctx context.Context) *scope {
+	s, _ := ctx.Value(scopeKey{}).(*scope)
+	return s
+}
+
+// carried returns the hold of ref that ctx carries, live or ended, or nil;
+// a hold taken outside ctx's WithOwner scope is not ctx's.
+func carried(ctx context.Context, ref lockRef) *hold {
+	h, _ := ctx.Value(ref).(*hold)
+	if h == nil || h.scope != scopeOf(ctx) {
+		return nil
+	}
+	return h
+}
+
+// held returns the live hold of ref that ctx carries, or nil.
+func held(ctx context.Context, ref lockRef) *hold {
+	if h := carried(ctx, ref); h != nil && h.live() {
+		return h
+	}
+	return nil
+}
 
 var ownerSeq atomic.Uint64
 
-func newOwner() *owner {
-	return &owner{id: strconv.FormatUint(ownerSeq.Add(1), 10)}
-}
-
-// WithOwner returns a copy of ctx that carries a new owner. Locks taken with
-// it, or with a context derived from it, belong to that owner: pass it to
-// helper goroutines that should share a hold on purpose.
-//
-// Lock gives a context without an owner a fresh one, so WithOwner is needed
-// only to share one owner or to start a new one inside a hold.
-func WithOwner(ctx context.Context) context.Context {
-	return context.WithValue(ctx, ownerKey{}, newOwner())
-}
-
-// ownerOf returns ctx's owner, or nil.
-func ownerOf(ctx context.Context) *owner {
-	o, _ := ctx.Value(ownerKey{}).(*owner)
-	return o
-}
-
-// ensureOwner returns ctx and its owner, giving ctx a fresh owner if it has none.
-func ensureOwner(ctx context.Context) (context.Context, *owner) {
-	if o := ownerOf(ctx); o != nil {
-		return ctx, o
-	}
-	o := newOwner()
-	return context.WithValue(ctx, ownerKey{}, o), o
+// newField returns a fresh owner's Redis field.
+func (c *Client) newField() string {
+	return c.id + ":" + strconv.FormatUint(ownerSeq.Add(1), 10)
 }

@@ -12,30 +12,64 @@ import (
 // it: a channel is subscribed while at least one local waiter needs it, and a
 // message wakes as many local waiters of that channel as its policy says.
 //
-// Messages can be lost (a reconnect, a killed subscription), so no wait relies
-// on them alone: every wait also has a bound, and after go-redis re-subscribes
-// on a new connection every waiter of every channel is woken to look again.
+// What Redis has subscribed is read from its own replies, never assumed from
+// what was sent: a SUBSCRIBE counts once Redis confirmed it, one whose write
+// failed or whose confirmation does not come is sent again until it is, and
+// a lost connection unconfirms every channel until go-redis's reconnection
+// has subscribed it afresh. Whenever a channel becomes subscribed again
+// while waiters wait on it (a reconnection, a rotation), a message may have
+// been missed meanwhile, so its waiters look again. Messages can still be
+// lost, so no wait relies on them alone: every wait also has a bound.
+//
+// Commands are written by one writer goroutine, in the order of the state
+// changes that queue them, so no waiter ever blocks on the network to
+// subscribe or to leave.
 type pubsub struct {
 	rdb    redis.UniversalClient
 	closed <-chan struct{}
 
-	mu    sync.Mutex
-	ps    *redis.PubSub // nil until the first subscription
-	chans map[string]*channel
-	stale map[string]int // acks still due for subscriptions already dropped
-	done  chan struct{}  // closed when the reader goroutine has ended
+	mu      sync.Mutex
+	ps      *redis.PubSub        // nil until the first subscription
+	chans   map[string]*channel  // channels with local waiters
+	subs    map[string]*subState // what Redis's replies say of each channel
+	ops     []subOp              // to write, in order
+	kick    chan struct{}        // buffered 1: ops are queued
+	retry   *time.Timer          // re-sends unconfirmed subscriptions
+	armed   bool                 // retry is pending
+	stopped bool
+	wg      sync.WaitGroup // the reader and the writer
 }
+
+// subOp is a SUBSCRIBE (sub) or UNSUBSCRIBE to write.
+type subOp struct {
+	sub  bool
+	name string
+}
+
+// subState is a channel's state on the connection, as its replies tell it.
+type subState struct {
+	live   bool      // the newest reply about it confirmed a subscription
+	unsubs int       // UNSUBSCRIBEs queued and not yet confirmed
+	sent   time.Time // when the newest SUBSCRIBE was queued
+}
+
+// confirmed reports whether Redis delivers the channel's messages to this
+// client now and will until told otherwise.
+func (s *subState) confirmed() bool { return s.live && s.unsubs == 0 }
+
+// resendAfter is how long a SUBSCRIBE may go unconfirmed before it is sent
+// again.
+const resendAfter = time.Second
 
 // channel is the local state of one subscribed channel.
 type channel struct {
 	name    string
 	wake    func(payload string) int // waiters to wake per message; < 0 for all
 	waiters []*waiter                // in arrival order
-	pending int                      // SUBSCRIBE acks not yet received
-	rotated int                      // of which from rotate: the channel stays live
 	wins    int                      // local waiters that won since the last rotation
-	ready   chan struct{}            // closed at the first ack (of any)
+	ready   chan struct{}            // closed at the channel's first confirmation
 	seq     uint64                   // wake-ups so far (messages and re-subscriptions)
+	until   time.Time                // when the holder's lease runs out, as last seen
 }
 
 // mark is a channel's state seen before an attempt: see pubsub.mark.
@@ -52,7 +86,11 @@ type waiter struct {
 }
 
 func newPubSub(rdb redis.UniversalClient, closed <-chan struct{}) *pubsub {
-	return &pubsub{rdb: rdb, closed: closed, chans: map[string]*channel{}, stale: map[string]int{}}
+	return &pubsub{
+		rdb: rdb, closed: closed,
+		chans: map[string]*channel{}, subs: map[string]*subState{},
+		kick: make(chan struct{}, 1),
+	}
 }
 
 // Wake policies for subscribe.
@@ -63,7 +101,7 @@ func wakeAll(string) int { return -1 }
 // first local waiter. wake decides how many waiters a message wakes; the first
 // subscriber of a channel sets it. The waiter must be left with leave. It
 // fails only when the client is closed.
-func (p *pubsub) subscribe(ctx context.Context, name string, wake func(string) int) (*waiter, error) {
+func (p *pubsub) subscribe(name string, wake func(string) int) (*waiter, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	select {
@@ -73,16 +111,139 @@ func (p *pubsub) subscribe(ctx context.Context, name string, wake func(string) i
 	}
 	ch := p.chans[name]
 	if ch == nil {
-		ch = &channel{name: name, wake: wake, ready: make(chan struct{}), pending: 1}
+		ch = &channel{name: name, wake: wake, ready: make(chan struct{})}
 		p.chans[name] = ch
-		// A failed send leaves the channel in go-redis's set, which it
-		// re-subscribes when its reader reconnects; until then the
-		// waiter's bounded waits stand in for the messages.
-		p.send(ctx, name)
+		if p.state(name).confirmed() {
+			close(ch.ready)
+		} else {
+			p.queueSub(name)
+		}
 	}
 	w := &waiter{p: p, ch: ch, c: make(chan struct{}, 1)}
 	ch.waiters = append(ch.waiters, w)
 	return w, nil
+}
+
+// state returns name's subscription state, creating it. Called with p.mu held.
+func (p *pubsub) state(name string) *subState {
+	s := p.subs[name]
+	if s == nil {
+		s = &subState{}
+		p.subs[name] = s
+	}
+	return s
+}
+
+// queueSub queues a SUBSCRIBE of name and makes sure it is sent again if
+// it goes unconfirmed. Called with p.mu held.
+func (p *pubsub) queueSub(name string) {
+	p.state(name).sent = time.Now()
+	p.queue(subOp{sub: true, name: name})
+	p.armRetry()
+}
+
+// queueUnsub queues an UNSUBSCRIBE of name. Called with p.mu held.
+func (p *pubsub) queueUnsub(name string) {
+	p.state(name).unsubs++
+	p.queue(subOp{name: name})
+}
+
+// queue hands op to the writer, starting the subscription (its connection,
+// reader and writer) on first use. Called with p.mu held.
+func (p *pubsub) queue(op subOp) {
+	if p.stopped {
+		return
+	}
+	if p.ps == nil {
+		p.ps = p.rdb.Subscribe(context.Background())
+		p.wg.Add(2)
+		go p.read(p.ps)
+		go p.write(p.ps)
+	}
+	p.ops = append(p.ops, op)
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// armRetry schedules a look for unconfirmed subscriptions. Called with p.mu held.
+func (p *pubsub) armRetry() {
+	if p.armed || p.stopped {
+		return
+	}
+	p.armed = true
+	if p.retry == nil {
+		p.retry = time.AfterFunc(resendAfter, p.resend)
+	} else {
+		p.retry.Reset(resendAfter)
+	}
+}
+
+// resend sends again every SUBSCRIBE that has gone unconfirmed for
+// resendAfter: its write may have failed after go-redis recorded the
+// channel, and a reconnection within that write re-subscribes only the
+// channels it had before.
+func (p *pubsub) resend() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.armed = false
+	pending := false
+	for name := range p.chans {
+		s := p.state(name)
+		if s.confirmed() {
+			continue
+		}
+		pending = true
+		if time.Since(s.sent) >= resendAfter {
+			p.queueSub(name)
+		}
+	}
+	if pending {
+		p.armRetry()
+	}
+}
+
+// write is the writer goroutine: it writes the queued commands in order
+// until the client closes.
+func (p *pubsub) write(ps *redis.PubSub) {
+	defer p.wg.Done()
+	ctx := context.Background()
+	for {
+		select {
+		case <-p.kick:
+		case <-p.closed:
+			return
+		}
+		for {
+			p.mu.Lock()
+			if len(p.ops) == 0 || p.stopped {
+				p.mu.Unlock()
+				break
+			}
+			op := p.ops[0]
+			p.ops = p.ops[1:]
+			p.mu.Unlock()
+			if op.sub {
+				// A failed write may have made go-redis reconnect and
+				// re-subscribe its channels without this one: write it
+				// again at once (the retry timer covers the rest).
+				if ps.Subscribe(ctx, op.name) != nil {
+					_ = ps.Subscribe(ctx, op.name)
+				}
+				continue
+			}
+			if ps.Unsubscribe(ctx, op.name) != nil {
+				// No confirmation will come: the connection is gone,
+				// and go-redis does not re-subscribe the channel.
+				p.mu.Lock()
+				if s := p.subs[op.name]; s != nil && s.unsubs > 0 {
+					s.unsubs--
+				}
+				p.mu.Unlock()
+			}
+		}
+	}
 }
 
 // mark records the state of a channel that is already subscribed and
@@ -90,15 +251,22 @@ func (p *pubsub) subscribe(ctx context.Context, name string, wake func(string) i
 // on it from then until a waiter registers, the waiter cannot have missed a
 // wake-up, and need not try again before waiting (see waiter.missed).
 //
-// queued reports whether local waiters are already waiting on the channel.
-func (p *pubsub) mark(name string) (m mark, queued bool) {
+// queued reports whether local waiters are already waiting on the channel,
+// and until when the lock's holder keeps it at most without renewing, as
+// the latest attempt saw.
+func (p *pubsub) mark(name string) (m mark, queued bool, until time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ch := p.chans[name]
-	if ch == nil || ch.pending > ch.rotated {
-		return mark{}, false
+	if ch == nil || !p.state(name).confirmed() {
+		return mark{}, false, time.Time{}
 	}
-	return mark{ch: ch, seq: ch.seq}, len(ch.waiters) > 0
+	select {
+	case <-ch.ready:
+	default:
+		return mark{}, false, time.Time{}
+	}
+	return mark{ch: ch, seq: ch.seq}, len(ch.waiters) > 0, ch.until
 }
 
 // missed reports whether w could have missed a wake-up since m was taken:
@@ -107,6 +275,13 @@ func (w *waiter) missed(m mark) bool {
 	w.p.mu.Lock()
 	defer w.p.mu.Unlock()
 	return m.ch != w.ch || m.seq != w.ch.seq
+}
+
+// note records that an attempt found the lock held for at most d more.
+func (w *waiter) note(d time.Duration) {
+	w.p.mu.Lock()
+	w.ch.until = time.Now().Add(d)
+	w.p.mu.Unlock()
 }
 
 // rotateEvery is how many times in a row a client's waiters may win a lock
@@ -123,40 +298,21 @@ const rotateEvery = 4
 // unlock usually wins the race for the lock; a client that keeps winning
 // goes last, so the clients take turns and none starves.
 //
-// The caller holds the lock the channel announces: no unlock message can be
-// published between the UNSUBSCRIBE and the SUBSCRIBE.
+// An unlock published between the UNSUBSCRIBE and the SUBSCRIBE is not
+// heard; the waiters look again once the SUBSCRIBE is confirmed.
 func (p *pubsub) rotate(name string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ch := p.chans[name]
-	if ch == nil || len(ch.waiters) == 0 || ch.pending > ch.rotated || p.ps == nil {
+	if ch == nil || len(ch.waiters) == 0 || !p.state(name).confirmed() {
 		return
 	}
 	if ch.wins++; ch.wins < rotateEvery {
 		return
 	}
 	ch.wins = 0
-	// Errors are left to go-redis: Subscribe puts the channel back in its
-	// set even when the connection is gone, and a reconnect re-subscribes
-	// it, so the ack counted here comes either way.
-	ctx := context.Background()
-	_ = p.ps.Unsubscribe(ctx, name)
-	ch.pending++
-	ch.rotated++
-	_ = p.ps.Subscribe(ctx, name)
-}
-
-// send writes SUBSCRIBE name on the shared connection, creating it and its
-// reader goroutine on first use. Called with p.mu held, which keeps the
-// SUBSCRIBE and UNSUBSCRIBE commands in the order of the state changes.
-func (p *pubsub) send(ctx context.Context, name string) {
-	ctx = context.WithoutCancel(ctx)
-	if p.ps == nil {
-		p.ps = p.rdb.Subscribe(ctx)
-		p.done = make(chan struct{})
-		go p.read(p.ps, p.done)
-	}
-	_ = p.ps.Subscribe(ctx, name)
+	p.queueUnsub(name)
+	p.queueSub(name)
 }
 
 // leave removes w from its channel, passing on a wake-up it did not take and
@@ -180,14 +336,7 @@ func (p *pubsub) leave(w *waiter) {
 		return
 	}
 	delete(p.chans, ch.name)
-	if ch.pending > 0 {
-		p.stale[ch.name] += ch.pending
-	}
-	if p.ps != nil {
-		// An error means the connection is gone; go-redis will not
-		// re-subscribe the channel, which is all that is needed.
-		_ = p.ps.Unsubscribe(context.Background(), ch.name)
-	}
+	p.queueUnsub(ch.name)
 }
 
 // ready waits for Redis to confirm the subscription, at most d: until then an
@@ -256,15 +405,21 @@ func wake(ws []*waiter, n int) {
 	}
 }
 
-// read is the reader goroutine: it dispatches messages and acks until the
-// PubSub is closed. go-redis reconnects and re-subscribes by itself after a
-// connection error; read only paces its retries.
-func (p *pubsub) read(ps *redis.PubSub, done chan struct{}) {
-	defer close(done)
+// read is the reader goroutine: it dispatches messages and confirmations
+// until the client closes. go-redis reconnects and re-subscribes the
+// channels it knows by itself after a connection error; read only paces
+// its retries.
+func (p *pubsub) read(ps *redis.PubSub) {
+	defer p.wg.Done()
 	backoff := 10 * time.Millisecond
 	for {
 		msg, err := ps.Receive(context.Background())
 		if err != nil {
+			select {
+			case <-p.closed:
+				return
+			default:
+			}
 			p.connLost()
 			select {
 			case <-p.closed:
@@ -279,19 +434,28 @@ func (p *pubsub) read(ps *redis.PubSub, done chan struct{}) {
 		case *redis.Message:
 			p.deliver(m.Channel, m.Payload)
 		case *redis.Subscription:
-			if m.Kind == "subscribe" {
-				p.ack(m.Channel)
-			}
+			p.ack(m.Kind, m.Channel)
 		}
 	}
 }
 
-// connLost forgets the acks the lost connection still owed: they will not
-// come, and go-redis confirms the channels it re-subscribes afresh.
+// connLost records that the connection, and every subscription on it, is
+// gone: go-redis subscribes the channels it knows again on a new one, and
+// the confirmations it gets there count afresh.
 func (p *pubsub) connLost() {
 	p.mu.Lock()
-	clear(p.stale)
-	p.mu.Unlock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	for name, s := range p.subs {
+		if p.chans[name] == nil {
+			delete(p.subs, name)
+			continue
+		}
+		s.live, s.unsubs, s.sent = false, 0, now
+	}
+	if len(p.chans) > 0 {
+		p.armRetry()
+	}
 }
 
 func (p *pubsub) deliver(name, payload string) {
@@ -303,46 +467,56 @@ func (p *pubsub) deliver(name, payload string) {
 	}
 }
 
-// ack counts a subscription confirmation. One that no SUBSCRIBE of ours is
-// waiting for comes from go-redis re-subscribing on a new connection: messages
-// may have been lost meanwhile, so every waiter of the channel looks again.
-func (p *pubsub) ack(name string) {
+// ack applies a confirmation (kind "subscribe" or "unsubscribe"). When it
+// makes a channel with waiters subscribed again, messages may have been
+// missed while it was not: its waiters look again, as a message would have
+// woken them.
+func (p *pubsub) ack(kind, name string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if n := p.stale[name]; n > 0 {
-		if n == 1 {
-			delete(p.stale, name)
-		} else {
-			p.stale[name] = n - 1
+	s := p.state(name)
+	was := s.confirmed()
+	switch kind {
+	case "subscribe":
+		s.live = true
+	case "unsubscribe":
+		s.live = false
+		if s.unsubs > 0 {
+			s.unsubs--
 		}
+	default:
 		return
 	}
 	ch := p.chans[name]
 	if ch == nil {
-		return
-	}
-	if ch.pending > 0 {
-		ch.pending--
-		ch.rotated = max(ch.rotated-1, 0)
-		select {
-		case <-ch.ready:
-		default:
-			close(ch.ready)
+		if !s.live && s.unsubs == 0 {
+			delete(p.subs, name)
 		}
 		return
 	}
-	ch.seq++
-	wake(ch.waiters, -1)
+	if was || !s.confirmed() {
+		return
+	}
+	select {
+	case <-ch.ready:
+		ch.seq++
+		wake(ch.waiters, ch.wake(""))
+	default:
+		close(ch.ready) // the first confirmation: its waiters try once it comes
+	}
 }
 
-// close ends the subscription and waits for the reader goroutine.
+// close ends the subscription and waits for its goroutines.
 func (p *pubsub) close() {
 	p.mu.Lock()
-	ps, done := p.ps, p.done
-	p.ps = nil
+	ps := p.ps
+	p.stopped = true
+	if p.retry != nil {
+		p.retry.Stop()
+	}
 	p.mu.Unlock()
 	if ps != nil {
 		_ = ps.Close()
-		<-done
 	}
+	p.wg.Wait()
 }

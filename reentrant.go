@@ -20,28 +20,30 @@ const unlockMessage = "0"
 // Java services using Redisson can guard the same resource.
 //
 // A Mutex is a cheap handle, safe for concurrent use: the owner is the
-// context's, never the handle's (see Lock).
+// hold's, never the handle's (see Lock).
 type Mutex struct {
 	c       *Client
 	name    string
 	channel string
-	lease   time.Duration // what the scripts set
-	renewed bool          // kept alive by the watchdog (no WithLease)
-	err     error         // bad name or option, returned by every method
+	spec    spec
+	err     error // bad name or option, returned by every method
 }
 
 // Mutex returns a handle on the reentrant lock name. Bad input (an empty
 // name, a bad option) is reported by every method of the handle.
 func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
-	m := &Mutex{name: name, channel: "redisson_lock__channel:{" + name + "}"}
+	m := &Mutex{c: c, name: name, channel: "redisson_lock__channel:{" + name + "}"}
+	m.spec.wrap = wrapFor(c, "lock", name, keyType{name, "hash"})
 	if c == nil {
-		m.err = fmt.Errorf("%w: nil Client", ErrInvalid)
+		m.err = m.spec.wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
 		return m
 	}
 	lc, err := lockSetup(name, opts, false)
-	m.c, m.err, m.lease, m.renewed = c, err, c.lease, true
+	m.err = m.spec.wrap(err)
+	m.spec.ref = lockRef{c, "lock", name}
+	m.spec.lease, m.spec.renewed = c.lease, true
 	if lc.lease > 0 {
-		m.lease, m.renewed = lc.lease, false
+		m.spec.lease, m.spec.renewed = lc.lease, false
 	}
 	return m
 }
@@ -53,169 +55,167 @@ func (m *Mutex) check() error {
 	if m.err != nil {
 		return m.err
 	}
-	return m.c.checkOpen()
+	return m.wrap(m.c.checkOpen())
 }
 
-func (m *Mutex) wrap(err error) error {
-	return fmt.Errorf("redisync: lock %q: %w", m.name, err)
-}
+func (m *Mutex) wrap(err error) error { return m.spec.wrap(err) }
 
-func (m *Mutex) holdID(field string) string { return "mutex\x00" + m.name + "\x00" + field }
-
-// Lock acquires the lock for ctx's owner, waiting until it is free or ctx
-// ends (then it returns ctx's error). A context without an owner gets a new
-// one, so goroutines sharing the handle exclude each other.
+// Lock acquires the lock, waiting until it is free or ctx ends (then it
+// returns an error that wraps ctx's error and names the lock).
 //
-// It returns the hold's context: pass it down, and a nested Lock with it
-// re-enters (and returns it as given); pass it to Unlock. It is cancelled
-// with cause ErrLeaseLost if the lease is lost, and plainly when the owner's
-// last hold is released. On error, Lock returns ctx unchanged.
+// It returns the hold's context, derived from ctx: pass it down, and a
+// nested Lock of this lock with it (or with a context derived from it)
+// re-enters, returning a context that ends with the hold; pass it to
+// Unlock. A context that carries no hold of this lock gets a fresh owner,
+// so goroutines sharing the handle, or a hold of another lock, exclude each
+// other.
+//
+// The hold lasts until its last Unlock, until its lease is lost (the hold's
+// context is then cancelled with cause ErrLeaseLost), or until ctx ends:
+// then redisync releases the lock in Redis and wakes a waiter, so a lock
+// never outlives the context it was taken with. While the hold's context is
+// live the owner holds the lock; once it is done the owner does not. To
+// bound only the wait, use TryLockFor. On error, Lock returns ctx.
 func (m *Mutex) Lock(ctx context.Context) (context.Context, error) {
-	return m.lock(ctx, true)
+	return m.lock(ctx, ctx, true, false)
 }
 
 // TryLock is Lock without waiting: it returns an error wrapping
 // ErrNotAcquired when another owner holds the lock.
 func (m *Mutex) TryLock(ctx context.Context) (context.Context, error) {
-	return m.lock(ctx, false)
+	return m.lock(ctx, ctx, false, false)
 }
 
-func (m *Mutex) lock(parent context.Context, wait bool) (context.Context, error) {
+// TryLockFor is Lock waiting at most wait (wait > 0): after it, it returns an
+// error wrapping ErrNotAcquired, leaving nothing behind. The bound is on the
+// wait only: a hold it gets lasts as Lock's does, as long as ctx.
+func (m *Mutex) TryLockFor(ctx context.Context, wait time.Duration) (context.Context, error) {
+	if err := checkWait(wait); err != nil {
+		return ctx, m.wrap(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	return m.lock(ctx, wctx, true, true)
+}
+
+// checkWait refuses a wait bound that is not positive.
+func checkWait(wait time.Duration) error {
+	if wait <= 0 {
+		return fmt.Errorf("%w: wait %v is not positive", ErrInvalid, wait)
+	}
+	return nil
+}
+
+// lock acquires for a hold bound to parent, waiting (if wait) as long as
+// wctx lasts; bounded says wctx is TryLockFor's.
+func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.Context, error) {
 	if err := m.check(); err != nil {
 		return parent, err
 	}
-	if err := parent.Err(); err != nil {
-		return parent, err
+	if err := wctx.Err(); err != nil {
+		return parent, m.wrap(waitError(err, parent, bounded))
 	}
-	ctx, o := ensureOwner(parent)
-	var mk mark
-	var queued bool
-	if wait && m.c.wd.get(m.holdID(m.c.field(o))) == nil {
-		mk, queued = m.c.ps.mark(m.channel)
+	h, err := entry(parent, m.spec.ref)
+	if err != nil {
+		return parent, m.wrap(err)
 	}
-	var hctx context.Context
-	ttl := m.lease / 3
-	if !queued {
-		var err error
-		if hctx, ttl, err = m.try(ctx, o); err != nil {
+	if h != nil {
+		hctx, err := m.c.reenter(parent, &m.spec, h, func(count int) (int, bool, error) {
+			r, err := m.script(parent, h.field, count)
+			if err != nil {
+				return 0, false, err
+			}
+			return int(r[1]), r[0] != 1, nil
+		})
+		if err != nil {
 			return parent, err
 		}
-		if hctx != nil {
+		return hctx, nil
+	}
+
+	field := m.c.newField()
+	leaseMs := m.spec.lease.Milliseconds()
+	keys := []string{m.name}
+	var hctx context.Context
+	try := func() (bool, time.Duration, error) {
+		sent := time.Now()
+		r, err := m.script(parent, field, 0)
+		if err != nil {
+			return false, 0, err
+		}
+		if r[0] != 1 {
+			return false, bound(r[1], m.spec.lease/3), nil
+		}
+		hctx, err = m.c.grant(&m.spec, parent, field, int(r[1]), sent,
+			call{lua.Renew, keys, []any{field, leaseMs}},
+			call{lua.Drop, keys, []any{field, m.channel, unlockMessage}})
+		if errors.Is(err, errTooLate) {
+			return false, time.Millisecond, nil
+		}
+		return err == nil, 0, err
+	}
+
+	// Local waiters queued before this call are woken first (one per
+	// unlock message), so a new call that finds them queues behind them
+	// rather than trying: fair among the goroutines of one process, and
+	// one failing round trip fewer per acquisition under contention. Its
+	// wait is still bounded by the holder's lease as last seen.
+	var mk mark
+	var next time.Duration
+	queued := false
+	if wait {
+		var until time.Time
+		mk, queued, until = m.c.ps.mark(m.channel)
+		next = time.Until(until)
+		queued = queued && next > 0
+	}
+	if !queued {
+		done, n, err := try()
+		if err != nil {
+			return parent, m.wrap(err)
+		}
+		if done {
 			return hctx, nil
 		}
 		if !wait {
 			return parent, m.wrap(ErrNotAcquired)
 		}
+		next = n
 	}
-	// Local waiters queued before this call are woken first (one per
-	// unlock message), so a new call that finds them queues behind them
-	// rather than trying: fair among the goroutines of one process, and
-	// one failing round trip fewer per acquisition under contention.
-	var err error
-	err = m.c.awaitFrom(ctx, mk, m.channel, wakeOne, ttl, func() (bool, time.Duration, error) {
-		hctx, ttl, err = m.try(ctx, o)
-		return hctx != nil, ttl, err
-	}, false)
-	if err != nil {
-		return parent, err
+	if err := m.c.awaitFrom(wctx, mk, m.channel, wakeOne, next, try, false); err != nil {
+		return parent, m.wrap(waitError(err, parent, bounded))
 	}
 	m.c.ps.rotate(m.channel)
 	return hctx, nil
 }
 
-// try runs the lock script once. It returns the hold's context when o holds
-// the lock, or the bound to wait before trying again.
-func (m *Mutex) try(ctx context.Context, o *owner) (context.Context, time.Duration, error) {
-	field := m.c.field(o)
-	id := m.holdID(field)
-	keys := []string{m.name}
-	leaseMs := m.lease.Milliseconds()
-
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	h := m.c.wd.get(id)
-	count := 0
-	if h != nil {
-		count = h.count
-	}
-	// The script runs to completion even if ctx ends meanwhile: a lock taken
-	// in Redis but abandoned here would stay taken for a whole lease.
-	sent := time.Now()
-	r, err := lua.Lock.Run(context.WithoutCancel(ctx), m.c.rdb, keys, leaseMs, field, count).Int64Slice()
-	if err != nil {
-		return nil, 0, m.wrap(err)
-	}
-	if r[0] == 0 {
-		return nil, bound(r[1], m.lease/3), nil
-	}
-	if h != nil {
-		h.count = int(r[1])
-		m.c.wd.extend(h, sent)
-		return ctx, 0, nil
-	}
-	hctx, cancel := context.WithCancelCause(ctx)
-	h = &hold{
-		id:      id,
-		lease:   m.lease,
-		renewed: m.renewed,
-		renew:   call{lua.Renew, keys, []any{field, leaseMs}},
-		release: call{lua.Drop, keys, []any{field, m.channel, unlockMessage}},
-		count:   int(r[1]),
-		ctx:     hctx,
-		cancel:  cancel,
-	}
-	if !m.c.wd.add(h, sent) {
-		cancel(ErrClosed)
-		rctx, done := detach(ctx)
-		defer done()
-		_ = lua.Drop.Run(rctx, m.c.rdb, keys, field, m.channel, unlockMessage).Err()
-		return nil, 0, ErrClosed
-	}
-	return hctx, 0, nil
+// script runs the lock script once for field with its hold count before the
+// call. It runs to completion even if ctx ends meanwhile: a lock taken in
+// Redis but abandoned here would stay taken for a whole lease.
+func (m *Mutex) script(ctx context.Context, field string, count int) ([]int64, error) {
+	return lua.Lock.Run(context.WithoutCancel(ctx), m.c.rdb, []string{m.name}, m.spec.lease.Milliseconds(), field, count).Int64Slice()
 }
 
-// Unlock releases one hold of ctx's owner; the lock is freed, and one waiter
-// woken, when the owner's last hold is released. It returns an error wrapping
-// ErrNotHeld, changing nothing, when the owner does not hold the lock
-// (including after its lease was lost). It works with a cancelled ctx.
+// Unlock releases one hold of the lock that ctx carries; the lock is freed,
+// and one waiter woken, when the last hold is released (the hold's context
+// is then cancelled, before the lock is free). It works with a cancelled
+// ctx.
 //
-// After an error other than ErrNotHeld on the last hold (Redis unreachable),
-// the hold is no longer renewed: Redis frees the lock when its lease ends.
+// It returns nil when the hold already ended with the context it was taken
+// with (redisync released it then), and an error wrapping ErrNotHeld when
+// ctx carries no hold of the lock, a hold already released, or a hold whose
+// lease was lost (that error also wraps ErrLeaseLost, and whatever Redis
+// still kept of the hold is cleared). After another error on the last hold
+// (Redis unreachable), the hold has ended: redisync retries the release in
+// the background, and Redis frees the lock when its lease ends at the
+// latest.
 func (m *Mutex) Unlock(ctx context.Context) error {
 	if err := m.check(); err != nil {
 		return err
 	}
-	o := ownerOf(ctx)
-	if o == nil {
-		return m.wrap(fmt.Errorf("%w (the context carries no owner)", ErrNotHeld))
-	}
-	ctx, cancel := detach(ctx)
-	defer cancel()
-	field := m.c.field(o)
-	keys := []string{m.name}
-
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	h := m.c.wd.get(m.holdID(field))
-	if h == nil {
-		// Not held as far as this process knows; clear what a lost or
-		// abandoned hold of this owner may have left in Redis.
-		n, err := lua.Drop.Run(ctx, m.c.rdb, keys, field, m.channel, unlockMessage).Int64()
-		if err != nil {
-			return m.wrap(err)
-		}
-		if n == 1 {
-			return nil
-		}
-		return m.wrap(ErrNotHeld)
-	}
-	err := m.c.wd.unhold(h, func(count int) (int64, error) {
-		return lua.Unlock.Run(ctx, m.c.rdb, keys, field, count, m.lease.Milliseconds(), m.channel, unlockMessage).Int64()
+	return m.c.release(ctx, &m.spec, 1, func(ctx context.Context, h *hold, count int) (int64, error) {
+		return lua.Unlock.Run(ctx, m.c.rdb, []string{m.name}, h.field, count, h.lease.Milliseconds(), m.channel, unlockMessage).Int64()
 	})
-	if err != nil {
-		return m.wrap(err)
-	}
-	return nil
 }
 
 // IsLocked reports whether any owner holds the lock.
@@ -224,22 +224,17 @@ func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	ok, err := hashLocked(ctx, m.c, m.name)
-	if err != nil {
-		return false, m.wrap(err)
-	}
-	return ok, nil
+	return ok, m.wrap(err)
 }
 
-// HoldCount returns how many holds ctx's owner has on the lock (0 when none).
+// HoldCount returns how many holds of the lock the hold ctx carries has (0
+// when ctx carries none), as Redis has it.
 func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
 	if err := m.check(); err != nil {
 		return 0, err
 	}
-	n, err := hashHolds(ctx, m.c, m.name)
-	if err != nil {
-		return 0, m.wrap(err)
-	}
-	return n, nil
+	n, err := hashHolds(ctx, m.c, m.spec.ref)
+	return n, m.wrap(err)
 }
 
 // TTL returns the lock's remaining lease: 0 when it is free, and a negative
@@ -249,10 +244,7 @@ func (m *Mutex) TTL(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	d, err := hashLease(ctx, m.c, m.name)
-	if err != nil {
-		return 0, m.wrap(err)
-	}
-	return d, nil
+	return d, m.wrap(err)
 }
 
 // The state of a lock kept as Redisson keeps an RLock (a hash of owner
@@ -265,13 +257,13 @@ func hashLocked(ctx context.Context, c *Client, key string) (bool, error) {
 	return n > 0, err
 }
 
-// hashHolds returns the holds ctx's owner has on the lock at key.
-func hashHolds(ctx context.Context, c *Client, key string) (int, error) {
-	o := ownerOf(ctx)
-	if o == nil {
+// hashHolds returns the holds that the hold of ref ctx carries has in Redis.
+func hashHolds(ctx context.Context, c *Client, ref lockRef) (int, error) {
+	h := held(ctx, ref)
+	if h == nil {
 		return 0, nil
 	}
-	n, err := c.rdb.HGet(ctx, key, c.field(o)).Int()
+	n, err := c.rdb.HGet(ctx, ref.name, h.field).Int()
 	if isNil(err) {
 		return 0, nil
 	}
@@ -290,17 +282,17 @@ func hashLease(ctx context.Context, c *Client, key string) (time.Duration, error
 
 // ForceUnlock frees the lock whoever holds it and wakes a waiter, reporting
 // whether it was held. Holders lose their lease: their contexts are cancelled
-// with ErrLeaseLost (at once in this process, at their next renewal in
-// others). A key of another type is refused and kept.
+// with ErrLeaseLost, in this process before the lock is freed, in others at
+// their next renewal. A key of another type is refused and kept.
 func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := m.check(); err != nil {
 		return false, err
 	}
+	m.c.wd.endAll(m.spec.ref, endForced, ErrLeaseLost)
 	n, err := lua.ForceUnlock.Run(ctx, m.c.rdb, []string{m.name}, m.channel, unlockMessage).Int64()
 	if err != nil {
 		return false, m.wrap(err)
 	}
-	m.c.wd.loseAll("mutex\x00" + m.name + "\x00")
 	return n == 1, nil
 }
 

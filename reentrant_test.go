@@ -255,7 +255,16 @@ func TestFailureModeExpiredHolderCannotUnlockNextHolder(t *testing.T) {
 		}
 		bctx, err := b.Lock(context.Background())
 		require.NoError(t, err)
-		assert.ErrorIs(t, a.Unlock(actx), ErrNotHeld)
+		if e.mr != nil {
+			// Simulated time: a's own deadline has not passed, so its
+			// last Unlock finds its field gone, which it cannot tell from
+			// its own unlock resent after it succeeded: it reports success.
+			assert.NoError(t, a.Unlock(actx))
+		} else {
+			err := a.Unlock(actx)
+			assert.ErrorIs(t, err, ErrNotHeld)
+			assert.ErrorIs(t, err, ErrLeaseLost)
+		}
 		locked, err := b.IsLocked(bctx)
 		require.NoError(t, err)
 		assert.True(t, locked, "the old holder's unlock must not free the new holder's lock")
@@ -419,6 +428,7 @@ func TestMutexKeyDeletedBehindHoldersBack(t *testing.T) {
 func TestMutexFixedLease(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, e *testEnv) {
 		m := e.client(t).Mutex("fixed", WithLease(300*time.Millisecond))
+		start := time.Now()
 		ctx, err := m.Lock(context.Background())
 		require.NoError(t, err)
 		ttl, _ := m.TTL(ctx)
@@ -426,9 +436,9 @@ func TestMutexFixedLease(t *testing.T) {
 		<-ctx.Done()
 		assert.ErrorIs(t, context.Cause(ctx), ErrLeaseLost)
 		if e.real() {
-			ttl, _ := m.TTL(context.Background())
-			assert.Greater(t, ttl, time.Duration(0), "told before Redis frees it")
-			eventually(t, time.Second, "expiry", func() bool {
+			assert.Less(t, time.Since(start), 300*time.Millisecond, "told before Redis frees it")
+			// Once told, the hold is given back rather than left to expire.
+			eventually(t, time.Second, "release", func() bool {
 				ok, _ := m.IsLocked(context.Background())
 				return !ok
 			})
@@ -491,7 +501,7 @@ func TestUnlockScriptIsIdempotent(t *testing.T) {
 		require.NoError(t, err)
 		_, err = m.Lock(ctx)
 		require.NoError(t, err)
-		field := c.field(ownerOf(ctx))
+		field := held(ctx, m.spec.ref).field
 		rdb := e.rdb(t)
 		for i := 0; i < 2; i++ { // the same command, delivered twice
 			n, err := lua.Unlock.Run(context.Background(), rdb, []string{"retried"}, field, 2, 30000, "ch", "0").Int64()

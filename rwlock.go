@@ -2,6 +2,7 @@ package redisync
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -10,10 +11,10 @@ import (
 )
 
 // RWMutex is a reentrant distributed read-write lock: many owners may hold
-// the read lock at once, or one owner the write lock. Both are reentrant by
-// owner, and the owner of the write lock may also take the read lock (a
-// downgrade: after its last Unlock it still holds the read lock). A reader
-// may not upgrade: see Lock.
+// the read lock at once, or one owner the write lock. Both are reentrant, and
+// the holder of the write lock may also take the read lock (a downgrade:
+// after its last Unlock it still holds the read lock). A reader may not
+// upgrade: see Lock.
 //
 // Writers are not starved: as with sync.RWMutex, once a writer waits, owners
 // that do not already hold the read lock wait behind it; and readers are not
@@ -28,60 +29,68 @@ import (
 // number of readers. The hold's context and owner rules are Mutex's.
 //
 // Its keys are a hash at the lock's name and four sorted sets in the name's
-// hash tag slot (read leases, waiting writers, waiting and admitted readers);
-// none of them is left in Redis once the lock is free and nobody waits.
+// Cluster slot, "{tag}:rw-readers:<name>", "{tag}:rw-writers:<name>",
+// "{tag}:rw-waiting:<name>" and "{tag}:rw-admitted:<name>" (read leases,
+// waiting writers, waiting and admitted readers; tag is the name's hash tag,
+// or the name); none of them is left in Redis once the lock is free and
+// nobody waits.
 //
 // An RWMutex is a cheap handle, safe for concurrent use.
 type RWMutex struct {
-	c       *Client
-	name    string
-	keys    []string // hash, read holders, waiting writers, waiting readers, admitted readers
-	rchan   string   // wakes waiting readers (all of them)
-	wchan   string   // wakes a waiting writer
-	lease   time.Duration
-	renewed bool
-	waiter  time.Duration
-	err     error
+	c      *Client
+	name   string
+	keys   []string // hash, read holders, waiting writers, waiting readers, admitted readers
+	rchan  string   // wakes waiting readers (all of them)
+	wchan  string   // wakes a waiting writer
+	rspec  spec     // read holds
+	wspec  spec     // write holds
+	waiter time.Duration
+	err    error
 }
 
-// rwWriteKey marks a write hold's context with the context it was taken
-// with, so a read hold taken under it (a downgrade) can outlive it.
-type rwWriteKey struct {
-	c    *Client
-	name string
-}
+// errUpgrade refuses a write Lock through a context that holds the read lock.
+var errUpgrade = fmt.Errorf("%w: the context holds the read lock, and a reader cannot upgrade to the write lock (release the read lock first)", ErrNotAcquired)
 
 // RWMutex returns a handle on the read-write lock name. Bad input (an empty
 // name, a name whose companion keys cannot share its Cluster slot, a bad
 // option) is reported by every method of the handle.
 func (c *Client) RWMutex(name string, opts ...LockOption) *RWMutex {
-	r := &RWMutex{name: name}
+	r := &RWMutex{c: c, name: name, waiter: DefaultWaiterTimeout}
+	layout := []keyType{{name, "hash"}}
+	if keys.Taggable(name) {
+		r.keys = []string{
+			name,
+			keys.Companion(name, "rw-readers"),
+			keys.Companion(name, "rw-writers"),
+			keys.Companion(name, "rw-waiting"),
+			keys.Companion(name, "rw-admitted"),
+		}
+		r.rchan = keys.Companion(name, "rw-wake-readers")
+		r.wchan = keys.Companion(name, "rw-wake-writer")
+		for _, k := range r.keys[1:] {
+			layout = append(layout, keyType{k, "zset"})
+		}
+	}
+	wrap := wrapFor(c, "rw lock", name, layout...)
+	r.rspec.wrap, r.wspec.wrap = wrap, wrap
 	if c == nil {
-		r.err = fmt.Errorf("%w: nil Client", ErrInvalid)
+		r.err = wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
 		return r
 	}
 	lc, err := lockSetup(name, opts, true)
 	if err == nil && !keys.Taggable(name) {
 		err = fmt.Errorf("%w: lock name %q has a \"}\" outside a hash tag", ErrInvalid, name)
 	}
-	r.c, r.err, r.lease, r.renewed, r.waiter = c, err, c.lease, true, DefaultWaiterTimeout
+	r.err = wrap(err)
+	lease, renewed := c.lease, true
 	if lc.lease > 0 {
-		r.lease, r.renewed = lc.lease, false
+		lease, renewed = lc.lease, false
 	}
 	if lc.waiter > 0 {
 		r.waiter = lc.waiter
 	}
-	if err == nil {
-		r.keys = []string{
-			name,
-			keys.Tagged(name, "rw:readers"),
-			keys.Tagged(name, "rw:writers-waiting"),
-			keys.Tagged(name, "rw:readers-waiting"),
-			keys.Tagged(name, "rw:readers-admitted"),
-		}
-		r.rchan = keys.Tagged(name, "rw:wake-readers")
-		r.wchan = keys.Tagged(name, "rw:wake-writer")
-	}
+	r.rspec = spec{ref: lockRef{c, "rw read", name}, lease: lease, renewed: renewed, wrap: wrap}
+	r.wspec = spec{ref: lockRef{c, "rw write", name}, lease: lease, renewed: renewed, wrap: wrap}
 	return r
 }
 
@@ -92,246 +101,219 @@ func (r *RWMutex) check() error {
 	if r.err != nil {
 		return r.err
 	}
-	return r.c.checkOpen()
+	return r.wrap(r.c.checkOpen())
 }
 
-func (r *RWMutex) wrap(err error) error {
-	return fmt.Errorf("redisync: rw lock %q: %w", r.name, err)
-}
+func (r *RWMutex) wrap(err error) error { return r.wspec.wrap(err) }
 
-func (r *RWMutex) readID(field string) string  { return "rw-read\x00" + r.name + "\x00" + field }
-func (r *RWMutex) writeID(field string) string { return "rw-write\x00" + r.name + "\x00" + field }
-
-// RLock acquires the read lock for ctx's owner, waiting while another owner
-// holds the write lock or, unless the owner already holds the read lock,
-// while a writer waits; it returns ctx's error if ctx ends first. A context
-// without an owner gets a new one.
+// RLock acquires the read lock, waiting while another owner holds the write
+// lock or, unless ctx already holds the read lock, while a writer waits; if
+// ctx ends first it returns an error wrapping ctx's error.
 //
-// It returns the read hold's context, with Mutex.Lock's rules: a re-entry
-// returns ctx as given; a first read hold taken while the owner holds the
-// write lock (a downgrade) returns a context that stays valid after the
-// write Unlock, for as long as the read hold lasts.
+// It returns the read hold's context, with Mutex.Lock's rules. Through a
+// context that holds the write lock, it takes the read lock for the same
+// owner (a downgrade): the read hold's context then stays valid after the
+// write Unlock, for as long as the read hold lasts, and the read hold is
+// bound to the context the write hold was taken with.
 func (r *RWMutex) RLock(ctx context.Context) (context.Context, error) {
-	return r.lock(ctx, true, true)
+	return r.lock(ctx, ctx, true, true, false)
 }
 
 // TryRLock is RLock without waiting: it returns an error wrapping
 // ErrNotAcquired when another owner holds the write lock or a writer waits.
 func (r *RWMutex) TryRLock(ctx context.Context) (context.Context, error) {
-	return r.lock(ctx, true, false)
+	return r.lock(ctx, ctx, true, false, false)
 }
 
-// Lock acquires the write lock for ctx's owner, waiting until no other owner
-// holds the read or the write lock, or until ctx ends (then it returns ctx's
-// error). While it waits, new readers wait behind it.
+// TryRLockFor is RLock waiting at most wait (wait > 0): after it, it returns
+// an error wrapping ErrNotAcquired, leaving nothing behind. A read hold it
+// gets lasts as long as ctx.
+func (r *RWMutex) TryRLockFor(ctx context.Context, wait time.Duration) (context.Context, error) {
+	return r.lockFor(ctx, true, wait)
+}
+
+// Lock acquires the write lock, waiting until no other owner holds the read
+// or the write lock, or until ctx ends (then it returns an error wrapping
+// ctx's error). While it waits, new readers wait behind it.
 //
-// An owner that holds the read lock cannot upgrade: its Lock waits for its
-// own read hold to end and so deadlocks with itself until ctx ends (and
-// holds other new readers back meanwhile). Release the read lock first.
+// A context that holds the read lock cannot upgrade it: Lock and TryLock
+// through it fail at once with an error wrapping ErrNotAcquired that says
+// so, rather than waiting for the caller's own read hold to end (Redisson's
+// RReadWriteLock deadlocks there). Release the read lock first.
 //
 // It returns the write hold's context, with Mutex.Lock's rules.
 func (r *RWMutex) Lock(ctx context.Context) (context.Context, error) {
-	return r.lock(ctx, false, true)
+	return r.lock(ctx, ctx, false, true, false)
 }
 
 // TryLock is Lock without waiting: it returns an error wrapping
 // ErrNotAcquired when another owner holds the read or write lock, and when
-// ctx's owner holds only the read lock (no upgrade).
+// ctx holds the read lock (no upgrade).
 func (r *RWMutex) TryLock(ctx context.Context) (context.Context, error) {
-	return r.lock(ctx, false, false)
+	return r.lock(ctx, ctx, false, false, false)
 }
 
-func (r *RWMutex) lock(parent context.Context, read, wait bool) (context.Context, error) {
+// TryLockFor is Lock waiting at most wait (wait > 0): after it, it returns an
+// error wrapping ErrNotAcquired, leaving nothing behind. A write hold it gets
+// lasts as long as ctx.
+func (r *RWMutex) TryLockFor(ctx context.Context, wait time.Duration) (context.Context, error) {
+	return r.lockFor(ctx, false, wait)
+}
+
+func (r *RWMutex) lockFor(ctx context.Context, read bool, wait time.Duration) (context.Context, error) {
+	if err := checkWait(wait); err != nil {
+		return ctx, r.wrap(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	return r.lock(ctx, wctx, read, true, true)
+}
+
+func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (context.Context, error) {
 	if err := r.check(); err != nil {
 		return parent, err
 	}
-	if err := parent.Err(); err != nil {
-		return parent, err
+	if err := wctx.Err(); err != nil {
+		return parent, r.wrap(waitError(err, parent, bounded))
 	}
-	ctx, o := ensureOwner(parent)
-	hctx, next, err := r.try(ctx, o, read, wait)
+	s, other := &r.wspec, &r.rspec
+	script := lua.RWLock
+	if read {
+		s, other, script = &r.rspec, &r.wspec, lua.RWRLock
+	}
+	h, err := entry(parent, s.ref)
 	if err != nil {
-		if wait {
-			r.leave(ctx, o)
-		}
-		return parent, err
+		return parent, r.wrap(err)
 	}
-	if hctx != nil {
+	if h != nil {
+		hctx, err := r.c.reenter(parent, s, h, func(count int) (int, bool, error) {
+			res, err := r.script(parent, script, h.field, count, false)
+			if err != nil {
+				return 0, false, err
+			}
+			return int(res[1]), res[0] != 1, nil
+		})
+		if err != nil {
+			return parent, err
+		}
 		return hctx, nil
 	}
-	if !wait {
-		return parent, r.wrap(ErrNotAcquired)
+	oh, err := entry(parent, other.ref)
+	if err != nil && read {
+		return parent, r.wrap(err) // a downgrade of a write hold that ended
 	}
-	channel, policy := r.wchan, wakeOne
+	if oh != nil && !read {
+		return parent, r.wrap(errUpgrade)
+	}
+
+	field := r.c.newField()
+	hparent := parent
+	var ends []func() bool
+	if oh != nil {
+		// A downgrade: the same owner, and a read hold that outlives the
+		// write hold's context but not the context it was taken with.
+		field = oh.field
+		p, cancel := context.WithCancelCause(context.WithoutCancel(parent))
+		stop := context.AfterFunc(oh.parent, func() { cancel(context.Cause(oh.parent)) })
+		hparent = p
+		ends = []func() bool{stop, func() bool { cancel(nil); return true }}
+	}
+	leaseMs := s.lease.Milliseconds()
+	renew := call{lua.RWRenewWrite, r.keys[:1], []any{field, leaseMs}}
+	release := call{lua.RWUnlock, r.keys, []any{field, 1, leaseMs, r.rchan, r.wchan}}
 	if read {
-		channel, policy = r.rchan, wakeAll
+		renew = call{lua.RWRenewRead, r.keys[:2], []any{field, leaseMs}}
+		release = call{lua.RWRUnlock, r.keys, []any{field, 1, leaseMs, r.wchan}}
 	}
-	err = r.c.await(ctx, channel, policy, next, func() (bool, time.Duration, error) {
-		hctx, next, err = r.try(ctx, o, read, true)
-		return hctx != nil, next, err
-	})
+	var hctx context.Context
+	try := func() (bool, time.Duration, error) {
+		sent := time.Now()
+		res, err := r.script(parent, script, field, 0, wait)
+		if err != nil {
+			return false, 0, err
+		}
+		if res[0] != 1 {
+			next := bound(res[1], s.lease/3)
+			if wait {
+				next = min(next, r.waiter/3)
+			}
+			return false, next, nil
+		}
+		hctx, err = r.c.grant(s, hparent, field, int(res[1]), sent, renew, release, ends...)
+		if errors.Is(err, errTooLate) {
+			return false, time.Millisecond, nil
+		}
+		return err == nil, 0, err
+	}
+	done, next, err := try()
+	if err == nil && !done && wait {
+		channel, policy := r.wchan, wakeOne
+		if read {
+			channel, policy = r.rchan, wakeAll
+		}
+		err = r.c.await(wctx, channel, policy, next, try)
+		done = err == nil
+	}
+	if !done {
+		for _, stop := range ends {
+			stop()
+		}
+	}
 	if err != nil {
-		r.leave(ctx, o)
-		return parent, err
+		if wait {
+			r.leave(parent, field)
+		}
+		return parent, r.wrap(waitError(err, parent, bounded))
+	}
+	if !done {
+		return parent, r.wrap(ErrNotAcquired)
 	}
 	return hctx, nil
 }
 
-// leave takes o out of the waiting sets after a wait that ended without the
-// lock, best-effort: a registration left behind expires with its deadline.
-func (r *RWMutex) leave(ctx context.Context, o *owner) {
-	cleanup(ctx, func(ctx context.Context) {
-		o.mu.Lock()
-		defer o.mu.Unlock()
-		_ = lua.RWLeave.Run(ctx, r.c.rdb, r.keys, r.c.field(o), r.rchan, r.wchan).Err()
-	})
-}
-
-// try runs the read or write lock script once, registering o as a waiter
-// when wait is set. It returns the hold's context when o holds the lock, or
-// the bound to wait before trying again.
-func (r *RWMutex) try(ctx context.Context, o *owner, read, wait bool) (context.Context, time.Duration, error) {
-	field := r.c.field(o)
-	script, id := lua.RWLock, r.writeID(field)
-	if read {
-		script, id = lua.RWRLock, r.readID(field)
-	}
-	leaseMs := r.lease.Milliseconds()
+// script runs the read or write lock script once for field with its hold
+// count before the call, registering the caller as a waiter when wait is
+// set. It runs to completion even if ctx ends meanwhile (see Mutex).
+func (r *RWMutex) script(ctx context.Context, script *lua.Script, field string, count int, wait bool) ([]int64, error) {
 	var waiterMs int64
 	if wait {
 		waiterMs = r.waiter.Milliseconds()
 	}
-
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	h := r.c.wd.get(id)
-	count := 0
-	if h != nil {
-		count = h.count
-	}
-	// The script runs to completion even if ctx ends meanwhile (see Mutex).
-	sent := time.Now()
-	res, err := script.Run(context.WithoutCancel(ctx), r.c.rdb, r.keys, leaseMs, field, count, waiterMs).Int64Slice()
-	if err != nil {
-		return nil, 0, r.wrap(err)
-	}
-	if res[0] == 0 {
-		next := bound(res[1], r.lease/3)
-		if wait {
-			next = min(next, r.waiter/3)
-		}
-		return nil, next, nil
-	}
-	if h != nil {
-		h.count = int(res[1])
-		r.c.wd.extend(h, sent)
-		return ctx, 0, nil
-	}
-
-	h = &hold{
-		id:      id,
-		lease:   r.lease,
-		renewed: r.renewed,
-		count:   int(res[1]),
-	}
-	var hctx context.Context
-	if read {
-		h.renew = call{lua.RWRenewRead, r.keys[:2], []any{field, leaseMs}}
-		h.release = call{lua.RWRUnlock, r.keys, []any{field, 1, leaseMs, r.wchan}}
-		hctx, h.cancel = r.readContext(ctx)
-	} else {
-		h.renew = call{lua.RWRenewWrite, r.keys[:1], []any{field, leaseMs}}
-		h.release = call{lua.RWUnlock, r.keys, []any{field, 1, leaseMs, r.rchan, r.wchan}}
-		hctx, h.cancel = context.WithCancelCause(context.WithValue(ctx, rwWriteKey{r.c, r.name}, ctx))
-	}
-	h.ctx = hctx
-	if !r.c.wd.add(h, sent) {
-		h.cancel(ErrClosed)
-		rctx, done := detach(ctx)
-		defer done()
-		rel := h.release
-		_ = rel.script.Run(rctx, r.c.rdb, rel.keys, rel.args...).Err()
-		return nil, 0, ErrClosed
-	}
-	return hctx, 0, nil
+	return script.Run(context.WithoutCancel(ctx), r.c.rdb, r.keys, r.wspec.lease.Milliseconds(), field, count, waiterMs).Int64Slice()
 }
 
-// readContext returns the context of a new read hold taken with ctx. Under
-// the owner's write hold (a downgrade) it must outlive that hold's context:
-// it keeps ctx's values but follows the cancellation of the context the
-// write lock was taken with instead of ctx's.
-func (r *RWMutex) readContext(ctx context.Context) (context.Context, context.CancelCauseFunc) {
-	wparent, ok := ctx.Value(rwWriteKey{r.c, r.name}).(context.Context)
-	if !ok {
-		return context.WithCancelCause(ctx)
-	}
-	hctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	stop := context.AfterFunc(wparent, func() { cancel(context.Cause(wparent)) })
-	return hctx, func(cause error) {
-		stop() // nothing stays registered with the parent once the hold ends
-		cancel(cause)
-	}
+// leave takes field out of the waiting sets after a wait that ended without
+// the lock, best-effort: a registration left behind expires with its deadline.
+func (r *RWMutex) leave(ctx context.Context, field string) {
+	cleanup(ctx, func(ctx context.Context) {
+		_ = lua.RWLeave.Run(ctx, r.c.rdb, r.keys, field, r.rchan, r.wchan).Err()
+	})
 }
 
-// RUnlock releases one read hold of ctx's owner; the owner's last read hold
-// ends its share, and the last share of the lock frees it and wakes a
-// waiting writer. It returns an error wrapping ErrNotHeld, changing nothing,
-// when the owner holds no read lock (including after its lease was lost). It
-// works with a cancelled ctx.
+// RUnlock releases one read hold that ctx carries; the last one ends the
+// owner's share, and the last share of the lock frees it and wakes a
+// waiting writer. Its results are Mutex.Unlock's. It works with a cancelled
+// ctx.
 func (r *RWMutex) RUnlock(ctx context.Context) error {
-	return r.unlock(ctx, true)
-}
-
-// Unlock releases one write hold of ctx's owner. The last one lets in the
-// readers that waited for it and wakes a writer; if the owner also took the
-// read lock, it keeps it (downgrade). It returns an error wrapping
-// ErrNotHeld, changing nothing, when the owner does not hold the write lock.
-// It works with a cancelled ctx.
-func (r *RWMutex) Unlock(ctx context.Context) error {
-	return r.unlock(ctx, false)
-}
-
-func (r *RWMutex) unlock(ctx context.Context, read bool) error {
 	if err := r.check(); err != nil {
 		return err
 	}
-	o := ownerOf(ctx)
-	if o == nil {
-		return r.wrap(fmt.Errorf("%w (the context carries no owner)", ErrNotHeld))
-	}
-	ctx, cancel := detach(ctx)
-	defer cancel()
-	field := r.c.field(o)
-	leaseMs := r.lease.Milliseconds()
-	script, id := lua.RWUnlock, r.writeID(field)
-	args := func(count int) []any { return []any{field, count, leaseMs, r.rchan, r.wchan} }
-	if read {
-		script, id = lua.RWRUnlock, r.readID(field)
-		args = func(count int) []any { return []any{field, count, leaseMs, r.wchan} }
-	}
-
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	h := r.c.wd.get(id)
-	if h == nil {
-		// Not held as far as this process knows; clear what a lost or
-		// abandoned hold of this owner may have left in Redis.
-		n, err := script.Run(ctx, r.c.rdb, r.keys, args(1)...).Int64()
-		if err != nil {
-			return r.wrap(err)
-		}
-		if n == 2 {
-			return nil
-		}
-		return r.wrap(ErrNotHeld)
-	}
-	err := r.c.wd.unhold(h, func(count int) (int64, error) {
-		return script.Run(ctx, r.c.rdb, r.keys, args(count)...).Int64()
+	return r.c.release(ctx, &r.rspec, 1, func(ctx context.Context, h *hold, count int) (int64, error) {
+		return lua.RWRUnlock.Run(ctx, r.c.rdb, r.keys, h.field, count, h.lease.Milliseconds(), r.wchan).Int64()
 	})
-	if err != nil {
-		return r.wrap(err)
+}
+
+// Unlock releases one write hold that ctx carries. The last one lets in the
+// readers that waited for it and wakes a writer; if the owner also took the
+// read lock, it keeps it (downgrade). Its results are Mutex.Unlock's. It
+// works with a cancelled ctx.
+func (r *RWMutex) Unlock(ctx context.Context) error {
+	if err := r.check(); err != nil {
+		return err
 	}
-	return nil
+	return r.c.release(ctx, &r.wspec, 1, func(ctx context.Context, h *hold, count int) (int64, error) {
+		return lua.RWUnlock.Run(ctx, r.c.rdb, r.keys, h.field, count, h.lease.Milliseconds(), r.rchan, r.wchan).Int64()
+	})
 }
 
 // info returns the lock's mode (0 free, 1 read, 2 write) and its number of
@@ -366,25 +348,27 @@ func (r *RWMutex) Readers(ctx context.Context) (int, error) {
 	return int(n), err
 }
 
-// HoldCount returns how many write holds ctx's owner has (0 when none).
+// HoldCount returns how many write holds the hold ctx carries has (0 when
+// ctx carries none).
 func (r *RWMutex) HoldCount(ctx context.Context) (int, error) {
-	return r.count(ctx, "w:")
+	return r.count(ctx, &r.wspec, "w:")
 }
 
-// RHoldCount returns how many read holds ctx's owner has (0 when none).
+// RHoldCount returns how many read holds the hold ctx carries has (0 when
+// ctx carries none).
 func (r *RWMutex) RHoldCount(ctx context.Context) (int, error) {
-	return r.count(ctx, "r:")
+	return r.count(ctx, &r.rspec, "r:")
 }
 
-func (r *RWMutex) count(ctx context.Context, prefix string) (int, error) {
+func (r *RWMutex) count(ctx context.Context, s *spec, prefix string) (int, error) {
 	if err := r.check(); err != nil {
 		return 0, err
 	}
-	o := ownerOf(ctx)
-	if o == nil {
+	h := held(ctx, s.ref)
+	if h == nil {
 		return 0, nil
 	}
-	n, err := r.c.rdb.HGet(ctx, r.name, prefix+r.c.field(o)).Int()
+	n, err := r.c.rdb.HGet(ctx, r.name, prefix+h.field).Int()
 	if err != nil {
 		if isNil(err) {
 			return 0, nil
@@ -396,17 +380,18 @@ func (r *RWMutex) count(ctx context.Context, prefix string) (int, error) {
 
 // ForceUnlock frees the lock, every read and write hold, and wakes its
 // waiters, reporting whether it was held. Holders lose their leases: their
-// contexts are cancelled with ErrLeaseLost (at once in this process, at their
-// next renewal in others). A key of another type is refused and kept.
+// contexts are cancelled with ErrLeaseLost, in this process before the lock
+// is freed, in others at their next renewal. A key of another type is
+// refused and kept.
 func (r *RWMutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := r.check(); err != nil {
 		return false, err
 	}
+	r.c.wd.endAll(r.rspec.ref, endForced, ErrLeaseLost)
+	r.c.wd.endAll(r.wspec.ref, endForced, ErrLeaseLost)
 	n, err := lua.RWForce.Run(ctx, r.c.rdb, r.keys[:2], r.rchan, r.wchan).Int64()
 	if err != nil {
 		return false, r.wrap(err)
 	}
-	r.c.wd.loseAll("rw-read\x00" + r.name + "\x00")
-	r.c.wd.loseAll("rw-write\x00" + r.name + "\x00")
 	return n == 1, nil
 }

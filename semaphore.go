@@ -2,6 +2,7 @@ package redisync
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -25,20 +26,25 @@ const maxPermits = 1 << 50
 
 // Semaphore is a distributed counting semaphore whose permits are held by
 // owners under a lease, so a crashed holder's permits come back by
-// themselves. Its total is set with SetPermits, TrySetPermits or AddPermits.
+// themselves. Its total is set with SetPermits, TrySetPermits or AddPermits;
+// to follow a configuration change, call SetPermits with the new total.
 //
-// Permits belong to the context's owner, as a Mutex's holds do: the owner
-// may hold several and release them in parts, and its permits are kept
-// alive by the Client's watchdog (or by a fixed lease, WithLease) until
-// released. The scripts reclaim the permits of a holder whose lease has run
+// Permits are held as a Mutex's holds are: Acquire returns the hold's
+// context; acquiring again through it adds permits to the same hold, and
+// Release through it gives them back, in parts or all at once. A context
+// without a hold of the semaphore gets a fresh owner. The hold's permits are
+// kept alive by the Client's watchdog (or by a fixed lease, WithLease) until
+// released, and released by redisync when the context they were acquired
+// with ends. The scripts reclaim the permits of a holder whose lease has run
 // out, by Redis's own clock, whenever anyone touches the semaphore.
 //
 // In Redis a semaphore is its name, a hash of the total ("permits") and the
-// permits in use ("used"), plus two keys in the name's Cluster slot (for a
-// name without a hash tag): "{name}:holders", a hash of owner → permits, and
-// "{name}:expiry", a sorted set of owner → lease end in Redis's clock; both
-// vanish when nobody holds a permit. Whatever frees permits publishes how
-// many on the channel "{name}:channel".
+// permits in use ("used"), plus two keys in the name's Cluster slot:
+// "{tag}:sem-holders:<name>", a hash of owner → permits, and
+// "{tag}:sem-expiry:<name>", a sorted set of owner → lease end in Redis's
+// clock (tag is the name's hash tag, or the name); both vanish when nobody
+// holds a permit. Whatever frees permits publishes how many on the channel
+// "{tag}:sem-wake:<name>".
 //
 // A Semaphore is a cheap handle, safe for concurrent use.
 type Semaphore struct {
@@ -46,8 +52,7 @@ type Semaphore struct {
 	name    string
 	keys    []string // name, holders, expiry
 	channel string
-	lease   time.Duration
-	renewed bool
+	spec    spec
 	err     error
 }
 
@@ -58,21 +63,26 @@ type Semaphore struct {
 // WithLease gives the permits a fixed lease that the watchdog does not
 // renew: they come free that long after the owner's latest Acquire.
 func (c *Client) Semaphore(name string, opts ...LockOption) *Semaphore {
-	s := &Semaphore{name: name}
+	s := &Semaphore{c: c, name: name, keys: []string{name, "", ""}}
+	if keys.Taggable(name) {
+		s.keys = []string{name, keys.Companion(name, "sem-holders"), keys.Companion(name, "sem-expiry")}
+		s.channel = keys.Companion(name, "sem-wake")
+	}
+	s.spec.wrap = wrapFor(c, "semaphore", name, keyType{name, "hash"}, keyType{s.keys[1], "hash"}, keyType{s.keys[2], "zset"})
 	if c == nil {
-		s.err = fmt.Errorf("%w: nil Client", ErrInvalid)
+		s.err = s.spec.wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
 		return s
 	}
 	lc, err := lockSetup(name, opts, false)
 	if err == nil && !keys.Taggable(name) {
 		err = fmt.Errorf("%w: semaphore name %q contains \"}\" without a hash tag", ErrInvalid, name)
 	}
-	s.c, s.err, s.lease, s.renewed = c, err, c.lease, true
+	s.err = s.spec.wrap(err)
+	s.spec.ref = lockRef{c, "semaphore", name}
+	s.spec.lease, s.spec.renewed = c.lease, true
 	if lc.lease > 0 {
-		s.lease, s.renewed = lc.lease, false
+		s.spec.lease, s.spec.renewed = lc.lease, false
 	}
-	s.keys = []string{name, keys.Tagged(name, "holders"), keys.Tagged(name, "expiry")}
-	s.channel = keys.Tagged(name, "channel")
 	return s
 }
 
@@ -83,14 +93,10 @@ func (s *Semaphore) check() error {
 	if s.err != nil {
 		return s.err
 	}
-	return s.c.checkOpen()
+	return s.wrap(s.c.checkOpen())
 }
 
-func (s *Semaphore) wrap(err error) error {
-	return fmt.Errorf("redisync: semaphore %q: %w", s.name, err)
-}
-
-func (s *Semaphore) holdID(field string) string { return "sem\x00" + s.name + "\x00" + field }
+func (s *Semaphore) wrap(err error) error { return s.spec.wrap(err) }
 
 // checkN refuses a count of permits that is not positive or not exact.
 func (s *Semaphore) checkN(what string, n int) error {
@@ -181,57 +187,137 @@ func (s *Semaphore) Available(ctx context.Context) (int, error) {
 	}
 }
 
-// Acquire acquires n permits (n > 0) for ctx's owner, waiting until they
-// are free or ctx ends (then it returns ctx's error). A context without an
-// owner gets a new one. On a semaphore whose permits were never set, and
-// for more permits than the semaphore has in total, it waits until permits
-// are added.
+// Acquire acquires n permits (n > 0), waiting until they are free or ctx
+// ends (then it returns an error wrapping ctx's error, leaving nothing
+// behind). On a semaphore whose permits were never set, and for more permits
+// than the semaphore has in total, it waits until permits are added (the
+// error then says the permits were never set, if so).
 //
-// It returns the hold's context, cancelled with cause ErrLeaseLost if the
-// permits' lease is lost and plainly when the owner's last permit is
-// released; an owner that already holds permits of the semaphore gets back
-// the context it passed. On error, Acquire returns ctx unchanged. Waits are
-// woken by releases (one waiter per permit freed) and look again at least
-// every couple of seconds and when the nearest lease ends, so a lost
-// message costs a delay, never a hang.
+// It returns the hold's context, derived from ctx, with Mutex.Lock's rules:
+// through a context that already holds permits of the semaphore it adds
+// them to that hold; the hold's permits are released when ctx ends; the
+// context is cancelled with cause ErrLeaseLost if their lease is lost, and
+// plainly when the hold's last permit is released. Waits are woken by
+// releases (one waiter per permit freed) and look again at least every
+// couple of seconds and when the nearest lease ends, so a lost message
+// costs a delay, never a hang. On error, Acquire returns ctx.
 func (s *Semaphore) Acquire(ctx context.Context, n int) (context.Context, error) {
-	return s.acquire(ctx, n, true)
+	return s.acquire(ctx, ctx, n, true, false)
 }
 
 // TryAcquire is Acquire without waiting: it returns an error wrapping
-// ErrNotAcquired when fewer than n permits are free (or the permits were
-// never set).
+// ErrNotAcquired when fewer than n permits are free, saying so when the
+// permits were never set (a misspelt name, or SetPermits not yet called).
 func (s *Semaphore) TryAcquire(ctx context.Context, n int) (context.Context, error) {
-	return s.acquire(ctx, n, false)
+	return s.acquire(ctx, ctx, n, false, false)
 }
 
-func (s *Semaphore) acquire(parent context.Context, n int, wait bool) (context.Context, error) {
+// TryAcquireFor is Acquire waiting at most wait (wait > 0): after it, it
+// returns an error wrapping ErrNotAcquired, leaving nothing behind. Permits
+// it gets are held as long as ctx lasts.
+func (s *Semaphore) TryAcquireFor(ctx context.Context, n int, wait time.Duration) (context.Context, error) {
+	if err := checkWait(wait); err != nil {
+		return ctx, s.wrap(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	return s.acquire(ctx, wctx, n, true, true)
+}
+
+// errNeverSet explains a refusal on a semaphore whose permits were never set.
+var errNeverSet = fmt.Errorf("%w: its permits were never set (SetPermits or TrySetPermits first; or is the name misspelt?)", ErrNotAcquired)
+
+func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded bool) (context.Context, error) {
 	if err := s.check(); err != nil {
 		return parent, err
 	}
 	if err := s.checkN("acquire", n); err != nil {
 		return parent, err
 	}
-	if err := parent.Err(); err != nil {
-		return parent, err
+	if err := wctx.Err(); err != nil {
+		return parent, s.wrap(waitError(err, parent, bounded))
 	}
-	ctx, o := ensureOwner(parent)
-	hctx, next, err := s.try(ctx, o, n)
+	h, err := entry(parent, s.spec.ref)
 	if err != nil {
-		return parent, err
+		return parent, s.wrap(err)
 	}
-	if hctx != nil {
+	if h != nil && (h.lease != s.spec.lease || h.renewed != s.spec.renewed) {
+		return parent, s.wrap(fmt.Errorf("%w: the context holds permits with a %s, this handle asks for a %s",
+			ErrInvalid, leaseText(h.lease, h.renewed), leaseText(s.spec.lease, s.spec.renewed)))
+	}
+	field := s.c.newField()
+	if h != nil {
+		field = h.field
+	}
+	leaseMs := s.spec.lease.Milliseconds()
+	var hctx context.Context
+	neverSet := false
+	try := func() (bool, time.Duration, error) {
+		if h != nil {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if !h.live() {
+				return false, 0, endedError(h)
+			}
+		}
+		prev := 0
+		if h != nil {
+			prev = h.count
+		}
+		if prev+n > maxPermits {
+			return false, 0, fmt.Errorf("%w: would hold more than %d permits", ErrInvalid, maxPermits)
+		}
+		// The script runs to completion even if ctx ends meanwhile:
+		// permits taken in Redis but abandoned here would stay taken for
+		// a whole lease.
+		sent := time.Now()
+		r, err := lua.SemAcquire.Run(context.WithoutCancel(parent), s.c.rdb, s.keys,
+			field, n, prev, leaseMs, s.channel, semReclaimLimit).Int64Slice()
+		if err != nil {
+			return false, 0, err
+		}
+		switch r[0] {
+		case -1:
+			// The hold's lease ran out in Redis before this process noticed.
+			s.c.wd.end(h, endLost, ErrLeaseLost)
+			return false, 0, errLost
+		case 0:
+			neverSet = r[2] == 0
+			return false, semBound(r[1]), nil
+		}
+		if h != nil {
+			h.count = int(r[1])
+			s.c.wd.extend(h, sent)
+			hctx = h.contextFor(parent)
+			return true, 0, nil
+		}
+		hctx, err = s.c.grant(&s.spec, parent, field, int(r[1]), sent,
+			call{lua.SemRenew, s.keys, []any{field, leaseMs, s.channel, semReclaimLimit}},
+			call{lua.SemDrop, s.keys, []any{field, s.channel, semReclaimLimit}})
+		if errors.Is(err, errTooLate) {
+			return false, time.Millisecond, nil
+		}
+		return err == nil, 0, err
+	}
+	done, next, err := try()
+	if err != nil {
+		return parent, s.wrap(err)
+	}
+	if done {
 		return hctx, nil
 	}
 	if !wait {
+		if neverSet {
+			return parent, s.wrap(errNeverSet)
+		}
 		return parent, s.wrap(ErrNotAcquired)
 	}
-	err = s.c.awaitShared(ctx, s.channel, wakeFreed, next, func() (bool, time.Duration, error) {
-		hctx, next, err = s.try(ctx, o, n)
-		return hctx != nil, next, err
-	})
-	if err != nil {
-		return parent, err
+	if err := s.c.awaitShared(wctx, s.channel, wakeFreed, next, try); err != nil {
+		err = waitError(err, parent, bounded)
+		if neverSet && (errors.Is(err, ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
+			err = fmt.Errorf("%w (its permits were never set)", err)
+		}
+		return parent, s.wrap(err)
 	}
 	return hctx, nil
 }
@@ -259,79 +345,21 @@ func semBound(ms int64) time.Duration {
 	}
 }
 
-// try runs the acquire script once. It returns the hold's context when o
-// now holds n more permits, or the bound to wait before trying again.
-func (s *Semaphore) try(ctx context.Context, o *owner, n int) (context.Context, time.Duration, error) {
-	field := s.c.field(o)
-	id := s.holdID(field)
-	leaseMs := s.lease.Milliseconds()
-
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	h := s.c.wd.get(id)
-	prev := 0
-	if h != nil {
-		prev = h.count
-	}
-	if prev+n > maxPermits {
-		return nil, 0, s.wrap(fmt.Errorf("%w: would hold more than %d permits", ErrInvalid, maxPermits))
-	}
-	// The script runs to completion even if ctx ends meanwhile: permits
-	// taken in Redis but abandoned here would stay taken for a whole lease.
-	sent := time.Now()
-	r, err := lua.SemAcquire.Run(context.WithoutCancel(ctx), s.c.rdb, s.keys,
-		field, n, prev, leaseMs, s.channel, semReclaimLimit).Int64Slice()
-	if err != nil {
-		return nil, 0, s.wrap(err)
-	}
-	switch r[0] {
-	case -1:
-		// Our permits' lease ran out in Redis before this process noticed.
-		s.c.wd.lose(h, ErrLeaseLost)
-		return nil, 0, s.wrap(ErrLeaseLost)
-	case 0:
-		return nil, semBound(r[1]), nil
-	}
-	if h != nil {
-		h.count = int(r[1])
-		s.c.wd.extend(h, sent)
-		return ctx, 0, nil
-	}
-	hctx, cancel := context.WithCancelCause(ctx)
-	h = &hold{
-		id:      id,
-		lease:   s.lease,
-		renewed: s.renewed,
-		renew:   call{lua.SemRenew, s.keys, []any{field, leaseMs, s.channel, semReclaimLimit}},
-		release: call{lua.SemDrop, s.keys, []any{field, s.channel, semReclaimLimit}},
-		count:   int(r[1]),
-		ctx:     hctx,
-		cancel:  cancel,
-	}
-	if !s.c.wd.add(h, sent) {
-		cancel(ErrClosed)
-		rctx, done := detach(ctx)
-		defer done()
-		_ = lua.SemDrop.Run(rctx, s.c.rdb, s.keys, field, s.channel, semReclaimLimit).Err()
-		return nil, 0, ErrClosed
-	}
-	return hctx, 0, nil
-}
-
-// Release releases n of the permits ctx's owner holds (n > 0) and wakes up
-// to n waiters. Releasing more than the owner holds (including after its
-// lease was lost) returns an error wrapping ErrNotHeld and changes nothing.
-// It works with a cancelled ctx; the hold's context is cancelled when the
-// owner's last permit is released.
+// Release releases n of the permits held by the hold ctx carries (n > 0)
+// and wakes up to n waiters; the hold's context is cancelled when its last
+// permit is released (before the permits are free). It works with a
+// cancelled ctx.
 //
-// One exception: releasing all of the owner's permits after Redis lost them
-// (a failover, a deleted key) before this process noticed succeeds, and the
-// hold's context is cancelled plainly: the script cannot tell that case from
-// the same release resent by go-redis after it succeeded.
+// Releasing more than the hold has returns an error wrapping ErrNotHeld and
+// changes nothing. Its other results are Mutex.Unlock's: nil when the hold
+// already ended with the context it was taken with, and an error wrapping
+// ErrNotHeld (and ErrLeaseLost) when its lease was lost, in which case
+// whatever Redis still kept of the hold is released.
 //
-// After an error other than ErrNotHeld on the owner's last permits (Redis
-// unreachable), they are no longer renewed: Redis frees them when their
-// lease ends.
+// One exception: releasing all of a hold's permits after Redis lost them (a
+// failover, a deleted key) before this process noticed succeeds: the script
+// cannot tell that case from the same release resent by go-redis after it
+// succeeded.
 func (s *Semaphore) Release(ctx context.Context, n int) error {
 	if err := s.check(); err != nil {
 		return err
@@ -339,63 +367,22 @@ func (s *Semaphore) Release(ctx context.Context, n int) error {
 	if err := s.checkN("release", n); err != nil {
 		return err
 	}
-	o := ownerOf(ctx)
-	if o == nil {
-		return s.wrap(fmt.Errorf("%w (the context carries no owner)", ErrNotHeld))
-	}
-	ctx, cancel := detach(ctx)
-	defer cancel()
-	field := s.c.field(o)
-
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	h := s.c.wd.get(s.holdID(field))
-	if h == nil {
-		return s.wrap(fmt.Errorf("%w (release %d permits, none held)", ErrNotHeld, n))
-	}
-	count := h.count
-	if n > count {
-		return s.wrap(fmt.Errorf("%w (release %d permits, %d held)", ErrNotHeld, n, count))
-	}
-	last := n == count
-	if last {
-		// Renewals stop before the release is sent, so none can follow it.
-		s.c.wd.remove(h)
-	}
-	r, err := lua.SemRelease.Run(ctx, s.c.rdb, s.keys, field, n, count, s.channel, semReclaimLimit).Int64()
-	switch {
-	case err != nil:
-		if last {
-			h.cancel(nil)
-		}
-		return s.wrap(err)
-	case r == 0:
-		s.c.wd.lose(h, ErrLeaseLost)
-		h.cancel(ErrLeaseLost) // no-op unless already removed above
-		return s.wrap(fmt.Errorf("%w (lease lost)", ErrNotHeld))
-	case r == 1 && !last:
-		h.count = count - n
-	default:
-		s.c.wd.remove(h)
-		h.cancel(nil)
-	}
-	return nil
+	return s.c.release(ctx, &s.spec, n, func(ctx context.Context, h *hold, count int) (int64, error) {
+		return lua.SemRelease.Run(ctx, s.c.rdb, s.keys, h.field, n, count, s.channel, semReclaimLimit).Int64()
+	})
 }
 
-// held returns how many permits of the semaphore ctx's owner holds, as this
-// process knows without a round trip (0 when none).
+// held returns how many permits the hold ctx carries has, as this process
+// knows without a round trip (0 when none).
 func (s *Semaphore) held(ctx context.Context) int {
 	if s.err != nil {
 		return 0
 	}
-	o := ownerOf(ctx)
-	if o == nil {
+	h := held(ctx, s.spec.ref)
+	if h == nil {
 		return 0
 	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if h := s.c.wd.get(s.holdID(s.c.field(o))); h != nil {
-		return h.count
-	}
-	return 0
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.count
 }

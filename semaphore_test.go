@@ -55,9 +55,9 @@ func semState(t *testing.T, e *testEnv, name string) string {
 	rdb := e.rdb(t)
 	main, err := rdb.HGetAll(ctx, name).Result()
 	require.NoError(t, err)
-	holders, err := rdb.HGetAll(ctx, keys.Tagged(name, "holders")).Result()
+	holders, err := rdb.HGetAll(ctx, keys.Companion(name, "sem-holders")).Result()
 	require.NoError(t, err)
-	expiry, err := rdb.ZRangeWithScores(ctx, keys.Tagged(name, "expiry"), 0, -1).Result()
+	expiry, err := rdb.ZRangeWithScores(ctx, keys.Companion(name, "sem-expiry"), 0, -1).Result()
 	require.NoError(t, err)
 	return fmt.Sprint(main, holders, expiry)
 }
@@ -85,12 +85,13 @@ func TestSemaphoreAcquireRelease(t *testing.T) {
 
 		hctx, err := s.TryAcquire(bg, 2)
 		require.NoError(t, err)
-		require.NotNil(t, ownerOf(hctx))
+		require.NotNil(t, held(hctx, s.spec.ref))
 		require.Equal(t, 1, available(t, s))
 		require.Equal(t, 2, s.held(hctx))
 
-		// The same owner acquiring more gets back the context it gave.
-		vctx := context.WithValue(hctx, ownerKey{}, ownerOf(hctx)) // a derived context
+		// The same hold acquiring more gets back the context it gave.
+		type key struct{}
+		vctx := context.WithValue(hctx, key{}, 1) // a derived context
 		got, err := s.Acquire(vctx, 1)
 		require.NoError(t, err)
 		require.Equal(t, vctx, got)
@@ -133,12 +134,12 @@ func TestSemaphoreOwners(t *testing.T) {
 		s := e.client(t).Semaphore("sem")
 		require.NoError(t, s.SetPermits(bg, 2))
 
-		// Two acquisitions with owner-less contexts are two owners.
+		// Two acquisitions with hold-less contexts are two owners.
 		a, err := s.Acquire(bg, 1)
 		require.NoError(t, err)
 		b, err := s.Acquire(bg, 1)
 		require.NoError(t, err)
-		require.NotSame(t, ownerOf(a), ownerOf(b))
+		require.NotEqual(t, held(a, s.spec.ref).field, held(b, s.spec.ref).field)
 		require.Equal(t, 1, s.held(a))
 		require.Equal(t, 1, s.held(b))
 
@@ -151,8 +152,10 @@ func TestSemaphoreOwners(t *testing.T) {
 		require.NoError(t, s.Release(b, 1))
 		require.Equal(t, 2, available(t, s))
 
-		// A shared owner (WithOwner) holds for all its goroutines.
-		shared := WithOwner(bg)
+		// Goroutines handed a hold's context add to that hold.
+		require.NoError(t, s.SetPermits(bg, 3))
+		shared, err := s.Acquire(bg, 1)
+		require.NoError(t, err)
 		var wg sync.WaitGroup
 		for range 2 {
 			wg.Add(1)
@@ -163,10 +166,11 @@ func TestSemaphoreOwners(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		require.Equal(t, 2, s.held(shared))
+		require.Equal(t, 3, s.held(shared))
 		require.Equal(t, 0, available(t, s))
-		require.NoError(t, s.Release(shared, 2))
-		require.Equal(t, 2, available(t, s))
+		require.NoError(t, s.Release(shared, 3))
+		require.Equal(t, 3, available(t, s))
+		require.ErrorIs(t, shared.Err(), context.Canceled)
 	})
 }
 
@@ -637,13 +641,13 @@ func TestSemaphoreScriptsIdempotent(t *testing.T) {
 		for range 2 {
 			r, err := lua.SemAcquire.Run(bg, rdb, s.keys, "f", 2, 0, 10000, s.channel, semReclaimLimit).Int64Slice()
 			require.NoError(t, err)
-			require.Equal(t, []int64{1, 2}, r)
+			require.Equal(t, []int64{1, 2, 1}, r)
 		}
 		require.Equal(t, 3, available(t, s))
 		for range 2 {
 			r, err := lua.SemAcquire.Run(bg, rdb, s.keys, "f", 1, 2, 10000, s.channel, semReclaimLimit).Int64Slice()
 			require.NoError(t, err)
-			require.Equal(t, []int64{1, 3}, r)
+			require.Equal(t, []int64{1, 3, 1}, r)
 		}
 		require.Equal(t, 2, available(t, s))
 		for range 2 {

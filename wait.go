@@ -63,15 +63,16 @@ func (c *Client) awaitShared(ctx context.Context, channel string, wake func(stri
 }
 
 // awaitFrom is await for a caller that took m (c.ps.mark(channel)) before its
-// own try: when the channel was live then and nothing was delivered on it
-// since, the retry before the first wait is skipped, saving a round trip per
-// wait under contention.
+// own try, or instead of it: when the channel was live then and nothing was
+// delivered on it since, the retry before the first wait is skipped, saving
+// a round trip per wait under contention.
 func (c *Client) awaitFrom(ctx context.Context, m mark, channel string, wake func(string) int, first time.Duration, try attempt, passOn bool) error {
-	w, err := c.ps.subscribe(ctx, channel, wake)
+	w, err := c.ps.subscribe(channel, wake)
 	if err != nil {
 		return err
 	}
 	defer w.leave()
+	w.note(first)
 	if w.missed(m) {
 		if err := w.ready(ctx, first); err != nil {
 			return err
@@ -85,6 +86,7 @@ func (c *Client) awaitFrom(ctx context.Context, m mark, channel string, wake fun
 		if err != nil || done {
 			return err
 		}
+		w.note(next)
 		if woken && passOn {
 			w.passOn()
 		}

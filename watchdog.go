@@ -12,47 +12,23 @@ import (
 	"github.com/redisync-go/redisync/lua"
 )
 
-// call is one script invocation, kept so it can be pipelined again.
-type call struct {
-	script *lua.Script
-	keys   []string
-	args   []any
-}
-
-// hold is one owner's hold on one lock (or on one semaphore's permits) in this
-// process. While it is in the watchdog's table its lease is kept alive (or, for
-// a fixed lease, watched), and its context is live.
-type hold struct {
-	id      string        // table key: the lock's key and the owner's field
-	lease   time.Duration // the lease the scripts set
-	renewed bool          // renewed by the watchdog; false for a fixed lease
-	renew   call          // returns 1 while held, 0 once gone
-	release call          // gives up the whole hold (Close)
-	count   int           // hold count, guarded by the owner's mu
-	ctx     context.Context
-	cancel  context.CancelCauseFunc
-	mu      sync.Mutex // guards sent, timer
-	sent    time.Time  // when the newest successful renewal was sent
-	timer   *time.Timer
-	removed bool
-}
-
-// watchdog owns a Client's table of holds and the one goroutine that renews
-// their leases: every interval (lease/3) it renews all of them in pipelined
-// batches, so 10,000 holds cost a handful of round trips, not 10,000 timers.
+// watchdog owns a Client's table of live holds and the one goroutine that
+// renews their leases: every interval (lease/3) it renews all of them in
+// pipelined batches, so 10,000 holds cost a handful of round trips, not
+// 10,000 timers.
 //
-// Each hold also has a local deadline, counted from when its newest successful
-// renewal was sent, a margin before Redis could let its lease expire. A timer
-// fires it independently of the renewal loop, so a renewal stuck on a silent
-// connection cannot keep a holder from hearing that its lease is gone before
-// anyone else can take the lock.
+// Each hold also has a local deadline, counted from when the newest script
+// that set its lease was sent, a margin before Redis could let the lease
+// expire. A timer fires it independently of the renewal loop, so a renewal
+// stuck on a silent connection cannot keep a holder from hearing that its
+// lease is gone before anyone else can take the lock.
 type watchdog struct {
-	rdb      redis.UniversalClient
+	c        *Client
 	lease    time.Duration
 	interval time.Duration
 
 	mu     sync.Mutex
-	holds  map[string]*hold
+	holds  map[*hold]struct{}
 	closed bool
 
 	stop chan struct{}
@@ -62,29 +38,17 @@ type watchdog struct {
 // batchSize bounds one pipeline; 10,000 holds take 5 round trips per tick.
 const batchSize = 2000
 
-func newWatchdog(rdb redis.UniversalClient, lease time.Duration) *watchdog {
+func newWatchdog(c *Client, lease time.Duration) *watchdog {
 	w := &watchdog{
-		rdb:      rdb,
+		c:        c,
 		lease:    lease,
 		interval: lease / 3,
-		holds:    map[string]*hold{},
+		holds:    map[*hold]struct{}{},
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
 	go w.run()
 	return w
-}
-
-// margin is how long before a lease's expiry in Redis its holder is told it
-// is lost: room for the difference between the two clocks' rates and for the
-// holder to react.
-func margin(lease time.Duration) time.Duration { return lease / 10 }
-
-// get returns the live hold with id, or nil.
-func (w *watchdog) get(id string) *hold {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.holds[id]
 }
 
 // add registers h, whose lease was set by a script sent at sent. It reports
@@ -95,101 +59,67 @@ func (w *watchdog) add(h *hold, sent time.Time) bool {
 	if w.closed {
 		return false
 	}
-	if old := w.holds[h.id]; old != nil {
-		// A hold the process had lost track of; replaced, not leaked.
-		go w.lose(old, ErrLeaseLost)
-	}
-	w.holds[h.id] = h
-	h.mu.Lock()
+	w.holds[h] = struct{}{}
+	h.tmu.Lock()
 	h.sent = sent
-	h.timer = time.AfterFunc(time.Until(sent.Add(h.lease-margin(h.lease))), func() { w.lose(h, ErrLeaseLost) })
-	h.mu.Unlock()
+	h.timer = time.AfterFunc(time.Until(deadline(sent, h.lease)), func() {
+		if w.end(h, endLost, ErrLeaseLost) {
+			w.c.giveBack(h) // Redis may keep it a little longer: give it back
+		}
+	})
+	h.tmu.Unlock()
 	return true
 }
 
 // extend moves h's local deadline after a script sent at sent set its lease.
 func (w *watchdog) extend(h *hold, sent time.Time) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.removed || !sent.After(h.sent) {
+	h.tmu.Lock()
+	defer h.tmu.Unlock()
+	if h.why != live || !sent.After(h.sent) {
 		return
 	}
 	h.sent = sent
-	h.timer.Reset(time.Until(sent.Add(h.lease - margin(h.lease))))
+	h.timer.Reset(time.Until(deadline(sent, h.lease)))
 }
 
-// remove takes h out of the table and stops its deadline. It reports whether
-// h was still there; only one caller ever gets true.
-func (w *watchdog) remove(h *hold) bool {
+// end ends h for why: it leaves the table, its deadline stops, and its
+// context is cancelled with cause, before anything else happens. It reports
+// whether this call ended it; only one caller ever gets true.
+func (w *watchdog) end(h *hold, why endReason, cause error) bool {
 	w.mu.Lock()
-	if w.holds[h.id] == h {
-		delete(w.holds, h.id)
-	}
+	delete(w.holds, h)
 	w.mu.Unlock()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.removed {
+	h.tmu.Lock()
+	if h.why != live {
+		h.tmu.Unlock()
 		return false
 	}
-	h.removed = true
+	h.why = why
 	if h.timer != nil {
 		h.timer.Stop()
+	}
+	stops := h.stops
+	h.stops = nil
+	h.tmu.Unlock()
+	h.cancel(cause)
+	for _, stop := range stops {
+		stop()
 	}
 	return true
 }
 
-// lose removes h and cancels its context with cause.
-func (w *watchdog) lose(h *hold, cause error) {
-	if w.remove(h) {
-		h.cancel(cause)
-	}
-}
-
-// unhold gives up one hold of h: send runs the release script with the hold
-// count before it and returns the script's reply (1: holds remain, 2: the
-// last was released, 0: not held, nothing changed). Renewals of a last hold
-// stop before the script is sent, so none can follow it. It returns
-// ErrNotHeld (h is then lost) or send's error, unwrapped. The caller holds
-// the owner's mu.
-func (w *watchdog) unhold(h *hold, send func(count int) (int64, error)) error {
-	count := h.count
-	last := count == 1
-	if last {
-		w.remove(h)
-	}
-	sent := time.Now()
-	reply, err := send(count)
-	switch {
-	case err != nil:
-		if last {
-			h.cancel(nil) // Redis frees it when its lease ends
-		}
-		return err
-	case reply == 0:
-		w.lose(h, ErrLeaseLost)
-		h.cancel(ErrLeaseLost) // no-op unless already removed above
-		return ErrNotHeld
-	case reply == 1:
-		h.count = count - 1
-		w.extend(h, sent)
-	default:
-		h.cancel(nil)
-	}
-	return nil
-}
-
-// loseAll cancels, with ErrLeaseLost, every hold whose id starts with prefix.
-func (w *watchdog) loseAll(prefix string) {
+// endAll ends, with why and cause, every hold of ref's lock (any owner).
+func (w *watchdog) endAll(ref lockRef, why endReason, cause error) {
 	w.mu.Lock()
 	var hs []*hold
-	for id, h := range w.holds {
-		if strings.HasPrefix(id, prefix) {
+	for h := range w.holds {
+		if h.ref == ref {
 			hs = append(hs, h)
 		}
 	}
 	w.mu.Unlock()
 	for _, h := range hs {
-		w.lose(h, ErrLeaseLost)
+		w.end(h, why, cause)
 	}
 }
 
@@ -198,7 +128,7 @@ func (w *watchdog) snapshot() []*hold {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	hs := make([]*hold, 0, len(w.holds))
-	for _, h := range w.holds {
+	for h := range w.holds {
 		if h.renewed {
 			hs = append(hs, h)
 		}
@@ -246,23 +176,33 @@ func (w *watchdog) renewAll() bool {
 
 func (w *watchdog) renewBatch(hs []*hold) bool {
 	ctx := context.Background()
-	sent := time.Now()
+	// Each renewal is dated by when its own command was sent: a renewal
+	// that succeeded in the first round keeps the first round's time even
+	// when others of the batch had to be sent again.
+	sent := make([]time.Time, len(hs))
+	start := time.Now()
+	for i := range sent {
+		sent[i] = start
+	}
 	cmds := w.exec(ctx, hs, false)
-	var retry []*hold
-	var retryIdx []int
+	var retry []int
 	for i, cmd := range cmds {
 		if lua.IsNoScript(cmd.Err()) {
-			retry = append(retry, hs[i])
-			retryIdx = append(retryIdx, i)
+			retry = append(retry, i)
 		}
 	}
 	if len(retry) > 0 {
-		// Redis lost its script cache (a restart): send the source.
-		sent2 := time.Now()
-		for j, cmd := range w.exec(ctx, retry, true) {
-			cmds[retryIdx[j]] = cmd
+		// Redis lost its script cache (a restart, SCRIPT FLUSH): send
+		// the source of those that asked for it.
+		again := make([]*hold, len(retry))
+		for j, i := range retry {
+			again[j] = hs[i]
 		}
-		sent = sent2
+		resent := time.Now()
+		for j, cmd := range w.exec(ctx, again, true) {
+			cmds[retry[j]] = cmd
+			sent[retry[j]] = resent
+		}
 	}
 	ok := true
 	for i, cmd := range cmds {
@@ -270,9 +210,9 @@ func (w *watchdog) renewBatch(hs []*hold) bool {
 		n, err := cmd.Int64()
 		switch {
 		case err == nil && n == 1:
-			w.extend(h, sent)
+			w.extend(h, sent[i])
 		case err == nil || isGone(err):
-			w.lose(h, ErrLeaseLost)
+			w.end(h, endLost, ErrLeaseLost)
 		default:
 			ok = false // transient: retried until the deadline fires
 		}
@@ -282,18 +222,20 @@ func (w *watchdog) renewBatch(hs []*hold) bool {
 
 // exec pipelines the renewal of hs, as EVALSHA or, with eval, as EVAL.
 func (w *watchdog) exec(ctx context.Context, hs []*hold, eval bool) []*redis.Cmd {
-	pipe := w.rdb.Pipeline()
+	pipe := w.c.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(hs))
 	for i, h := range hs {
-		r := h.renew
-		if eval {
-			cmds[i] = r.script.PipeEval(ctx, pipe, r.keys, r.args...)
-		} else {
-			cmds[i] = r.script.Pipe(ctx, pipe, r.keys, r.args...)
-		}
+		cmds[i] = h.renew.pipe(ctx, pipe, eval)
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command
 	return cmds
+}
+
+func (k call) pipe(ctx context.Context, p redis.Pipeliner, eval bool) *redis.Cmd {
+	if eval {
+		return k.script.PipeEval(ctx, p, k.keys, k.args...)
+	}
+	return k.script.Pipe(ctx, p, k.keys, k.args...)
 }
 
 // isGone reports whether a renewal error means the hold cannot exist any
@@ -303,60 +245,50 @@ func isGone(err error) bool {
 	return errors.As(err, &re) && strings.HasPrefix(err.Error(), "WRONGTYPE")
 }
 
-// close stops the renewal loop and releases every hold best-effort, cancelling
-// their contexts with cause ErrClosed (which wraps ErrLeaseLost).
+// close stops the renewal loop, ends every hold (their contexts are
+// cancelled first, with a cause matching both ErrClosed and ErrLeaseLost),
+// then releases them in Redis, best-effort, in one pipeline.
 func (w *watchdog) close() {
 	w.mu.Lock()
 	w.closed = true
 	hs := make([]*hold, 0, len(w.holds))
-	for _, h := range w.holds {
+	for h := range w.holds {
 		hs = append(hs, h)
 	}
 	w.mu.Unlock()
 	close(w.stop)
 	<-w.done
 
-	var live []*hold
+	var ended []*hold
 	for _, h := range hs {
-		if w.remove(h) {
-			live = append(live, h)
+		if w.end(h, endClosed, errClosedHold) {
+			ended = append(ended, h)
 		}
 	}
-	if len(live) > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		pipe := w.rdb.Pipeline()
-		for _, h := range live {
-			r := h.release
-			r.script.Pipe(ctx, pipe, r.keys, r.args...)
-		}
-		cmds, _ := pipe.Exec(ctx)
-		var again []*hold
-		for i, cmd := range cmds {
-			if lua.IsNoScript(cmd.Err()) {
-				again = append(again, live[i])
-			}
-		}
-		if len(again) > 0 {
-			pipe = w.rdb.Pipeline()
-			for _, h := range again {
-				r := h.release
-				r.script.PipeEval(ctx, pipe, r.keys, r.args...)
-			}
-			_, _ = pipe.Exec(ctx)
-		}
-		cancel()
+	if len(ended) == 0 {
+		return
 	}
-	for _, h := range live {
-		h.cancel(errClosedHold)
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	send := func(hs []*hold, eval bool) []*redis.Cmd {
+		pipe := w.c.rdb.Pipeline()
+		cmds := make([]*redis.Cmd, len(hs))
+		for i, h := range hs {
+			cmds[i] = h.release.pipe(ctx, pipe, eval)
+		}
+		_, _ = pipe.Exec(ctx)
+		return cmds
+	}
+	var again []*hold
+	for i, cmd := range send(ended, false) {
+		if lua.IsNoScript(cmd.Err()) {
+			again = append(again, ended[i])
+		}
+	}
+	if len(again) > 0 {
+		send(again, true)
 	}
 }
 
 // errClosedHold is the cause of the contexts of holds ended by Close.
-var errClosedHold = closedHoldError{}
-
-type closedHoldError struct{}
-
-func (closedHoldError) Error() string { return "redisync: client closed; lease released" }
-func (closedHoldError) Is(target error) bool {
-	return target == ErrClosed || target == ErrLeaseLost
-}
+var errClosedHold = &multiError{msg: "redisync: client closed; lease released", errs: []error{ErrClosed, ErrLeaseLost}}

@@ -24,6 +24,9 @@
 -- PEXPIRE; a re-entry PTTL, HEXISTS, HSET and PEXPIRE; a TryLock of a held
 -- lock PTTL and HEXISTS.
 --
+-- A re-entry (ARGV[3] > 0) whose field is gone finds the hold lost: it is
+-- refused with {-1, 0}, never re-created.
+--
 -- Returns {1, count} when the owner holds the lock, or {0, ms}: how long the
 -- caller may wait before it is worth trying again (-1: the lock has no
 -- expiry). A key of another type fails with WRONGTYPE before anything is
@@ -68,6 +71,13 @@ local function enqueue(now)
     redis.call('pexpire', KEYS[2], tmo)
     redis.call('pexpire', KEYS[3], tmo)
   end
+end
+
+if tonumber(ARGV[3]) > 0 then
+  if redis.call('hexists', KEYS[1], field) == 0 then
+    return {-1, 0}
+  end
+  return take(false)
 end
 
 local pttl = redis.call('pttl', KEYS[1])

@@ -8,15 +8,22 @@
 --
 -- The count is set to ARGV[3] + 1 rather than incremented, so a call that
 -- go-redis resends after a network error cannot count one re-entry twice.
+-- A re-entry (ARGV[3] > 0) whose field is gone finds the hold lost (a
+-- force-unlock, an expiry, a failover): it is refused, never re-created.
 --
 -- Returns {1, count} when the owner holds the lock, {0, pttl} when another
--- owner does. A key of another type fails with WRONGTYPE and is not touched.
--- A failed attempt, the common case under contention, costs two reads.
+-- owner does, {-1, 0} when a re-entry finds its hold gone. A key of another
+-- type fails with WRONGTYPE and is not touched. A failed attempt, the
+-- common case under contention, costs two reads.
 local pttl = redis.call('pttl', KEYS[1])
-if pttl == -2 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-  local n = tonumber(ARGV[3]) + 1
-  redis.call('hset', KEYS[1], ARGV[2], n)
-  redis.call('pexpire', KEYS[1], ARGV[1])
-  return {1, n}
+if tonumber(ARGV[3]) > 0 then
+  if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+    return {-1, 0}
+  end
+elseif pttl ~= -2 and redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+  return {0, pttl}
 end
-return {0, pttl}
+local n = tonumber(ARGV[3]) + 1
+redis.call('hset', KEYS[1], ARGV[2], n)
+redis.call('pexpire', KEYS[1], ARGV[1])
+return {1, n}

@@ -13,6 +13,9 @@
 -- write hold is left and no reader admitted by the last write unlock is still
 -- to come. A reader may not upgrade: its own read hold keeps it waiting.
 --
+-- A re-entry (ARGV[3] > 0) whose write hold is gone is refused with {-1, 0},
+-- never re-created.
+--
 -- Returns {1, count} or {0, ms}: how long to wait at most before trying again
 -- (-1: the lock has no expiry).
 -- (rw_prelude.lua comes first: now, purge, extend.)
@@ -21,6 +24,9 @@ local field = ARGV[2]
 local wf = 'w:' .. field
 local lease = tonumber(ARGV[1])
 local n = tonumber(ARGV[3]) + 1
+if n > 1 and redis.call('hexists', KEYS[1], wf) == 0 then
+  return {-1, 0}
+end
 local mode = redis.call('hget', KEYS[1], 'mode')
 local wait
 if mode == 'write' then

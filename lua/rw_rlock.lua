@@ -14,12 +14,18 @@
 -- no writer waits or a write unlock admitted this reader. The count is set to
 -- ARGV[3] + 1 so a resent call cannot count twice.
 --
+-- A re-entry (ARGV[3] > 0) whose read hold is gone (its lease ran out, a
+-- force-unlock) is refused with {-1, 0}, never re-created.
+--
 -- Returns {1, count} or {0, ms}: how long to wait at most before trying again
 -- (-1: the write lock has no expiry).
 -- (rw_prelude.lua comes first: now, purge, extend.)
 
 local field = ARGV[2]
 local rf = 'r:' .. field
+if tonumber(ARGV[3]) > 0 and redis.call('hexists', KEYS[1], rf) == 0 then
+  return {-1, 0}
+end
 local mode = redis.call('hget', KEYS[1], 'mode')
 local grant
 if mode == 'write' then

@@ -8,16 +8,20 @@
 -- ARGV[3]  lease in milliseconds, renewed while holds remain
 -- ARGV[4]  writers' channel
 --
--- Returns 1 when holds remain, 2 when the owner's read hold was released, 0
--- when the owner holds no read lock (nothing changed).
+-- Returns 1 when holds remain, 2 when the owner's read hold was released (or
+-- was already gone: a resent release), 0 when a hold that should remain is
+-- gone (the lease was lost; nothing changed).
 -- (rw_prelude.lua comes first: now, purge, extend.)
 
 local field = ARGV[1]
 local rf = 'r:' .. field
-if redis.call('hexists', KEYS[1], rf) == 0 then
-  return 0
-end
 local n = tonumber(ARGV[2]) - 1
+if redis.call('hexists', KEYS[1], rf) == 0 then
+  if n > 0 then
+    return 0
+  end
+  return 2
+end
 if n > 0 then
   local lease = tonumber(ARGV[3])
   redis.call('hset', KEYS[1], rf, n)

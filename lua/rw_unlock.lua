@@ -11,15 +11,19 @@
 -- ARGV[4]  readers' channel
 -- ARGV[5]  writers' channel
 --
--- Returns 1 when holds remain, 2 when the write hold was released, 0 when
--- the owner does not hold the write lock (nothing changed).
+-- Returns 1 when holds remain, 2 when the write hold was released (or was
+-- already gone: a resent release), 0 when a hold that should remain is gone
+-- (the lease was lost; nothing changed).
 -- (rw_prelude.lua comes first: now, purge, extend.)
 
 local wf = 'w:' .. ARGV[1]
-if redis.call('hget', KEYS[1], 'mode') ~= 'write' or redis.call('hexists', KEYS[1], wf) == 0 then
-  return 0
-end
 local n = tonumber(ARGV[2]) - 1
+if redis.call('hget', KEYS[1], 'mode') ~= 'write' or redis.call('hexists', KEYS[1], wf) == 0 then
+  if n > 0 then
+    return 0
+  end
+  return 2
+end
 if n > 0 then
   redis.call('hset', KEYS[1], wf, n)
   extend(KEYS[1], tonumber(ARGV[3]))

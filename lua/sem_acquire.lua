@@ -14,10 +14,11 @@
 -- stale entry of the same owner (a hold its process already gave up as
 -- lost) is replaced, not added to.
 --
--- Returns {1, held} when the owner now holds `held` permits; {0, bound} when
--- too few are free, bound being sem_bound's wait in ms (also when the
--- permits were never set); {-1, 0} when the owner's earlier permits are no
--- longer held (its lease ran out): nothing changed.
+-- Returns {1, held, 1} when the owner now holds `held` permits; {0, bound,
+-- set} when too few are free, bound being sem_bound's wait in ms and set 0
+-- when the permits were never set (1 otherwise); {-1, 0, 1} when the
+-- owner's earlier permits are no longer held (its lease ran out): nothing
+-- changed.
 local field, n, prev, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local now = sem_now()
 local used, stored = sem_used()
@@ -27,13 +28,17 @@ used = used - freed
 local held = tonumber(redis.call('hget', KEYS[2], field) or '0')
 local result
 if prev > 0 and held == 0 then
-  result = {-1, 0}
+  result = {-1, 0, 1}
 else
   local want = prev + n
   local delta = want - held
   local permits = redis.call('hget', KEYS[1], 'permits')
   if delta > 0 and (not permits or delta > tonumber(permits) - used) then
-    result = {0, sem_bound(now, more)}
+    local set = 1
+    if not permits then
+      set = 0
+    end
+    result = {0, sem_bound(now, more), set}
   else
     redis.call('hset', KEYS[2], field, want)
     sem_lease(field, now, lease)
@@ -41,7 +46,7 @@ else
     if delta < 0 then
       freed = freed - delta
     end
-    result = {1, want}
+    result = {1, want, 1}
   end
 end
 sem_finish(used, stored, freed, ARGV[5])

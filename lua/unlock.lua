@@ -9,14 +9,19 @@
 -- ARGV[5]  message
 --
 -- The count is set to ARGV[2] - 1 rather than decremented, so a call that
--- go-redis resends after a network error cannot leave twice.
+-- go-redis resends after a network error cannot leave twice; a resent last
+-- unlock finds the field gone, and reports the lock released, as it is.
 --
--- Returns 1 when holds remain, 2 when the lock was released, 0 when the
--- owner does not hold it (nothing changed).
-if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
-  return 0
-end
+-- Returns 1 when holds remain, 2 when the lock was released (or the last
+-- hold was already gone), 0 when a hold that should remain is gone (the
+-- lease was lost; nothing changed).
 local n = tonumber(ARGV[2]) - 1
+if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+  if n > 0 then
+    return 0
+  end
+  return 2
+end
 if n > 0 then
   redis.call('hset', KEYS[1], ARGV[1], n)
   redis.call('pexpire', KEYS[1], ARGV[3])

@@ -1,24 +1,41 @@
-// Package keys names the Redis keys a lock uses besides its own, so that all
-// of them land in the lock's Redis Cluster slot and one script can touch them.
+// Package keys names the Redis keys and channels a lock uses besides its own
+// key, so that all of them land in the lock's Redis Cluster slot, one script
+// can touch them together, and two different names never share one.
 package keys
 
 import "strings"
 
-// Tagged returns a key for name's companion suffix that hashes to the same
-// Cluster slot as name itself. A name with a hash tag ("{...}") keeps it as
-// its prefix; any other name becomes the tag.
-func Tagged(name, suffix string) string {
-	if HasTag(name) {
-		return name + ":" + suffix
-	}
-	return "{" + name + "}:" + suffix
+// Companion returns the key (or channel) that the lock name uses for one
+// purpose, token: "{" + Tag(name) + "}:" + token + ":" + name.
+//
+// It hashes to name's Cluster slot: its hash tag is name's own tag, or the
+// whole name for a name without one. Different names never share a
+// companion: the tag ends at the first "}", and the full name follows the
+// token, so (name, token) can be read back from the key. token must not
+// contain ":" (so that no token is a prefix of another one's "token:").
+// Only names for which Taggable is true have companions.
+func Companion(name, token string) string {
+	return "{" + Tag(name) + "}:" + token + ":" + name
 }
 
-// Taggable reports whether Tagged can keep name's slot: every name can but one
-// that contains "}" without forming a hash tag (such as "a{}b"), since a tag
-// cannot contain "}". Locks that need companion keys refuse such names.
+// Tag returns what Redis Cluster hashes for name: the content of its hash
+// tag when it has one, the whole name otherwise.
+func Tag(name string) string {
+	i := strings.IndexByte(name, '{')
+	if i >= 0 {
+		if j := strings.IndexByte(name[i+1:], '}'); j > 0 {
+			return name[i+1 : i+1+j]
+		}
+	}
+	return name
+}
+
+// Taggable reports whether Companion can keep name's slot: every non-empty
+// name can but one that contains "}" without forming a hash tag (such as
+// "a{}b"), since a tag cannot contain "}". Locks that need companion keys
+// refuse such names.
 func Taggable(name string) bool {
-	return HasTag(name) || !strings.Contains(name, "}")
+	return name != "" && (HasTag(name) || !strings.Contains(name, "}"))
 }
 
 // HasTag reports whether Redis Cluster hashes name by a hash tag: a "{"

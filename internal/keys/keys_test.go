@@ -1,6 +1,9 @@
 package keys
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // slot mirrors Redis Cluster's key hashing (CRC16 of the hash tag or key).
 func slot(key string) int {
@@ -36,20 +39,64 @@ func crc16(s string) uint16 {
 	return crc
 }
 
-func TestTaggedSameSlot(t *testing.T) {
-	for _, name := range []string{"orders:42", "a{b}c", "{user1}:lock", "x{", "}{z}", "plain", "{", "a{{b}c"} {
+var taggable = []string{"orders:42", "a{b}c", "{user1}:lock", "x{", "}{z}", "plain", "{", "a{{b}c", "x", "{x}", "{x}:", "{a{b}:c", "a:b", "a", "queue:a"}
+
+func TestCompanionSameSlot(t *testing.T) {
+	for _, name := range taggable {
 		if !Taggable(name) {
 			t.Errorf("Taggable(%q) = false", name)
+			continue
 		}
-		k := Tagged(name, "queue")
+		k := Companion(name, "queue")
 		if slot(k) != slot(name) {
-			t.Errorf("Tagged(%q) = %q: slot %d, want %d", name, k, slot(k), slot(name))
+			t.Errorf("Companion(%q) = %q: slot %d, want %d", name, k, slot(k), slot(name))
 		}
 	}
 }
 
+// Two different names, or two different tokens, never give the same key:
+// "x" and "{x}" in particular (review scenario S1).
+func TestCompanionsNeverCollide(t *testing.T) {
+	tokens := []string{"rw-readers", "rw-writers", "fair-queue", "fair", "sem-holders", "queue", "q"}
+	seen := map[string][2]string{}
+	for _, name := range taggable {
+		if !Taggable(name) {
+			continue
+		}
+		for _, tok := range tokens {
+			k := Companion(name, tok)
+			if prev, ok := seen[k]; ok {
+				t.Errorf("Companion(%q, %q) = Companion(%q, %q) = %q", name, tok, prev[0], prev[1], k)
+			}
+			seen[k] = [2]string{name, tok}
+			if k == name {
+				t.Errorf("Companion(%q, %q) is the name itself", name, tok)
+			}
+		}
+	}
+	if Companion("x", "rw-readers") == Companion("{x}", "rw-readers") {
+		t.Fatal("x and {x} share a companion key")
+	}
+}
+
+func FuzzCompanionInjective(f *testing.F) {
+	f.Add("x", "{x}", "a", "a")
+	f.Add("a:b", "a", "q", "b:q")
+	f.Fuzz(func(t *testing.T, n1, n2, t1, t2 string) {
+		if !Taggable(n1) || !Taggable(n2) || strings.Contains(t1, ":") || strings.Contains(t2, ":") {
+			return
+		}
+		if (n1 != n2 || t1 != t2) && Companion(n1, t1) == Companion(n2, t2) {
+			t.Fatalf("Companion(%q,%q) == Companion(%q,%q)", n1, t1, n2, t2)
+		}
+		if slot(Companion(n1, t1)) != slot(n1) {
+			t.Fatalf("Companion(%q) leaves the slot", n1)
+		}
+	})
+}
+
 func TestUntaggable(t *testing.T) {
-	for _, name := range []string{"x{}y", "a}b", "}"} {
+	for _, name := range []string{"x{}y", "a}b", "}", ""} {
 		if Taggable(name) {
 			t.Errorf("Taggable(%q) = true", name)
 		}

@@ -1,0 +1,318 @@
+package redisync
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redisync-go/redisync/lua"
+)
+
+// call is one script invocation, kept so it can be sent again.
+type call struct {
+	script *lua.Script
+	keys   []string
+	args   []any
+}
+
+func (k call) run(ctx context.Context, rdb redis.Scripter) *redis.Cmd {
+	return k.script.Run(ctx, rdb, k.keys, k.args...)
+}
+
+// endReason says why a hold ended.
+type endReason uint8
+
+const (
+	live        endReason = iota
+	endUnlocked           // its last hold was released
+	endParent             // the context it was taken with ended
+	endLost               // its lease was lost, or may have been
+	endForced             // ForceUnlock in this process
+	endClosed             // Client.Close
+)
+
+// hold is one owner's hold of one lock (or of one semaphore's permits) in
+// this process. While it lives, its lease is kept alive by the watchdog (or,
+// for a fixed lease, watched), and its context is live; when it ends, for
+// whatever reason, its context is cancelled first, and then redisync makes
+// sure Redis does not keep it either.
+type hold struct {
+	ref     lockRef
+	field   string // the owner's Redis field
+	scope   *scope // the WithOwner scope it was taken in
+	lease   time.Duration
+	renewed bool // renewed by the watchdog; false for a fixed lease
+	renew   call // returns 1 while held, 0 once gone
+	release call // gives up the whole hold; harmless when already gone
+	parent  context.Context
+	ctx     context.Context // carries the hold; ends with it
+	cancel  context.CancelCauseFunc
+
+	// mu serialises the scripts that change this hold (re-entries,
+	// releases, a give-back), so the count sent stays in step with Redis
+	// even when goroutines share the hold.
+	mu    sync.Mutex
+	count int
+
+	tmu   sync.Mutex // guards the fields below
+	sent  time.Time  // when the newest script that set the lease was sent
+	timer *time.Timer
+	why   endReason
+	stops []func() bool // undone when the hold ends
+}
+
+func (h *hold) live() bool {
+	h.tmu.Lock()
+	defer h.tmu.Unlock()
+	return h.why == live
+}
+
+func (h *hold) reason() endReason {
+	h.tmu.Lock()
+	defer h.tmu.Unlock()
+	return h.why
+}
+
+// onEnd registers stop to be called when the hold ends (at once if it has).
+func (h *hold) onEnd(stop func() bool) {
+	h.tmu.Lock()
+	if h.why == live {
+		h.stops = append(h.stops, stop)
+		h.tmu.Unlock()
+		return
+	}
+	h.tmu.Unlock()
+	stop()
+}
+
+// contextFor returns the context a re-entry with ctx hands out: ctx itself
+// when it ends with the hold (it is the hold's context, or carries values
+// on top of it), else a child of ctx that also ends when the hold does.
+func (h *hold) contextFor(ctx context.Context) context.Context {
+	if ctx.Done() == h.ctx.Done() {
+		return ctx
+	}
+	cctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(h.ctx, func() { cancel(context.Cause(h.ctx)) })
+	context.AfterFunc(cctx, func() { stop() })
+	return cctx
+}
+
+// margin is how long before a lease's expiry in Redis its holder is told it
+// is lost: room for the difference between the two clocks' rates, for the
+// timer's latency and for the holder to react.
+func margin(lease time.Duration) time.Duration {
+	return max(lease/10, min(lease/2, 2*time.Millisecond))
+}
+
+// deadline is when a lease set by a script sent at sent must be taken as lost.
+func deadline(sent time.Time, lease time.Duration) time.Time {
+	return sent.Add(lease - margin(lease))
+}
+
+// wholeMs rounds d up to whole milliseconds, the resolution of Redis's
+// leases, so the local deadline and Redis count the same lease.
+func wholeMs(d time.Duration) time.Duration {
+	return (d + time.Millisecond - 1) / time.Millisecond * time.Millisecond
+}
+
+// spec is what a lock handle tells the hold machinery about itself.
+type spec struct {
+	ref     lockRef
+	lease   time.Duration
+	renewed bool
+	wrap    func(error) error
+}
+
+// errTooLate reports a grant whose reply came after its lease could be
+// trusted (Redis or the network stalled): it was given back.
+var errTooLate = fmt.Errorf("%w: the reply came too late to use the lease", ErrNotAcquired)
+
+// grant turns a first acquisition, made by a script sent at sent, into a
+// hold of field bound to parent (it ends when parent does). renew and
+// release are the hold's scripts. It gives the acquisition back and fails
+// when the reply came too late to trust the lease (errTooLate), when parent
+// has ended, or when the client is closed. ends are run when the hold ends;
+// when there is no hold, the caller runs them.
+func (c *Client) grant(s *spec, parent context.Context, field string, count int, sent time.Time,
+	renew, release call, ends ...func() bool) (context.Context, error) {
+	h := &hold{
+		ref: s.ref, field: field, scope: scopeOf(parent), lease: s.lease, renewed: s.renewed,
+		renew: renew, release: release, parent: parent, count: count, stops: ends,
+	}
+	giveUp := func(err error) (context.Context, error) {
+		cleanup(parent, func(ctx context.Context) { _ = release.run(ctx, c.rdb).Err() })
+		return nil, err
+	}
+	if !time.Now().Before(deadline(sent, s.lease)) {
+		return giveUp(errTooLate)
+	}
+	if err := parent.Err(); err != nil {
+		return giveUp(err)
+	}
+	cctx, cancel := context.WithCancelCause(parent)
+	h.ctx, h.cancel = context.WithValue(cctx, s.ref, h), cancel
+	if !c.wd.add(h, sent) {
+		cancel(ErrClosed)
+		return giveUp(ErrClosed)
+	}
+	h.onEnd(context.AfterFunc(parent, func() {
+		if c.wd.end(h, endParent, context.Cause(parent)) {
+			c.giveBack(h)
+		}
+	}))
+	return h.ctx, nil
+}
+
+// reenter acquires once more through h, the live hold ctx carries: run
+// sends the script with h's count and returns the new count, or lost when
+// Redis no longer has the hold. A handle whose lease differs from the
+// hold's is refused, changing nothing.
+func (c *Client) reenter(ctx context.Context, s *spec, h *hold, run func(count int) (n int, lost bool, err error)) (context.Context, error) {
+	if h.lease != s.lease || h.renewed != s.renewed {
+		return nil, s.wrap(fmt.Errorf("%w: the context holds it with a %s, this handle asks for a %s",
+			ErrInvalid, leaseText(h.lease, h.renewed), leaseText(s.lease, s.renewed)))
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.live() {
+		return nil, s.wrap(endedError(h))
+	}
+	sent := time.Now()
+	n, lost, err := run(h.count)
+	if err != nil {
+		return nil, s.wrap(err)
+	}
+	if lost {
+		c.wd.end(h, endLost, ErrLeaseLost)
+		return nil, s.wrap(errLost)
+	}
+	h.count = n
+	c.wd.extend(h, sent)
+	if !h.live() {
+		return nil, s.wrap(endedError(h))
+	}
+	return h.contextFor(ctx), nil
+}
+
+func leaseText(d time.Duration, renewed bool) string {
+	if renewed {
+		return fmt.Sprintf("watchdog lease of %v", d)
+	}
+	return fmt.Sprintf("fixed lease of %v (WithLease)", d)
+}
+
+// release gives up n of the holds that ctx carries (all of them when n is
+// its count). send runs the release script with the count before it and
+// returns 1 (holds remain), 2 (the last was released, or was already gone)
+// or 0 (this owner's holds are gone: the lease was lost).
+func (c *Client) release(ctx context.Context, s *spec, n int, send func(ctx context.Context, h *hold, count int) (int64, error)) error {
+	h := carried(ctx, s.ref)
+	if h == nil {
+		return s.wrap(fmt.Errorf("%w (the context carries no hold of it)", ErrNotHeld))
+	}
+	ctx, cancel := detach(ctx)
+	defer cancel()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.live() {
+		return c.afterEnd(ctx, s, h)
+	}
+	count := h.count
+	if n > count {
+		return s.wrap(fmt.Errorf("%w (release %d, %d held)", ErrNotHeld, n, count))
+	}
+	last := n == count
+	if last {
+		// Tell everyone sharing the hold before the lock can be free;
+		// renewals stop before the script is sent, so none follows it.
+		c.wd.end(h, endUnlocked, nil)
+	}
+	sent := time.Now()
+	reply, err := send(ctx, h, count)
+	switch {
+	case err != nil:
+		if last {
+			c.giveBack(h) // try again in the background; else Redis frees it at the lease's end
+		}
+		return s.wrap(err)
+	case reply == 0:
+		c.wd.end(h, endLost, ErrLeaseLost)
+		return s.wrap(errLost)
+	case reply == 1 && !last:
+		h.count = count - n
+		c.wd.extend(h, sent)
+	}
+	return nil
+}
+
+// afterEnd answers a release through a hold that has already ended, making
+// sure Redis does not keep it: nil when it ended with its context (redisync
+// released it), an error otherwise.
+func (c *Client) afterEnd(ctx context.Context, s *spec, h *hold) error {
+	why := h.reason()
+	if why == endParent || why == endLost {
+		if err := h.release.run(ctx, c.rdb).Err(); err != nil && why == endParent {
+			return s.wrap(err)
+		}
+	}
+	if why == endParent {
+		return nil
+	}
+	return s.wrap(endedError(h))
+}
+
+// endedError describes a hold that has ended.
+func endedError(h *hold) error {
+	switch h.reason() {
+	case endUnlocked:
+		return fmt.Errorf("%w (already released)", ErrNotHeld)
+	case endParent:
+		return fmt.Errorf("%w (the hold ended with its context: %v)", ErrNotHeld, context.Cause(h.parent))
+	case endClosed:
+		return ErrClosed
+	default:
+		return errLost
+	}
+}
+
+// errLost is the error of a call through a hold whose lease was lost.
+var errLost = &multiError{msg: "redisync: not held: lease lost", errs: []error{ErrNotHeld, ErrLeaseLost}}
+
+// giveBack releases h in Redis in the background, bounded by
+// releaseTimeout: h ended while Redis may still keep it.
+func (c *Client) giveBack(h *hold) {
+	if !c.bgStart() {
+		return // Close releases every hold itself
+	}
+	go func() {
+		defer c.bg.Done()
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		defer cancel()
+		_ = h.release.run(ctx, c.rdb).Err()
+	}()
+}
+
+// entry returns the live hold of ref that a Lock with ctx re-enters, or nil
+// for a first acquisition. A context that carries a hold of ref that was
+// lost (or ended with its context, or by Close) is refused: acquiring again
+// would silently make a new hold of what its caller believes it still has.
+func entry(ctx context.Context, ref lockRef) (*hold, error) {
+	h := carried(ctx, ref)
+	if h == nil {
+		return nil, nil
+	}
+	switch h.reason() {
+	case live:
+		return h, nil
+	case endUnlocked:
+		return nil, nil
+	default:
+		return nil, endedError(h)
+	}
+}
