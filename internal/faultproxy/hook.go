@@ -64,9 +64,12 @@ import (
 // dedicated connection of a PubSub. Write rules (OnWrite) are matched
 // against the commands, in RESP, of each Write on such a connection; one
 // firing applies to the whole Write. go-redis writes a command (or a whole
-// pipeline) in one Write unless it exceeds its write buffer (32 KiB by
-// default); a command split across Writes can only match in its first
-// Write, with the arguments that Write holds in full.
+// pipeline) in one Write unless it exceeds its write buffer (by default
+// 32 KiB, 128 KiB for pipelines); a command split across Writes can only
+// match in its first Write, with the arguments that Write holds in full.
+//
+// A ClusterClient uses neither the dial hooks added to it nor, for its
+// nodes' handshakes, its command hooks: see DialOnly.
 type Hook struct {
 	mu       sync.Mutex
 	cmdRules []*cmdRule   // copy-on-write: readers may keep a snapshot

@@ -3,6 +3,7 @@ package faultproxy_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"slices"
@@ -74,15 +75,9 @@ func TestHookDelayReply(t *testing.T) {
 	r := h.OnCommand(faultproxy.CommandRule{Name: "set", Action: faultproxy.DelayReply(d)})
 
 	start := time.Now()
-	done := make(chan error, 1)
-	go func() { done <- c.Set(ctx, "k", "v", 0).Err() }()
-	require.Eventually(t, func() bool { return other.Get(ctx, "k").Val() == "v" }, 2*time.Second, 5*time.Millisecond)
-	select {
-	case err := <-done:
-		t.Fatalf("reply arrived (err %v) before the delay was over", err)
-	default:
-	}
-	require.NoError(t, <-done)
+	require.NoError(t, effectBeforeReply(t,
+		func() error { return c.Set(ctx, "k", "v", 0).Err() },
+		func() bool { return other.Get(ctx, "k").Val() == "v" }))
 	require.GreaterOrEqual(t, time.Since(start), d)
 	require.Equal(t, 1, r.Fired())
 
@@ -227,22 +222,16 @@ func TestHookPipeline(t *testing.T) {
 
 	// DelayReply: the pipeline ran before its replies arrive.
 	h.OnCommand(faultproxy.CommandRule{Name: "set", Args: key("d"), Times: 1, Action: faultproxy.DelayReply(400 * time.Millisecond)})
-	done := make(chan error, 1)
-	go func() {
-		_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			p.Set(ctx, "d", "1", 0)
-			p.Set(ctx, "e", "1", 0)
-			return nil
-		})
-		done <- err
-	}()
-	require.Eventually(t, func() bool { return other.Exists(ctx, "d", "e").Val() == 2 }, 2*time.Second, 5*time.Millisecond)
-	select {
-	case err := <-done:
-		t.Fatalf("replies arrived (err %v) before the delay was over", err)
-	default:
-	}
-	require.NoError(t, <-done)
+	require.NoError(t, effectBeforeReply(t,
+		func() error {
+			_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+				p.Set(ctx, "d", "1", 0)
+				p.Set(ctx, "e", "1", 0)
+				return nil
+			})
+			return err
+		},
+		func() bool { return other.Exists(ctx, "d", "e").Val() == 2 }))
 
 	// TxPipeline: a failed command is left out of the MULTI/EXEC block.
 	h.OnCommand(faultproxy.CommandRule{Name: "set", Args: key("u"), Times: 1, Action: faultproxy.Fail(nil)})
@@ -345,4 +334,182 @@ func TestHookWriteRuleMatchesCommandName(t *testing.T) {
 	require.NoError(t, ps.Subscribe(ctx, "ch"))
 	require.NoError(t, ps.Subscribe(ctx, "subscribe"))
 	require.Equal(t, 1, chOnly.Fired())
+}
+
+// receiveAll returns what ps receives until it has been quiet for 300ms.
+func receiveAll(t *testing.T, ps *redis.PubSub) []any {
+	t.Helper()
+	var got []any
+	for {
+		m, err := ps.ReceiveTimeout(context.Background(), 300*time.Millisecond)
+		if err != nil {
+			var ne net.Error
+			require.ErrorAs(t, err, &ne)
+			require.True(t, ne.Timeout(), "want a timeout, got %v", err)
+			return got
+		}
+		got = append(got, m)
+	}
+}
+
+// What go-redis's PubSub does when the write of a SUBSCRIBE fails, as
+// observed with go-redis v9.23.0. PubSub.Subscribe(ctx, "ch"):
+//
+//  1. writes SUBSCRIBE ch; the write fails, Subscribe will return its error;
+//  2. before returning, sees a bad connection (releaseConn) and reconnects
+//     at once: it dials a new connection and re-subscribes the channels it
+//     had recorded, which do NOT yet include "ch" (Subscribe records its
+//     channels only after the attempt);
+//  3. then records "ch" as subscribed (ps.String() lists it).
+//
+// So Redis has no subscription on "ch" while the PubSub believes it has:
+// PUBLISH ch reaches nobody. Nothing repairs it by itself: ReceiveTimeout's
+// timeouts do not count as bad connections, and the health-check PINGs of
+// ps.Channel() succeed; only a later reconnection (after some other
+// connection error) or a new Subscribe(ctx, "ch") subscribes it.
+func TestHookFailWriteSubscribe(t *testing.T) {
+	ctx := context.Background()
+	for _, before := range [][]string{nil, {"a"}} {
+		t.Run(fmt.Sprintf("subscribed to %v", before), func(t *testing.T) {
+			c, h, other := hooked(t, redistest.Start(t), nil)
+			hellos := h.OnWrite(faultproxy.WriteRule{Name: "hello"}) // one per new connection
+			ps := c.Subscribe(ctx, before...)
+			t.Cleanup(func() { _ = ps.Close() })
+			if before != nil {
+				require.IsType(t, &redis.Subscription{}, receive(t, ps))
+			}
+
+			fail := h.OnWrite(faultproxy.WriteRule{Name: "subscribe", Times: 1, Action: faultproxy.FailWrite()})
+			err := ps.Subscribe(ctx, "ch")
+			require.ErrorIs(t, err, faultproxy.ErrInjected)
+			var oe *net.OpError
+			require.ErrorAs(t, err, &oe)
+			require.Equal(t, 1, fail.Fired())
+			require.Equal(t, 2, hellos.Fired(), "Subscribe reconnected before returning")
+
+			for _, ch := range append(before, "ch") {
+				require.Contains(t, ps.String(), ch, "the PubSub believes it is subscribed to ch")
+			}
+			numsub := other.PubSubNumSub(ctx, "ch").Val()
+			require.Zero(t, numsub["ch"], "but Redis has no subscriber on ch")
+			require.Zero(t, other.Publish(ctx, "ch", "lost").Val())
+			got := receiveAll(t, ps)
+			if before != nil {
+				// The reconnection re-subscribed the channels known before.
+				require.EqualValues(t, 1, other.Publish(ctx, "a", "kept").Val())
+				got = append(got, receiveAll(t, ps)...)
+				require.Equal(t, []any{
+					&redis.Subscription{Kind: "subscribe", Channel: "a", Count: 1},
+					&redis.Message{Channel: "a", Payload: "kept"},
+				}, got)
+			} else {
+				require.Empty(t, got)
+			}
+			require.Zero(t, other.PubSubNumSub(ctx, "ch").Val()["ch"], "still not subscribed after receive timeouts")
+
+			// Subscribing again repairs it.
+			require.NoError(t, ps.Subscribe(ctx, "ch"))
+			require.Equal(t, &redis.Subscription{Kind: "subscribe", Channel: "ch", Count: len(before) + 1}, receive(t, ps))
+			require.EqualValues(t, 1, other.Publish(ctx, "ch", "m").Val())
+			require.Equal(t, &redis.Message{Channel: "ch", Payload: "m"}, receive(t, ps))
+		})
+	}
+}
+
+func TestHookDelayWriteSubscribe(t *testing.T) {
+	ctx := context.Background()
+	c, h, other := hooked(t, redistest.Start(t), nil)
+	ps := c.Subscribe(ctx)
+	t.Cleanup(func() { _ = ps.Close() })
+	const d = 500 * time.Millisecond
+	r := h.OnWrite(faultproxy.WriteRule{Name: "subscribe", Times: 1, Action: faultproxy.DelayWrite(d)})
+
+	start := time.Now()
+	done := make(chan error, 1)
+	var returned time.Time
+	go func() {
+		err := ps.Subscribe(ctx, "ch") // blocks in the Write
+		returned = time.Now()
+		done <- err
+	}()
+	time.Sleep(d / 2)
+	require.Zero(t, other.PubSubNumSub(ctx, "ch").Val()["ch"], "subscribed before the delay was over")
+	require.NoError(t, <-done)
+	require.GreaterOrEqual(t, returned.Sub(start), d, "Subscribe blocks in the delayed Write")
+	require.Equal(t, &redis.Subscription{Kind: "subscribe", Channel: "ch", Count: 1}, receive(t, ps))
+	require.EqualValues(t, 1, other.PubSubNumSub(ctx, "ch").Val()["ch"])
+	require.Equal(t, 1, r.Fired())
+
+	// A delay past the write deadline fails the write with a timeout.
+	c, h, _ = hooked(t, redistest.Start(t), &redis.Options{WriteTimeout: 100 * time.Millisecond})
+	ps = c.Subscribe(ctx)
+	t.Cleanup(func() { _ = ps.Close() })
+	h.OnWrite(faultproxy.WriteRule{Name: "subscribe", Times: 1, Action: faultproxy.DelayWrite(300 * time.Millisecond)})
+	err := ps.Subscribe(ctx, "ch")
+	var ne net.Error
+	require.ErrorAs(t, err, &ne)
+	require.True(t, ne.Timeout(), "want a timeout, got %v", err)
+}
+
+// On a ClusterClient, h goes on the cluster client (command rules, outside
+// all retries) and DialOnly on its nodes (write rules).
+func TestHookCluster(t *testing.T) {
+	ctx := context.Background()
+	cl := redistest.StartCluster(t, 3)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+	t.Cleanup(func() { _ = cc.Close() })
+	h := faultproxy.NewHook()
+	cc.AddHook(h)
+	cc.OnNewNode(func(node *redis.Client) { node.AddHook(h.DialOnly()) })
+
+	sets := h.OnCommand(faultproxy.CommandRule{Name: "set"})
+	h.OnCommand(faultproxy.CommandRule{Name: "incr", Times: 1, Action: faultproxy.LoseReply()})
+	require.NoError(t, cc.Set(ctx, "k", "v", 0).Err())
+	require.Equal(t, 1, sets.Fired(), "command rules apply once, at the cluster level")
+	require.ErrorIs(t, cc.Incr(ctx, "n").Err(), io.EOF)
+	require.Equal(t, "1", cc.Get(ctx, "n").Val(), "the cluster client did not retry the lost reply")
+
+	writes := h.OnWrite(faultproxy.WriteRule{Name: "get"})
+	require.Equal(t, "v", cc.Get(ctx, "k").Val())
+	require.Equal(t, 1, writes.Fired(), "node connections are wrapped")
+
+	ps := cc.Subscribe(ctx)
+	t.Cleanup(func() { _ = ps.Close() })
+	fail := h.OnWrite(faultproxy.WriteRule{Name: "subscribe", Times: 1, Action: faultproxy.FailWrite()})
+	require.ErrorIs(t, ps.Subscribe(ctx, "ch"), faultproxy.ErrInjected)
+	require.Equal(t, 1, fail.Fired(), "a node's PubSub connection is wrapped")
+}
+
+// effectBeforeReply runs call in a goroutine, checks that visible()
+// becomes true before call returns, and returns call's error.
+func effectBeforeReply(t *testing.T, call func() error, visible func() bool) error {
+	t.Helper()
+	type result struct {
+		err error
+		at  time.Time
+	}
+	done := make(chan result, 1)
+	go func() {
+		err := call()
+		done <- result{err, time.Now()}
+	}()
+	var seen time.Time
+	require.Eventually(t, func() bool {
+		if visible() {
+			seen = time.Now()
+			return true
+		}
+		return false
+	}, 2*time.Second, 5*time.Millisecond)
+	res := <-done
+	require.True(t, seen.Before(res.at), "the reply came before the effect was visible")
+	return res.err
+}
+
+// receive returns the next thing ps receives, waiting at most 2s.
+func receive(t *testing.T, ps *redis.PubSub) any {
+	t.Helper()
+	m, err := ps.ReceiveTimeout(context.Background(), 2*time.Second)
+	require.NoError(t, err)
+	return m
 }
