@@ -1,6 +1,9 @@
-// Package faultproxy is a TCP proxy for injecting network faults between a
-// client under test and a server: partitions (Blackhole) and dropped
-// connections (CutAll).
+// Package faultproxy injects faults between a client under test and Redis.
+//
+// Proxy is a TCP proxy for network faults: partitions (Blackhole) and
+// dropped connections (CutAll). Hook is a go-redis hook for finer faults on
+// chosen commands or connection writes: delays, lost replies, resent
+// commands, failed writes (see hook.go).
 package faultproxy
 
 import (
