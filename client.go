@@ -2,6 +2,7 @@ package redisync
 
 import (
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -31,6 +32,9 @@ type Client struct {
 	bgMu     sync.Mutex
 	bg       sync.WaitGroup // background give-backs (hold.go)
 	bgClosed bool
+
+	obs Observer
+	log *slog.Logger
 }
 
 // Option configures a Client.
@@ -65,6 +69,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		id:     uuid.NewString(),
 		lease:  DefaultWatchdogTimeout,
 		closed: make(chan struct{}),
+		log:    slog.New(slog.DiscardHandler),
 	}
 	for _, opt := range opts {
 		if opt == nil {
@@ -75,7 +80,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		}
 	}
 	c.wd = newWatchdog(c, c.lease)
-	c.ps = newPubSub(rdb, c.closed)
+	c.ps = newPubSub(rdb, c.closed, c.log)
 	return c, nil
 }
 

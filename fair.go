@@ -164,12 +164,16 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (cont
 		return hctx, nil
 	}
 
+	start := time.Now()
 	field := f.c.newField()
 	leaseMs := f.spec.lease.Milliseconds()
 	var hctx context.Context
+	drop := call{lua.FairDrop, f.keys(), []any{field, f.prefix}}
+	leave := call{lua.FairLeave, f.keys(), []any{field, f.prefix}}
 	try := func() (bool, time.Duration, error) {
 		sent := time.Now()
-		r, err := f.script(parent, field, 0, wait)
+		r, err := abandonable(wctx, func() ([]int64, error) { return f.script(parent, field, 0, wait) },
+			func([]int64, error) { f.c.undo(leave, drop) })
 		if err != nil {
 			return false, 0, err
 		}
@@ -180,9 +184,8 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (cont
 			}
 			return false, next, nil
 		}
-		hctx, err = f.c.grant(&f.spec, parent, field, int(r[1]), sent,
-			call{lua.Renew, []string{f.name}, []any{field, leaseMs}},
-			call{lua.FairDrop, f.keys(), []any{field, f.prefix}})
+		hctx, err = f.c.grant(&f.spec, parent, field, int(r[1]), start, sent,
+			call{lua.Renew, []string{f.name}, []any{field, leaseMs}}, drop)
 		if errors.Is(err, errTooLate) {
 			return false, time.Millisecond, nil
 		}

@@ -57,6 +57,8 @@ type hold struct {
 	mu    sync.Mutex
 	count int
 
+	taken time.Time // when it was granted
+
 	tmu   sync.Mutex // guards the fields below
 	sent  time.Time  // when the newest script that set the lease was sent
 	timer *time.Timer
@@ -137,11 +139,11 @@ var errTooLate = fmt.Errorf("%w: the reply came too late to use the lease", ErrN
 // when the reply came too late to trust the lease (errTooLate), when parent
 // has ended, or when the client is closed. ends are run when the hold ends;
 // when there is no hold, the caller runs them.
-func (c *Client) grant(s *spec, parent context.Context, field string, count int, sent time.Time,
+func (c *Client) grant(s *spec, parent context.Context, field string, count int, start, sent time.Time,
 	renew, release call, ends ...func() bool) (context.Context, error) {
 	h := &hold{
 		ref: s.ref, field: field, scope: scopeOf(parent), lease: s.lease, renewed: s.renewed,
-		renew: renew, release: release, parent: parent, count: count, stops: ends,
+		renew: renew, release: release, parent: parent, count: count, stops: ends, taken: time.Now(),
 	}
 	giveUp := func(err error) (context.Context, error) {
 		cleanup(parent, func(ctx context.Context) { _ = release.run(ctx, c.rdb).Err() })
@@ -164,6 +166,9 @@ func (c *Client) grant(s *spec, parent context.Context, field string, count int,
 			c.giveBack(h)
 		}
 	}))
+	if c.obs.Acquired != nil {
+		c.obs.Acquired(HoldEvent{Kind: s.ref.kind, Name: s.ref.name, Wait: h.taken.Sub(start)})
+	}
 	return h.ctx, nil
 }
 
@@ -282,6 +287,19 @@ func endedError(h *hold) error {
 // errLost is the error of a call through a hold whose lease was lost.
 var errLost = &multiError{msg: "redisync: not held: lease lost", errs: []error{ErrNotHeld, ErrLeaseLost}}
 
+// undo runs calls, in order, to give back what an abandoned attempt took
+// or left in Redis (see abandonable), bounded by releaseTimeout.
+func (c *Client) undo(calls ...call) {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	for _, k := range calls {
+		if err := k.run(ctx, c.rdb).Err(); err != nil {
+			c.log.Warn("redisync: could not give back what an abandoned attempt took; its lease or deadline frees it",
+				"script", k.script.Name(), "error", err)
+		}
+	}
+}
+
 // giveBack releases h in Redis in the background, bounded by
 // releaseTimeout: h ended while Redis may still keep it.
 func (c *Client) giveBack(h *hold) {
@@ -294,7 +312,10 @@ func (c *Client) giveBack(h *hold) {
 		defer h.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 		defer cancel()
-		_ = h.release.run(ctx, c.rdb).Err()
+		if err := h.release.run(ctx, c.rdb).Err(); err != nil {
+			c.log.Warn("redisync: could not release a hold that ended; Redis frees it when its lease ends",
+				"kind", h.ref.kind, "name", h.ref.name, "owner", h.field, "error", err)
+		}
 	}()
 }
 

@@ -85,6 +85,21 @@ func (l *CountDownLatch) CountDown(ctx context.Context) error {
 	return nil
 }
 
+// Delete removes the latch whatever its count, reporting whether it was
+// counting, and releases its waiters in every process, as reaching zero
+// does. Use it to reset a latch that a crashed run left counting: a latch
+// has no expiry. A key of another type is refused and kept.
+func (l *CountDownLatch) Delete(ctx context.Context) (bool, error) {
+	if err := l.check(); err != nil {
+		return false, err
+	}
+	n, err := lua.LatchDelete.Run(ctx, l.c.rdb, []string{l.name}, l.channel).Int64()
+	if err != nil {
+		return false, l.wrap(err)
+	}
+	return n == 1, nil
+}
+
 // Count returns the count left: 0 when the latch reached zero or was never
 // set.
 func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
@@ -114,7 +129,7 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
-		return err
+		return l.wrap(err)
 	}
 	n, err := l.Count(ctx)
 	if err != nil || n == 0 {

@@ -2,6 +2,7 @@ package redisync
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 type pubsub struct {
 	rdb    redis.UniversalClient
 	closed <-chan struct{}
+	log    *slog.Logger
 
 	mu      sync.Mutex
 	ps      *redis.PubSub        // nil until the first subscription
@@ -85,9 +87,9 @@ type waiter struct {
 	c  chan struct{} // buffered 1: a wake-up not yet taken
 }
 
-func newPubSub(rdb redis.UniversalClient, closed <-chan struct{}) *pubsub {
+func newPubSub(rdb redis.UniversalClient, closed <-chan struct{}, log *slog.Logger) *pubsub {
 	return &pubsub{
-		rdb: rdb, closed: closed,
+		rdb: rdb, closed: closed, log: log,
 		chans: map[string]*channel{}, subs: map[string]*subState{},
 		kick: make(chan struct{}, 1),
 	}
@@ -196,6 +198,7 @@ func (p *pubsub) resend() {
 		}
 		pending = true
 		if time.Since(s.sent) >= resendAfter {
+			p.log.Warn("redisync: subscription not confirmed; sending it again", "channel", name)
 			p.queueSub(name)
 		}
 	}
@@ -420,6 +423,7 @@ func (p *pubsub) read(ps *redis.PubSub) {
 				return
 			default:
 			}
+			p.log.Warn("redisync: subscription connection lost; re-subscribing", "error", err)
 			p.connLost()
 			select {
 			case <-p.closed:

@@ -133,22 +133,28 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 		return hctx, nil
 	}
 
+	start := time.Now()
 	field := m.c.newField()
 	leaseMs := m.spec.lease.Milliseconds()
 	keys := []string{m.name}
 	var hctx context.Context
+	drop := call{lua.Drop, keys, []any{field, m.channel, unlockMessage}}
 	try := func() (bool, time.Duration, error) {
 		sent := time.Now()
-		r, err := m.script(parent, field, 0)
+		r, err := abandonable(wctx, func() ([]int64, error) { return m.script(parent, field, 0) },
+			func(r []int64, err error) {
+				if err == nil && r[0] == 1 {
+					m.c.undo(drop)
+				}
+			})
 		if err != nil {
 			return false, 0, err
 		}
 		if r[0] != 1 {
 			return false, bound(r[1], m.spec.lease/3), nil
 		}
-		hctx, err = m.c.grant(&m.spec, parent, field, int(r[1]), sent,
-			call{lua.Renew, keys, []any{field, leaseMs}},
-			call{lua.Drop, keys, []any{field, m.channel, unlockMessage}})
+		hctx, err = m.c.grant(&m.spec, parent, field, int(r[1]), start, sent,
+			call{lua.Renew, keys, []any{field, leaseMs}}, drop)
 		if errors.Is(err, errTooLate) {
 			return false, time.Millisecond, nil
 		}
@@ -172,7 +178,7 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 	if !queued {
 		done, n, err := try()
 		if err != nil {
-			return parent, m.wrap(err)
+			return parent, m.wrap(waitError(err, parent, bounded))
 		}
 		if done {
 			return hctx, nil

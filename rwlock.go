@@ -206,6 +206,7 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		return parent, r.wrap(errUpgrade)
 	}
 
+	start := time.Now()
 	field := r.c.newField()
 	hparent := parent
 	var ends []func() bool
@@ -226,9 +227,17 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		release = call{lua.RWRUnlock, r.keys, []any{field, 1, leaseMs, r.wchan}}
 	}
 	var hctx context.Context
+	leave := call{lua.RWLeave, r.keys, []any{field, r.rchan, r.wchan}}
 	try := func() (bool, time.Duration, error) {
 		sent := time.Now()
-		res, err := r.script(parent, script, field, 0, wait)
+		res, err := abandonable(wctx, func() ([]int64, error) { return r.script(parent, script, field, 0, wait) },
+			func(res []int64, err error) {
+				if err == nil && res[0] == 1 {
+					r.c.undo(leave, release)
+				} else {
+					r.c.undo(leave)
+				}
+			})
 		if err != nil {
 			return false, 0, err
 		}
@@ -239,7 +248,7 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 			}
 			return false, next, nil
 		}
-		hctx, err = r.c.grant(s, hparent, field, int(res[1]), sent, renew, release, ends...)
+		hctx, err = r.c.grant(s, hparent, field, int(res[1]), start, sent, renew, release, ends...)
 		if errors.Is(err, errTooLate) {
 			return false, time.Millisecond, nil
 		}

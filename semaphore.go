@@ -245,12 +245,14 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 		return parent, s.wrap(fmt.Errorf("%w: the context holds permits with a %s, this handle asks for a %s",
 			ErrInvalid, leaseText(h.lease, h.renewed), leaseText(s.spec.lease, s.spec.renewed)))
 	}
+	start := time.Now()
 	field := s.c.newField()
 	if h != nil {
 		field = h.field
 	}
 	leaseMs := s.spec.lease.Milliseconds()
 	var hctx context.Context
+	drop := call{lua.SemDrop, s.keys, []any{field, s.channel, semReclaimLimit}}
 	neverSet := false
 	try := func() (bool, time.Duration, error) {
 		if h != nil {
@@ -271,8 +273,21 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 		// permits taken in Redis but abandoned here would stay taken for
 		// a whole lease.
 		sent := time.Now()
-		r, err := lua.SemAcquire.Run(context.WithoutCancel(parent), s.c.rdb, s.keys,
-			field, n, prev, leaseMs, s.channel, semReclaimLimit).Int64Slice()
+		send := func() ([]int64, error) {
+			return lua.SemAcquire.Run(context.WithoutCancel(parent), s.c.rdb, s.keys,
+				field, n, prev, leaseMs, s.channel, semReclaimLimit).Int64Slice()
+		}
+		var r []int64
+		var err error
+		if h != nil {
+			r, err = send() // under the hold's lock: never abandoned
+		} else {
+			r, err = abandonable(wctx, send, func(r []int64, err error) {
+				if err == nil && r[0] == 1 {
+					s.c.undo(drop)
+				}
+			})
+		}
 		if err != nil {
 			return false, 0, err
 		}
@@ -291,9 +306,9 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 			hctx = h.contextFor(parent)
 			return true, 0, nil
 		}
-		hctx, err = s.c.grant(&s.spec, parent, field, int(r[1]), sent,
+		hctx, err = s.c.grant(&s.spec, parent, field, int(r[1]), start, sent,
 			call{lua.SemRenew, s.keys, []any{field, leaseMs, s.channel, semReclaimLimit}},
-			call{lua.SemDrop, s.keys, []any{field, s.channel, semReclaimLimit}})
+			drop)
 		if errors.Is(err, errTooLate) {
 			return false, time.Millisecond, nil
 		}
@@ -301,7 +316,7 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 	}
 	done, next, err := try()
 	if err != nil {
-		return parent, s.wrap(err)
+		return parent, s.wrap(waitError(err, parent, bounded))
 	}
 	if done {
 		return hctx, nil
@@ -311,6 +326,9 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 			return parent, s.wrap(errNeverSet)
 		}
 		return parent, s.wrap(ErrNotAcquired)
+	}
+	if neverSet {
+		s.c.log.Warn("redisync: waiting on a semaphore whose permits were never set", "name", s.name)
 	}
 	if err := s.c.awaitShared(wctx, s.channel, wakeFreed, next, try); err != nil {
 		err = waitError(err, parent, bounded)

@@ -109,3 +109,37 @@ func bound(pttl int64, fallback time.Duration) time.Duration {
 		return time.Duration(pttl) * time.Millisecond
 	}
 }
+
+// abandonable runs send, a script that may take what it acquires, so that
+// its caller stops waiting for it when ctx ends: go-redis does not honour a
+// command's context unless the user enabled ContextTimeoutEnabled, and a
+// silent Redis would hold the call for go-redis's own timeouts. It then
+// returns ctx's error, and undo is called with send's result once that
+// comes, to give back whatever the script took or left.
+func abandonable[T any](ctx context.Context, send func() (T, error), undo func(T, error)) (T, error) {
+	if ctx.Done() == nil {
+		return send()
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	got := make(chan result)
+	gone := make(chan struct{})
+	go func() {
+		v, err := send()
+		select {
+		case got <- result{v, err}:
+		case <-gone:
+			undo(v, err)
+		}
+	}()
+	select {
+	case r := <-got:
+		return r.v, r.err
+	case <-ctx.Done():
+		close(gone)
+		var zero T
+		return zero, ctx.Err()
+	}
+}

@@ -105,6 +105,7 @@ func (w *watchdog) end(h *hold, why endReason, cause error) bool {
 	for _, stop := range stops {
 		stop()
 	}
+	w.c.ended(h, why, cause)
 	return true
 }
 
@@ -162,19 +163,31 @@ func (w *watchdog) run() {
 // renewAll renews every renewed hold, reporting false if any renewal failed
 // for a reason other than the hold being gone.
 func (w *watchdog) renewAll() bool {
+	start := time.Now()
 	hs := w.snapshot()
-	ok := true
+	var r RenewalEvent
+	r.Holds = len(hs)
+	var firstErr error
 	for len(hs) > 0 {
 		n := min(len(hs), batchSize)
-		if !w.renewBatch(hs[:n]) {
-			ok = false
+		if err := w.renewBatch(hs[:n], &r); err != nil && firstErr == nil {
+			firstErr = err
 		}
 		hs = hs[n:]
 	}
-	return ok
+	r.Took = time.Since(start)
+	if r.Failed > 0 {
+		w.c.log.Warn("redisync: lease renewals failed; retrying until their deadlines", "failed", r.Failed, "of", r.Holds, "error", firstErr)
+	}
+	if w.c.obs.Renewed != nil && r.Holds > 0 {
+		w.c.obs.Renewed(r)
+	}
+	return r.Failed == 0
 }
 
-func (w *watchdog) renewBatch(hs []*hold) bool {
+// renewBatch renews hs, counting in r, and returns the first error of a
+// renewal that failed for a reason other than the hold being gone.
+func (w *watchdog) renewBatch(hs []*hold, r *RenewalEvent) error {
 	ctx := context.Background()
 	// Each renewal is dated by when its own command was sent: a renewal
 	// that succeeded in the first round keeps the first round's time even
@@ -185,6 +198,7 @@ func (w *watchdog) renewBatch(hs []*hold) bool {
 		sent[i] = start
 	}
 	cmds := w.exec(ctx, hs, false)
+	r.RoundTrips++
 	var retry []int
 	for i, cmd := range cmds {
 		if lua.IsNoScript(cmd.Err()) {
@@ -199,12 +213,13 @@ func (w *watchdog) renewBatch(hs []*hold) bool {
 			again[j] = hs[i]
 		}
 		resent := time.Now()
+		r.RoundTrips++
 		for j, cmd := range w.exec(ctx, again, true) {
 			cmds[retry[j]] = cmd
 			sent[retry[j]] = resent
 		}
 	}
-	ok := true
+	var failed error
 	for i, cmd := range cmds {
 		h := hs[i]
 		n, err := cmd.Int64()
@@ -212,12 +227,16 @@ func (w *watchdog) renewBatch(hs []*hold) bool {
 		case err == nil && n == 1:
 			w.extend(h, sent[i])
 		case err == nil || isGone(err):
+			r.Lost++
 			w.end(h, endLost, ErrLeaseLost)
 		default:
-			ok = false // transient: retried until the deadline fires
+			r.Failed++ // transient: retried until the deadline fires
+			if failed == nil {
+				failed = err
+			}
 		}
 	}
-	return ok
+	return failed
 }
 
 // exec pipelines the renewal of hs, as EVALSHA or, with eval, as EVAL.
