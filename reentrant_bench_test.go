@@ -20,16 +20,26 @@ func BenchmarkMutexUncontended(b *testing.B) {
 	srv := realServer(b)
 	c := newClient(b, newRDB(b, srv))
 	m := c.Mutex("bench:uncontended")
-	ctx := context.Background()
-	b.ResetTimer()
-	for b.Loop() {
-		hctx, err := m.Lock(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := m.Unlock(hctx); err != nil {
-			b.Fatal(err)
-		}
+	for _, tc := range []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+	}{
+		{"ctx=background", func() (context.Context, context.CancelFunc) { return context.Background(), func() {} }},
+		{"ctx=timeout", func() (context.Context, context.CancelFunc) { return context.WithTimeout(context.Background(), time.Minute) }},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			for b.Loop() {
+				ctx, cancel := tc.ctx()
+				hctx, err := m.Lock(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := m.Unlock(hctx); err != nil {
+					b.Fatal(err)
+				}
+				cancel()
+			}
+		})
 	}
 }
 
