@@ -4,26 +4,36 @@
 // CountDownLatch. They work on a single node, Sentinel and Redis Cluster
 // through go-redis's UniversalClient.
 //
-// # Owners live in the context
+// # Holds live in the context
 //
-// Who holds a lock is carried in a context.Context, the Go analogue of
-// Redisson's thread identity. Lock returns a context that carries the owner;
-// pass it down and a nested Lock of the same name re-enters (the hold count
-// goes up) instead of deadlocking. A context without an owner gets a fresh
-// one, so goroutines that share a handle still exclude each other; WithOwner
-// starts a new owner explicitly.
+// Lock returns the hold's context, derived from the one it was given; use a
+// separate variable for it, and pass it down:
 //
 //	m := c.Mutex("orders:42")
-//	ctx, err := m.Lock(ctx)
+//	lctx, err := m.Lock(ctx)
 //	if err != nil {
 //		return err
 //	}
-//	defer m.Unlock(ctx)
+//	defer m.Unlock(lctx)
 //
-// The returned context is the hold's lifetime: it is cancelled with cause
+// A nested Lock of the same lock with lctx (or a context derived from it)
+// re-enters: the hold count goes up instead of deadlocking, as with
+// Redisson's thread identity. Re-entry is per lock: lctx carries a hold of
+// this lock only, so a Lock of any other lock with it gets a fresh owner.
+// Goroutines handed lctx share this hold on purpose, and still exclude each
+// other on every other lock; goroutines sharing a handle, or a context
+// without a hold, exclude each other too. WithOwner, inside a hold, makes a
+// caller contend for the lock instead of re-entering it.
+//
+// The hold's context tells the truth: while it is live, the owner holds the
+// lock; once it is done, it does not. It is cancelled with cause
 // ErrLeaseLost (read it with context.Cause) when the lease can no longer be
-// renewed or was taken away, so work done under the lock stops when the lock
-// is lost; and it is cancelled plainly when the owner's last hold is released.
+// renewed or was taken away, so work done under the lock stops when the
+// lock is lost; plainly when the last hold is released; and when the
+// context the lock was taken with ends (a request cancelled, a deadline):
+// redisync then releases the lock in Redis and wakes a waiter, so a lock
+// never outlives the context it was taken with. To bound only the wait,
+// use TryLockFor. Unlock works with a cancelled context.
 //
 // # Leases and the watchdog
 //
@@ -40,8 +50,26 @@
 // A waiter subscribes to the lock's channel through its Client's one shared
 // subscription and is woken by the unlock message; every wait is also bounded
 // by the holder's remaining lease, so a lost message costs a delay, never a
-// hang. Waits end when their context ends, returning its error, and leave
-// nothing behind in Redis.
+// hang. Waits end when their context ends, returning an error that wraps
+// the context's error and names the lock, even while Redis does not answer,
+// and leave nothing behind in Redis. TryLockFor (TryRLockFor,
+// TryAcquireFor) bounds the wait alone and returns ErrNotAcquired after it.
+//
+// # Keys
+//
+// A lock's name is its Redis key: keep lock names apart from your data (a
+// prefix such as "lock:" will do). Locks that need more than one key keep
+// the others in the name's Redis Cluster slot, named
+// "{tag}:<purpose>:<name>", where tag is the name's hash tag, or the whole
+// name when it has none; two different names never share a key.
+//
+// # Observing
+//
+// WithLogger has a Client log, as warnings, what goes wrong in the
+// background (renewals that fail, leases lost, subscription connections
+// lost); WithObserver reports acquisitions with their wait, releases with
+// their hold time, lost leases and watchdog rounds, for metrics. Client.ID
+// is the UUID at the start of every Redis owner field of the client.
 //
 // # Compatibility with Redisson
 //

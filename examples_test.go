@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -35,13 +37,13 @@ func Example() {
 	defer c.Close()
 
 	m := c.Mutex("orders:42")
-	ctx, err := m.Lock(context.Background())
+	lctx, err := m.Lock(context.Background())
 	if err != nil {
 		fmt.Println("lock:", err)
 		return
 	}
-	defer m.Unlock(ctx)
-	// ... work under the lock, using ctx: it ends if the lock is lost.
+	defer m.Unlock(lctx)
+	// ... work under the lock, using lctx: it ends if the lock is lost.
 }
 
 func ExampleMutex_Lock() {
@@ -142,25 +144,63 @@ func ExampleErrLeaseLost() {
 	// Output: true
 }
 
-// WithOwner makes one owner that several goroutines share on purpose.
+// Inside a hold, WithOwner makes a caller contend for the lock as another
+// owner would, instead of re-entering it.
 func ExampleWithOwner() {
 	c, done := exampleClient()
 	defer done()
 	m := c.Mutex("batch")
 
-	job := redisync.WithOwner(context.Background())
-	ctx, _ := m.Lock(job)
-	helper := make(chan int)
-	go func() {
-		hctx, err := m.TryLock(ctx) // same owner: re-enters
-		if err != nil {
-			panic(err)
-		}
-		n, _ := m.HoldCount(hctx)
-		m.Unlock(hctx)
-		helper <- n
-	}()
-	fmt.Println("helper saw holds:", <-helper)
-	m.Unlock(ctx)
-	// Output: helper saw holds: 2
+	lctx, err := m.Lock(context.Background())
+	if err != nil {
+		panic(err)
+	}
+	_, err = m.TryLock(lctx) // the same hold: re-enters
+	fmt.Println("re-entry:", err)
+	m.Unlock(lctx)
+
+	_, err = m.TryLock(redisync.WithOwner(lctx)) // a new owner: contends
+	fmt.Println("new owner:", errors.Is(err, redisync.ErrNotAcquired))
+	m.Unlock(lctx)
+	// Output:
+	// re-entry: <nil>
+	// new owner: true
+}
+
+// Goroutines handed a hold's context share that hold, and only that one:
+// on every other lock they exclude each other.
+func ExampleMutex_Lock_goroutines() {
+	c, done := exampleClient()
+	defer done()
+	leader, shared := c.Mutex("leader"), c.Mutex("shared")
+
+	lctx, err := leader.Lock(context.Background())
+	if err != nil {
+		panic(err)
+	}
+	defer leader.Unlock(lctx)
+
+	var wg sync.WaitGroup
+	var inside, most atomic.Int32
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sctx, err := shared.Lock(lctx) // no hold of "shared" in lctx: a fresh owner
+			if err != nil {
+				panic(err)
+			}
+			for n := inside.Add(1); ; {
+				if m := most.Load(); n <= m || most.CompareAndSwap(m, n) {
+					break
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+			inside.Add(-1)
+			shared.Unlock(sctx)
+		}()
+	}
+	wg.Wait()
+	fmt.Println("most inside at once:", most.Load())
+	// Output: most inside at once: 1
 }

@@ -25,7 +25,9 @@ func BenchmarkMutexUncontended(b *testing.B) {
 		ctx  func() (context.Context, context.CancelFunc)
 	}{
 		{"ctx=background", func() (context.Context, context.CancelFunc) { return context.Background(), func() {} }},
-		{"ctx=timeout", func() (context.Context, context.CancelFunc) { return context.WithTimeout(context.Background(), time.Minute) }},
+		{"ctx=timeout", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), time.Minute)
+		}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			for b.Loop() {
