@@ -27,7 +27,8 @@ func usage(w io.Writer) {
   redisync demo [-redis host:port] [-servers N] [-budget CENTS]
       the red-packet scenario: N servers hand out one budget, without a lock and with redisync.Mutex
   redisync inspect -redis host:port name...
-      show who holds each named lock and for how long`)
+      tell what each name is (lock, fair lock, rw lock, semaphore, latch) and its state:
+      holders, hold counts, leases and waiters`)
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {

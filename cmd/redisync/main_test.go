@@ -33,13 +33,15 @@ func TestDemoAndInspectOnRealRedis(t *testing.T) {
 		t.Fatal(out.String())
 	}
 	rdb := srv.Client(t)
-	rdb.HSet(context.Background(), "held", "uuid:1", 2)
+	rdb.HSet(context.Background(), "held", "3f2c8a6e-0000-4000-8000-000000000000:1", 2)
 	rdb.Set(context.Background(), "str", "x", 0)
 	out.Reset()
-	if err := run(context.Background(), []string{"inspect", "-redis", srv.Addr(), "held", "free", "str"}, &out); err != nil {
+	if err := run(context.Background(), []string{"inspect", "-redis", srv.Addr(), "held", lockName, "str"}, &out); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"held: held, no expiry", "uuid:1  holds 2", "free: free", "str: a string, not a lock"} {
+	for _, want := range []string{"held: lock (Mutex or FairMutex), held, no expiry\n",
+		"  holder 3f2c8a6e-0000-4000-8000-000000000000:1  holds 2  (client 3f2c8a6e-0000-4000-8000-000000000000, owner 1)\n",
+		lockName + ": free (no keys)\n", "str: a string, not a redisync primitive\n"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("missing %q in:\n%s", want, out.String())
 		}

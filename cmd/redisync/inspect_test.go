@@ -1,0 +1,229 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redisync-go/redisync"
+	"github.com/redisync-go/redisync/internal/keys"
+	"github.com/redisync-go/redisync/internal/redistest"
+)
+
+// TestInspectPrimitives builds real state with the library on a real
+// redis-server and checks what inspect says of each name.
+func TestInspectPrimitives(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	c1, c2 := newClient(t, srv), newClient(t, srv)
+	id1, id2 := c1.ID(), c2.ID()
+
+	// Waiters block until their context ends: end them before the clients
+	// close (cleanups run last in, first out).
+	wctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	wait := func(lock func(context.Context) (context.Context, error)) {
+		wg.Add(1)
+		go func() { defer wg.Done(); _, _ = lock(wctx) }()
+	}
+	registered := func(name, token string, n int64) {
+		t.Helper()
+		key := keys.Companion(name, token)
+		for deadline := time.Now().Add(5 * time.Second); rdb.ZCard(ctx, key).Val() != n; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never had %d entries", key, n)
+			}
+		}
+	}
+	must := func(_ any, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A Mutex held twice by one owner.
+	m := c1.Mutex("orders:42")
+	h, err := m.Lock(ctx)
+	must(nil, err)
+	must(m.Lock(h))
+
+	// A FairMutex held, with a waiter of another client queued.
+	f := c1.FairMutex("jobs")
+	must(f.Lock(ctx))
+	wait(c2.FairMutex("jobs").Lock)
+	registered("jobs", "fair-queue", 1)
+
+	// An RWMutex read by two owners, a writer waiting, and a reader
+	// waiting behind the writer.
+	must(c1.RWMutex("cfg").RLock(ctx))
+	must(c2.RWMutex("cfg").RLock(ctx))
+	wait(c2.RWMutex("cfg").Lock)
+	registered("cfg", "rw-writers", 1)
+	wait(c1.RWMutex("cfg").RLock)
+	registered("cfg", "rw-waiting", 1)
+
+	// An RWMutex write-held twice.
+	w := c2.RWMutex("cfgw")
+	h, err = w.Lock(ctx)
+	must(nil, err)
+	must(w.Lock(h))
+
+	// A semaphore of 3 with one permit held; one never set; one whose main
+	// key was deleted while a permit was held.
+	pool := c1.Semaphore("pool")
+	must(nil, pool.SetPermits(ctx, 3))
+	must(pool.Acquire(ctx, 1))
+	never := c2.Semaphore("never")
+	if _, err := never.TryAcquire(ctx, 1); err == nil {
+		t.Fatal("acquired a permit of a semaphore never set")
+	}
+	orphan := c2.Semaphore("orphan")
+	must(nil, orphan.SetPermits(ctx, 5))
+	must(orphan.Acquire(ctx, 2))
+	must(nil, rdb.Del(ctx, "orphan").Err())
+
+	// A latch counting down from 3, counted down once.
+	latch := c1.CountDownLatch("start")
+	must(latch.TrySetCount(ctx, 3))
+	must(nil, latch.CountDown(ctx))
+
+	// Leftovers written by hand, with a deadline in the past: a FairMutex
+	// queue without its lock, and a read hold that expired.
+	now, err := rdb.Time(ctx).Result()
+	must(nil, err)
+	past := float64(now.Add(-2 * time.Second).UnixMilli())
+	ghost := "00000000-0000-4000-8000-000000000001:7"
+	rdb.ZAdd(ctx, keys.Companion("stale", "fair-queue"), redis.Z{Score: 1, Member: ghost})
+	rdb.ZAdd(ctx, keys.Companion("stale", "fair-timeouts"), redis.Z{Score: past, Member: ghost})
+	rdb.HSet(ctx, "expired", "mode", "read", "r:"+ghost, 1)
+	rdb.ZAdd(ctx, keys.Companion("expired", "rw-readers"), redis.Z{Score: past, Member: ghost})
+
+	// Keys that are not redisync's.
+	rdb.Set(ctx, "str", "hello", 0)
+	rdb.RPush(ctx, "lst", "a")
+	rdb.HSet(ctx, "h", "field", "v")
+	rdb.Set(ctx, keys.Companion("weird", "fair-queue"), "x", 0)
+
+	names := []string{"orders:42", "jobs", "cfg", "cfgw", "pool", "never", "orphan", "start",
+		"stale", "expired", "str", "lst", "h", "weird", "gone"}
+	var out bytes.Buffer
+	if err := run(ctx, []string{"inspect", "-redis", srv.Addr()}, &out); err == nil {
+		t.Error("inspect without names: want an error")
+	}
+	if err := run(ctx, append([]string{"inspect", "-redis", srv.Addr()}, names...), &out); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", out.String())
+	blocks := split(t, out.String(), names)
+
+	lease := `lease \d+\.\ds left`
+	owner := func(id string) string { return regexp.QuoteMeta(id) + `:\d+` }
+	parts := func(id string) string { return `\(client ` + regexp.QuoteMeta(id) + `, owner \d+\)` }
+	for name, want := range map[string][]string{
+		"orders:42": {`^orders:42: lock \(Mutex or FairMutex\), held, ` + lease + `\n`,
+			`\n  holder ` + owner(id1) + `  holds 2  ` + parts(id1) + `\n`},
+		"jobs": {`^jobs: fair lock, held, ` + lease + `; 1 waiting\n`,
+			`\n  holder ` + owner(id1) + `  holds 1  ` + parts(id1) + `\n`,
+			`\n  waiter 1: ` + owner(id2) + `  deadline in \d+\.\ds  ` + parts(id2) + `\n`},
+		"cfg": {`^cfg: rw lock, read-locked by 2 readers; 1 writer waiting; 1 reader waiting\n`,
+			`\n  reader ` + owner(id1) + `  holds 1, ` + lease + `  ` + parts(id1) + `\n`,
+			`\n  reader ` + owner(id2) + `  holds 1, ` + lease,
+			`\n  writer waiting ` + owner(id2) + `  deadline in \d+\.\ds`,
+			`\n  reader waiting ` + owner(id1) + `  deadline in \d+\.\ds`},
+		"cfgw":   {`^cfgw: rw lock, write-locked, ` + lease + `\n  writer ` + owner(id2) + `  holds 2  ` + parts(id2) + `\n$`},
+		"pool":   {`^pool: semaphore, 2 of 3 permits available \(1 held\)\n  holder ` + owner(id1) + `  holds 1, ` + lease + `  ` + parts(id1) + `\n$`},
+		"never":  {`^never: free \(no keys\)\n$`},
+		"orphan": {`^orphan: semaphore, permits not set \(2 held\)\n  holder ` + owner(id2) + `  holds 2, ` + lease},
+		"start":  {`^start: latch, counting, 2 left\n$`},
+		"stale": {`^stale: fair lock, free; 0 waiting \(and 1 expired\)\n`,
+			`\n  waiter 1: ` + regexp.QuoteMeta(ghost) + `  deadline passed \d+\.\ds ago \(expired, not live\)`},
+		"expired": {`^expired: rw lock, free \(its read holds expired, not yet purged\)\n`,
+			`\n  reader ` + regexp.QuoteMeta(ghost) + `  holds 1, lease ended \d+\.\ds ago \(expired, not live\)`},
+		"str":   {`^str: a string, not a redisync primitive\n$`},
+		"lst":   {`^lst: a list, not a redisync primitive\n$`},
+		"h":     {`^h: a hash, not a redisync primitive\n$`},
+		"weird": {`^weird: free \(no redisync keys\)\n  \{weird\}:fair-queue:weird: a string, not a redisync key\n$`},
+		"gone":  {`^gone: free \(no keys\)\n$`},
+	} {
+		for _, re := range want {
+			if !regexp.MustCompile(re).MatchString(blocks[name]) {
+				t.Errorf("%s: no match for %s in:\n%s", name, re, blocks[name])
+			}
+		}
+	}
+	if strings.Count(blocks["cfg"], "\n  reader waiting") != 1 || strings.Count(blocks["cfg"], "\n  reader ") != 3 {
+		t.Errorf("cfg: want two read holds and one waiting reader:\n%s", blocks["cfg"])
+	}
+}
+
+// TestInspectSeveralKinds checks a name that holds keys of more than one
+// primitive: each is reported.
+func TestInspectSeveralKinds(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	c := newClient(t, srv)
+	if err := c.Semaphore("x").SetPermits(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	now, _ := rdb.Time(ctx).Result()
+	f := c.ID() + ":1"
+	rdb.ZAdd(ctx, keys.Companion("x", "rw-writers"), redis.Z{Score: float64(now.Add(time.Minute).UnixMilli()), Member: f})
+	var out bytes.Buffer
+	if err := run(ctx, []string{"inspect", "-redis", srv.Addr(), "x"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	want := "x: semaphore, 1 of 1 permit available (0 held)\n" +
+		"  also: rw lock, free; 1 writer waiting\n" +
+		"  writer waiting " + f + "  deadline in "
+	if !strings.HasPrefix(out.String(), want) {
+		t.Fatalf("want prefix\n%s\ngot\n%s", want, out.String())
+	}
+}
+
+// split cuts inspect's output into one block per name, in order, checking
+// that each starts with its name.
+func split(t *testing.T, out string, names []string) map[string]string {
+	t.Helper()
+	blocks := map[string]string{}
+	i := -1
+	for _, l := range strings.SplitAfter(out, "\n") {
+		if l == "" {
+			continue
+		}
+		if !strings.HasPrefix(l, " ") {
+			i++
+			if i >= len(names) || !strings.HasPrefix(l, names[i]+": ") {
+				t.Fatalf("block %d starts with %q, want name %v:\n%s", i, l, names, out)
+			}
+		}
+		if i < 0 {
+			t.Fatalf("output starts indented:\n%s", out)
+		}
+		blocks[names[i]] += l
+	}
+	if i != len(names)-1 {
+		t.Fatalf("%d blocks for %d names:\n%s", i+1, len(names), out)
+	}
+	return blocks
+}
+
+// newClient returns a redisync Client on its own connections, as another
+// process would have, closed when the test ends.
+func newClient(t *testing.T, srv *redistest.Server) *redisync.Client {
+	c, err := redisync.New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
