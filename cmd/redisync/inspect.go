@@ -38,6 +38,11 @@ func inspect(ctx context.Context, out io.Writer, addr string, names []string) er
 	if len(names) == 0 {
 		return fmt.Errorf("inspect: name at least one lock")
 	}
+	for _, name := range names {
+		if name == "" {
+			return fmt.Errorf("inspect: an empty name is no lock's name")
+		}
+	}
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
 	for _, name := range names {

@@ -59,4 +59,7 @@ func TestBadCommand(t *testing.T) {
 	if err := run(context.Background(), []string{"demo", "-servers", "0"}, &out); err == nil {
 		t.Fatal("want an error")
 	}
+	if err := run(context.Background(), []string{"inspect", "-redis", "127.0.0.1:1", ""}, &out); err == nil {
+		t.Fatal("want an error for an empty name")
+	}
 }
