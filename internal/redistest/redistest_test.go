@@ -93,3 +93,57 @@ func TestSentinelFailover(t *testing.T) {
 	}, 15*time.Second, 50*time.Millisecond, "failover to the replica")
 	require.Eventually(t, func() bool { return rdb.Set(ctx, "k2", "v", 0).Err() == nil }, 5*time.Second, 50*time.Millisecond)
 }
+
+func TestPauseResume(t *testing.T) {
+	ctx := context.Background()
+	s := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), ReadTimeout: 200 * time.Millisecond, MaxRetries: -1})
+	defer c.Close()
+	require.NoError(t, c.Set(ctx, "k", "v", 0).Err())
+
+	s.Resume() // not paused: nothing happens
+	require.NoError(t, c.Ping(ctx).Err())
+
+	s.Pause()
+	s.Pause() // already paused: nothing happens
+	start := time.Now()
+	err := c.Get(ctx, "k").Err()
+	require.Error(t, err, "a paused server answers nothing")
+	var ne net.Error
+	require.ErrorAs(t, err, &ne)
+	require.True(t, ne.Timeout(), "a paused server keeps the connection open: %v", err)
+	require.Less(t, time.Since(start), 2*time.Second)
+
+	s.Resume()
+	require.Eventually(t, func() bool { return c.Get(ctx, "k").Val() == "v" }, 5*time.Second, 20*time.Millisecond,
+		"the data survives a pause")
+
+	// Stop and Kill work on a paused server, and do not hang.
+	s.Pause()
+	start = time.Now()
+	s.Stop()
+	require.Less(t, time.Since(start), 2*time.Second, "a paused server is resumed to handle SIGTERM")
+	_, err = net.Dial("tcp", s.Addr())
+	require.Error(t, err, "stopped server should refuse connections")
+	s.Resume() // stopped: nothing happens
+
+	s.Restart(t)
+	require.NoError(t, c.Ping(ctx).Err())
+	s.Pause()
+	s.Kill()
+	_, err = net.Dial("tcp", s.Addr())
+	require.Error(t, err, "killed server should refuse connections")
+}
+
+func TestPausedServerCleanedUp(t *testing.T) {
+	var addr string
+	start := time.Now()
+	t.Run("paused", func(t *testing.T) {
+		s := redistest.Start(t)
+		addr = s.Addr()
+		s.Pause() // left paused for the test's cleanup
+	})
+	require.Less(t, time.Since(start), 5*time.Second, "cleanup of a paused server does not wait for SIGKILL")
+	_, err := net.Dial("tcp", addr)
+	require.Error(t, err, "the paused server was stopped when its test ended")
+}

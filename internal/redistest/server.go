@@ -43,9 +43,10 @@ type Server struct {
 	args []string // extra arguments, replayed by Restart
 	conf string   // a config file read first (Sentinel mode), or ""
 
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{} // closed once cmd has been waited for
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	done   chan struct{} // closed once cmd has been waited for
+	paused bool          // stopped by Pause (SIGSTOP) and not yet resumed
 }
 
 // errBind reports that redis-server could not listen on its port.
@@ -151,6 +152,38 @@ func (s *Server) Restart(tb testing.TB) {
 	}
 }
 
+// Pause freezes the server process (SIGSTOP), as a stall would: connections
+// stay open and the kernel still accepts new ones, but nothing is answered
+// and no command runs until Resume. Pausing a paused or stopped server does
+// nothing; Stop, Kill and Restart work on a paused server.
+func (s *Server) Pause() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.paused {
+		return
+	}
+	if err := s.cmd.Process.Signal(sigStop); err == nil {
+		s.paused = true
+	}
+}
+
+// Resume lets a paused server run again (SIGCONT). Resuming a server that is
+// not paused does nothing.
+func (s *Server) Resume() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.resume()
+}
+
+// resume is Resume with s.mu held.
+func (s *Server) resume() {
+	if s.cmd == nil || !s.paused {
+		return
+	}
+	_ = s.cmd.Process.Signal(sigCont)
+	s.paused = false
+}
+
 func (s *Server) signal(sig syscall.Signal, grace time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -158,6 +191,9 @@ func (s *Server) signal(sig syscall.Signal, grace time.Duration) {
 		return
 	}
 	_ = s.cmd.Process.Signal(sig)
+	// A paused process handles a SIGTERM only once it runs again (a
+	// SIGKILL needs no help).
+	s.resume()
 	if grace > 0 {
 		select {
 		case <-s.done:
