@@ -510,75 +510,142 @@ func TestRotationDoesNotLoseUnlock(t *testing.T) {
 	// The SUBSCRIBEs are slow from when the channel is first subscribed:
 	// those of the rotations. (A slow first SUBSCRIBE only lets one
 	// goroutine take the lock again and again meanwhile.)
+	armed := faultOnceSubscribed(ctx, t, e, m.Name(), func() { lag.armed.Store(true) })
+	defer func() { cancel(); <-armed }()
+
+	res := faultContend(ctx, m, 4, 200)
+	if len(res.failures) > 0 {
+		t.Fatalf("%s (%d goroutines failed; rotation SUBSCRIBEs delayed so far: %d): an unlock was lost for the client's waiters: "+
+			"the unlock published between a rotation's UNSUBSCRIBE and SUBSCRIBE woke nobody, nor did the SUBSCRIBE's confirmation",
+			res.failures[0], len(res.failures), lag.delayed.Load())
+	}
+	assert.GreaterOrEqual(t, res.count, 200)
+	assert.Less(t, res.maxGap, time.Second, "longest wait between an Unlock and the next acquisition")
+	assert.GreaterOrEqual(t, lag.delayed.Load(), int32(3), "too few SUBSCRIBEs: the client did not rotate")
+	t.Logf("%d acquisitions, longest gap %v, %d SUBSCRIBEs delayed", res.count, res.maxGap, lag.delayed.Load())
+}
+
+// S2, in a rotation — The SUBSCRIBE of a rotation (see S8) whose write
+// fails is never sent again either: go-redis has already dropped the
+// channel (the rotation's UNSUBSCRIBE) and its reconnection does not
+// subscribe it, so the client hears no unlock on the channel any more while
+// it counts it as live, and its waiters sleep a full bound (10s to 30s
+// here) after every unlock. Fixed: the rotation's SUBSCRIBE is sent again
+// until confirmed.
+func TestRotationSubscribeWriteFailureIsResent(t *testing.T) {
+	e := realEnv(t)
+	rdb, h := faultRDB(t, &redis.Options{Addr: e.addr})
+	c := newClient(t, rdb)
+	m := c.Mutex("s2:rotate")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
+	defer cancel()
+	// Once the channel is subscribed, the next SUBSCRIBE written (a
+	// rotation's, after 4 wins) fails.
+	var fail atomic.Pointer[faultproxy.Rule]
+	armed := faultOnceSubscribed(ctx, t, e, m.Name(), func() {
+		fail.Store(h.OnWrite(faultproxy.WriteRule{Name: "SUBSCRIBE", Times: 1, Action: faultproxy.FailWrite()}))
+	})
+	defer func() { cancel(); <-armed }()
+
+	res := faultContend(ctx, m, 4, 200)
+	fired := 0
+	if r := fail.Load(); r != nil {
+		fired = r.Fired()
+	}
+	if len(res.failures) > 0 {
+		t.Fatalf("%s (%d goroutines failed; failed SUBSCRIBE writes: %d): the client's SUBSCRIBE was lost with the failed write "+
+			"and never sent again", res.failures[0], len(res.failures), fired)
+	}
+	assert.GreaterOrEqual(t, res.count, 200)
+	assert.Less(t, res.maxGap, time.Second, "longest wait between an Unlock and the next acquisition")
+	assert.Equal(t, 1, fired, "no SUBSCRIBE failed: the client did not rotate")
+	t.Logf("%d acquisitions, longest gap %v", res.count, res.maxGap)
+}
+
+// faultOnceSubscribed calls arm, in a goroutine, once Redis has a
+// subscriber on the Mutex name's channel (or not at all if ctx ends
+// first). The returned channel is closed when the goroutine ends.
+func faultOnceSubscribed(ctx context.Context, t *testing.T, e *testEnv, name string, arm func()) <-chan struct{} {
 	admin := e.rdb(t)
+	ch := faultMutexChannel(name)
 	armed := make(chan struct{})
 	go func() {
 		defer close(armed)
 		for ctx.Err() == nil {
-			if n, err := admin.PubSubNumSub(ctx, faultMutexChannel(m.Name())).Result(); err == nil && n[faultMutexChannel(m.Name())] > 0 {
-				lag.armed.Store(true)
+			if n, err := admin.PubSubNumSub(ctx, ch).Result(); err == nil && n[ch] > 0 {
+				arm()
 				return
 			}
 			time.Sleep(time.Millisecond)
 		}
 	}()
-	defer func() { cancel(); <-armed }()
-	const workers, total = 4, 200
+	return armed
+}
+
+// faultContention is what faultContend saw.
+type faultContention struct {
+	count    int           // acquisitions
+	maxGap   time.Duration // longest time from an Unlock to the next acquisition
+	failures []string      // a failed Lock or Unlock ends the run
+}
+
+// faultContend runs workers goroutines that lock and at once unlock m
+// (hold ~0) until total acquisitions are made, ctx ends or a call fails.
+func faultContend(ctx context.Context, m *Mutex, workers, total int) faultContention {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var (
 		mu         sync.Mutex
-		count      int
+		res        faultContention
 		lastUnlock time.Time
-		maxGap     time.Duration
-		failures   []string
+		wg         sync.WaitGroup
 	)
-	var wg sync.WaitGroup
+	fail := func(msg string) {
+		mu.Lock()
+		res.failures = append(res.failures, msg)
+		mu.Unlock()
+		cancel() // the others too
+	}
 	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for {
 				mu.Lock()
-				stop := count >= total || len(failures) > 0
+				stop := res.count >= total || len(res.failures) > 0
 				mu.Unlock()
 				if stop {
 					return
 				}
 				hctx, err := m.Lock(ctx)
 				now := time.Now()
-				mu.Lock()
 				if err != nil {
-					failures = append(failures, fmt.Sprintf("Lock failed %v after the last Unlock, after %d acquisitions: %v",
-						now.Sub(lastUnlock).Round(time.Millisecond), count, err))
+					mu.Lock()
+					msg := fmt.Sprintf("Lock failed %v after the last Unlock, after %d acquisitions: %v",
+						now.Sub(lastUnlock).Round(time.Millisecond), res.count, err)
 					mu.Unlock()
-					cancel() // the others too
+					fail(msg)
 					return
 				}
-				count++
+				mu.Lock()
+				res.count++
 				if !lastUnlock.IsZero() {
-					maxGap = max(maxGap, now.Sub(lastUnlock))
+					res.maxGap = max(res.maxGap, now.Sub(lastUnlock))
 				}
 				lastUnlock = time.Now()
 				mu.Unlock()
 				if err := m.Unlock(hctx); err != nil {
-					mu.Lock()
-					failures = append(failures, fmt.Sprintf("Unlock: %v", err))
-					mu.Unlock()
-					cancel()
+					fail(fmt.Sprintf("Unlock: %v", err))
 					return
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	if len(failures) > 0 {
-		t.Fatalf("%s (%d goroutines failed; rotation SUBSCRIBEs delayed so far: %d): an unlock was lost for the client's waiters: "+
-			"the unlock published between a rotation's UNSUBSCRIBE and SUBSCRIBE woke nobody, nor did the SUBSCRIBE's confirmation",
-			failures[0], len(failures), lag.delayed.Load())
-	}
-	assert.GreaterOrEqual(t, count, total)
-	assert.Less(t, maxGap, time.Second, "longest wait between an Unlock and the next acquisition")
-	assert.GreaterOrEqual(t, lag.delayed.Load(), int32(3), "too few SUBSCRIBEs: the client did not rotate")
-	t.Logf("%d acquisitions, longest gap %v, %d SUBSCRIBEs delayed", count, maxGap, lag.delayed.Load())
+	mu.Lock()
+	defer mu.Unlock()
+	return res
 }
 
 // S9 — A resent last Unlock reports ErrNotHeld and cancels with
