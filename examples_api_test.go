@@ -1,0 +1,118 @@
+package redisync_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redisync-go/redisync"
+)
+
+// Leader election: whoever holds the lock leads, for as long as the hold's
+// context is live. When the lease is lost (here another process frees the
+// lock by force), that context ends: the leader steps down and contends
+// again. When the service shuts down (ctx ends), the hold ends with it and
+// the lock is released for the next leader.
+func ExampleMutex_Lock_leaderElection() {
+	mr, _ := miniredis.Run()
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	// A short watchdog timeout, so that a lost lease is noticed within
+	// 100ms (the default, 30s, notices it within 10s).
+	c, _ := redisync.New(rdb, redisync.WithWatchdogTimeout(300*time.Millisecond))
+	defer c.Close()
+
+	ctx, shutdown := context.WithCancel(context.Background())
+	elected := make(chan int)
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		m := c.Mutex("scheduler:leader")
+		for term := 1; ; term++ {
+			lctx, err := m.Lock(ctx) // waits for leadership
+			if err != nil {
+				return // ctx ended: shutting down
+			}
+			fmt.Println("term", term, "leading")
+			elected <- term
+			<-lctx.Done() // lead, doing the work under lctx, until the hold ends
+			fmt.Println("term", term, "stepped down:", context.Cause(lctx))
+			m.Unlock(lctx)
+		}
+	}()
+
+	<-elected
+	// Another process (an operator's tool) takes the lock away.
+	admin, _ := redisync.New(rdb)
+	defer admin.Close()
+	admin.Mutex("scheduler:leader").ForceUnlock(context.Background())
+	<-elected // the leader noticed, stepped down and was elected again
+
+	shutdown()
+	<-stopped
+	// Output:
+	// term 1 leading
+	// term 1 stepped down: redisync: lease lost
+	// term 2 leading
+	// term 2 stepped down: context canceled
+}
+
+// TryLockFor bounds the wait, never the hold: the hold it gets lasts until
+// Unlock, or until the context it was given ends.
+func ExampleMutex_TryLockFor() {
+	c, done := exampleClient()
+	defer done()
+	m := c.Mutex("report:daily")
+
+	held, _ := m.Lock(context.Background())
+	_, err := m.TryLockFor(context.Background(), 100*time.Millisecond) // another request
+	fmt.Println(errors.Is(err, redisync.ErrNotAcquired), err)
+	m.Unlock(held)
+
+	ctx, err := m.TryLockFor(context.Background(), 100*time.Millisecond)
+	if err != nil {
+		panic(err)
+	}
+	time.Sleep(200 * time.Millisecond) // longer than the wait bound
+	locked, _ := m.IsLocked(ctx)
+	fmt.Println("still held:", ctx.Err() == nil && locked)
+	m.Unlock(ctx)
+	// Output:
+	// true redisync: lock "report:daily": not acquired: the wait ran out
+	// still held: true
+}
+
+// An Observer counts holds for metrics: Acquired once per hold (not per
+// re-entry), Released once when it ends.
+func ExampleWithObserver() {
+	var acquired, released atomic.Int64
+	obs := &redisync.Observer{
+		Acquired: func(e redisync.HoldEvent) { acquired.Add(1) },
+		Released: func(e redisync.HoldEvent) { released.Add(1) },
+	}
+	mr, _ := miniredis.Run()
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	c, err := redisync.New(rdb, redisync.WithObserver(obs))
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+
+	m := c.Mutex("orders:42")
+	for i := 0; i < 3; i++ {
+		ctx, _ := m.Lock(context.Background())
+		inner, _ := m.Lock(ctx) // a re-entry: the same hold
+		m.Unlock(inner)
+		m.Unlock(ctx)
+	}
+	fmt.Println("acquired:", acquired.Load(), "released:", released.Load())
+	// Output: acquired: 3 released: 3
+}
