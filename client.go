@@ -43,14 +43,15 @@ type Option func(*Client) error
 // WithWatchdogTimeout sets the lease the watchdog keeps alive for holds taken
 // without WithLease (default 30s). It is renewed every d/3, and a holder whose
 // lease cannot be renewed is told a little before d has passed. Redis counts
-// leases in whole milliseconds: d is rounded up to one.
+// leases in whole milliseconds: d is rounded up to one; d below MinLease is
+// refused.
 func WithWatchdogTimeout(d time.Duration) Option {
 	return func(c *Client) error {
 		if d <= 0 {
 			return fmt.Errorf("%w: watchdog timeout %v is not positive", ErrInvalid, d)
 		}
-		if d < 3*time.Millisecond {
-			return fmt.Errorf("%w: watchdog timeout %v is below 3ms", ErrInvalid, d)
+		if d < MinLease {
+			return fmt.Errorf("%w: watchdog timeout %v is below MinLease (%v)", ErrInvalid, d, MinLease)
 		}
 		c.lease = wholeMs(d)
 		return nil
@@ -154,15 +155,15 @@ type lockConfig struct {
 // does not renew (Redisson's lock(leaseTime)): Redis frees the lock d after
 // its last acquisition or re-entry, and the hold's context is cancelled with
 // ErrLeaseLost shortly before. Redis counts leases in whole milliseconds: d
-// is rounded up to one. A hold keeps the lease it was taken with: a
+// is rounded up to one; d below MinLease is refused. A hold keeps the lease it was taken with: a
 // re-entry through a handle with another lease is refused (ErrInvalid).
 func WithLease(d time.Duration) LockOption {
 	return func(lc *lockConfig) error {
 		if d <= 0 {
 			return fmt.Errorf("%w: lease %v is not positive", ErrInvalid, d)
 		}
-		if d < time.Millisecond {
-			return fmt.Errorf("%w: lease %v is below Redis's 1ms resolution", ErrInvalid, d)
+		if d < MinLease {
+			return fmt.Errorf("%w: lease %v is below MinLease (%v)", ErrInvalid, d, MinLease)
 		}
 		lc.lease = wholeMs(d)
 		return nil

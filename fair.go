@@ -170,12 +170,19 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (cont
 	var hctx context.Context
 	drop := call{lua.FairDrop, f.keys(), []any{field, f.prefix}}
 	leave := call{lua.FairLeave, f.keys(), []any{field, f.prefix}}
+	dirty, won := false, false
+	defer func() {
+		if dirty && !won {
+			f.c.sweep(f.spec.lease, leave, drop)
+		}
+	}()
 	try := func() (bool, time.Duration, error) {
 		sent := time.Now()
 		r, err := abandonable(wctx, func() ([]int64, error) { return f.script(parent, field, 0, wait) },
 			func([]int64, error) { f.c.undo(leave, drop) })
 		if err != nil {
-			return false, 0, err
+			d, err := f.c.unsure(err, wait, &dirty)
+			return false, d, err
 		}
 		if r[0] != 1 {
 			next := bound(r[1], f.spec.lease/3)
@@ -189,7 +196,8 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (cont
 		if errors.Is(err, errTooLate) {
 			return false, time.Millisecond, nil
 		}
-		return err == nil, 0, err
+		won = err == nil
+		return won, 0, err
 	}
 	done, next, err := try()
 	if err == nil && !done && wait {

@@ -773,3 +773,90 @@ func TestResentLastUnlockSucceeds(t *testing.T) {
 		})
 	})
 }
+
+// S12, the cause (a lost reply to an acquisition): a script whose reply is
+// lost may have taken the lock or the permits anyway. A Try call that fails
+// so must give back what it took at once, not leave it for a whole lease;
+// a waiting call must retry under the same owner and end up holding what
+// the lost attempt took, exactly once.
+func TestLostAcquireReplyGivenBackOrAdopted(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		ctx := context.Background()
+		admin := e.rdb(t)
+		rdb, h := faultRDB(t, &redis.Options{Addr: e.addr, MaxRetries: -1})
+		c := newClient(t, rdb)
+		lose := func(t *testing.T, s *lua.Script) *faultproxy.Rule {
+			require.NoError(t, s.Load(ctx, admin).Err())
+			return h.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(s.Script), Times: 1, Action: faultproxy.LoseReply()})
+		}
+
+		t.Run("TryLock gives back", func(t *testing.T) {
+			m := c.Mutex("lost-try")
+			r := lose(t, lua.Lock)
+			_, err := m.TryLock(ctx)
+			require.Error(t, err)
+			require.Equal(t, 1, r.Fired())
+			eventually(t, time.Second, "the lock taken by the lost attempt is given back", func() bool {
+				n, _ := admin.Exists(ctx, "lost-try").Result()
+				return n == 0
+			})
+		})
+		t.Run("Lock adopts", func(t *testing.T) {
+			m := c.Mutex("lost-lock")
+			r := lose(t, lua.Lock)
+			lctx, err := m.Lock(ctx)
+			require.NoError(t, err, "a waiting Lock retries after a network error")
+			require.Equal(t, 1, r.Fired())
+			n, err := m.HoldCount(lctx)
+			require.NoError(t, err)
+			assert.Equal(t, 1, n, "one hold, not two")
+			require.NoError(t, m.Unlock(lctx))
+			assert.Empty(t, e.keys(t))
+		})
+		t.Run("TryAcquire gives back", func(t *testing.T) {
+			s := c.Semaphore("lost-sem")
+			require.NoError(t, s.SetPermits(ctx, 2))
+			r := lose(t, lua.SemAcquire)
+			_, err := s.TryAcquire(ctx, 1)
+			require.Error(t, err)
+			require.Equal(t, 1, r.Fired())
+			eventually(t, time.Second, "the permit taken by the lost attempt is given back", func() bool {
+				n, _ := s.Available(ctx)
+				return n == 2
+			})
+		})
+		t.Run("Acquire adopts", func(t *testing.T) {
+			s := c.Semaphore("lost-sem2")
+			require.NoError(t, s.SetPermits(ctx, 2))
+			r := lose(t, lua.SemAcquire)
+			actx, err := s.Acquire(ctx, 1)
+			require.NoError(t, err)
+			require.Equal(t, 1, r.Fired())
+			assert.Equal(t, 1, available(t, s), "one permit taken, not two")
+			require.NoError(t, s.Release(actx, 1))
+			assert.Equal(t, 2, available(t, s))
+		})
+		t.Run("FairMutex TryLock gives back", func(t *testing.T) {
+			f := c.FairMutex("lost-fair")
+			r := lose(t, lua.FairLock)
+			_, err := f.TryLock(ctx)
+			require.Error(t, err)
+			require.Equal(t, 1, r.Fired())
+			eventually(t, time.Second, "given back", func() bool {
+				ks, _ := admin.Keys(ctx, "*lost-fair*").Result()
+				return len(ks) == 0
+			})
+		})
+		t.Run("RWMutex TryRLock gives back", func(t *testing.T) {
+			rw := c.RWMutex("lost-rw")
+			r := lose(t, lua.RWRLock)
+			_, err := rw.TryRLock(ctx)
+			require.Error(t, err)
+			require.Equal(t, 1, r.Fired())
+			eventually(t, time.Second, "given back", func() bool {
+				ks, _ := admin.Keys(ctx, "*lost-rw*").Result()
+				return len(ks) == 0
+			})
+		})
+	})
+}

@@ -261,15 +261,19 @@ func (p *pubsub) mark(name string) (m mark, queued bool, until time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ch := p.chans[name]
-	if ch == nil || !p.state(name).confirmed() {
+	if ch == nil {
 		return mark{}, false, time.Time{}
+	}
+	queued, until = len(ch.waiters) > 0, ch.until
+	if !p.state(name).confirmed() {
+		return mark{}, queued, until
 	}
 	select {
 	case <-ch.ready:
+		return mark{ch: ch, seq: ch.seq}, queued, until
 	default:
-		return mark{}, false, time.Time{}
+		return mark{}, queued, until
 	}
-	return mark{ch: ch, seq: ch.seq}, len(ch.waiters) > 0, ch.until
 }
 
 // missed reports whether w could have missed a wake-up since m was taken:

@@ -139,6 +139,12 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 	keys := []string{m.name}
 	var hctx context.Context
 	drop := call{lua.Drop, keys, []any{field, m.channel, unlockMessage}}
+	dirty, won := false, false
+	defer func() {
+		if dirty && !won {
+			m.c.sweep(m.spec.lease, drop)
+		}
+	}()
 	try := func() (bool, time.Duration, error) {
 		sent := time.Now()
 		r, err := abandonable(wctx, func() ([]int64, error) { return m.script(parent, field, 0) },
@@ -148,7 +154,8 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 				}
 			})
 		if err != nil {
-			return false, 0, err
+			d, err := m.c.unsure(err, wait, &dirty)
+			return false, d, err
 		}
 		if r[0] != 1 {
 			return false, bound(r[1], m.spec.lease/3), nil
@@ -158,7 +165,8 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 		if errors.Is(err, errTooLate) {
 			return false, time.Millisecond, nil
 		}
-		return err == nil, 0, err
+		won = err == nil
+		return won, 0, err
 	}
 
 	// Local waiters queued before this call are woken first (one per

@@ -228,6 +228,13 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 	}
 	var hctx context.Context
 	leave := call{lua.RWLeave, r.keys, []any{field, r.rchan, r.wchan}}
+	dirty, won := false, false
+	defer func() {
+		// A downgrade's field is its write hold's: never swept.
+		if dirty && !won && oh == nil {
+			r.c.sweep(s.lease, leave, release)
+		}
+	}()
 	try := func() (bool, time.Duration, error) {
 		sent := time.Now()
 		res, err := abandonable(wctx, func() ([]int64, error) { return r.script(parent, script, field, 0, wait) },
@@ -239,7 +246,8 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 				}
 			})
 		if err != nil {
-			return false, 0, err
+			d, err := r.c.unsure(err, wait, &dirty)
+			return false, d, err
 		}
 		if res[0] != 1 {
 			next := bound(res[1], s.lease/3)
@@ -252,7 +260,8 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		if errors.Is(err, errTooLate) {
 			return false, time.Millisecond, nil
 		}
-		return err == nil, 0, err
+		won = err == nil
+		return won, 0, err
 	}
 	done, next, err := try()
 	if err == nil && !done && wait {

@@ -253,6 +253,12 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 	leaseMs := s.spec.lease.Milliseconds()
 	var hctx context.Context
 	drop := call{lua.SemDrop, s.keys, []any{field, s.channel, semReclaimLimit}}
+	dirty, won := false, false
+	defer func() {
+		if dirty && !won && h == nil {
+			s.c.sweep(s.spec.lease, drop)
+		}
+	}()
 	neverSet := false
 	try := func() (bool, time.Duration, error) {
 		if h != nil {
@@ -289,7 +295,11 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 			})
 		}
 		if err != nil {
-			return false, 0, err
+			if h != nil {
+				return false, 0, err
+			}
+			d, err := s.c.unsure(err, wait, &dirty)
+			return false, d, err
 		}
 		switch r[0] {
 		case -1:
@@ -312,7 +322,8 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 		if errors.Is(err, errTooLate) {
 			return false, time.Millisecond, nil
 		}
-		return err == nil, 0, err
+		won = err == nil
+		return won, 0, err
 	}
 	done, next, err := try()
 	if err != nil {

@@ -2,7 +2,10 @@ package redisync
 
 import (
 	"context"
+	"errors"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // releaseTimeout bounds a release whose caller's context is already done.
@@ -142,4 +145,50 @@ func abandonable[T any](ctx context.Context, send func() (T, error), undo func(T
 		var zero T
 		return zero, ctx.Err()
 	}
+}
+
+// retryAfter is how long a wait pauses after an attempt that failed on the
+// network before trying again.
+const retryAfter = 200 * time.Millisecond
+
+// unsure handles the error of a first acquisition's script under a fresh
+// field. Unless Redis refused the script, it may still run there after its
+// caller gave up (its reply was lost, or the call was abandoned): *dirty is
+// set so the field is swept when the call fails (see sweep). While
+// waiting, a network error is retried: the next attempt, under the same
+// field, adopts whatever the late one took.
+func (c *Client) unsure(err error, wait bool, dirty *bool) (time.Duration, error) {
+	var re redis.Error
+	if errors.As(err, &re) || errors.Is(err, redis.ErrClosed) {
+		return 0, err // refused: nothing taken
+	}
+	*dirty = true
+	if !wait || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return 0, err
+	}
+	c.log.Warn("redisync: an attempt failed on the network; retrying", "error", err)
+	return retryAfter, nil
+}
+
+// sweep gives back, now and then every third of lease until a lease has
+// passed, what a failed call's attempts may have taken under their field:
+// a script whose reply was lost can run in Redis later than its caller's
+// give-back.
+func (c *Client) sweep(lease time.Duration, calls ...call) {
+	if !c.bgStart() {
+		return
+	}
+	go func() {
+		defer c.bg.Done()
+		for i := range 4 {
+			if i > 0 {
+				select {
+				case <-time.After(lease / 3):
+				case <-c.closed:
+					return
+				}
+			}
+			c.undo(calls...)
+		}
+	}()
 }
