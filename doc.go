@@ -32,8 +32,11 @@
 // lock is lost; plainly when the last hold is released; and when the
 // context the lock was taken with ends (a request cancelled, a deadline):
 // redisync then releases the lock in Redis and wakes a waiter, so a lock
-// never outlives the context it was taken with. To bound only the wait,
-// use TryLockFor. Unlock works with a cancelled context.
+// never outlives the context it was taken with. That context may be another
+// hold's: a lock taken with lock A's hold context ends with A's hold (for
+// hand-over-hand locking, take it with the outer context instead). To
+// bound only the wait, use TryLockFor. Unlock works with a cancelled
+// context.
 //
 // # Leases and the watchdog
 //

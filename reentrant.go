@@ -74,8 +74,10 @@ func (m *Mutex) wrap(err error) error { return m.spec.wrap(err) }
 // context is then cancelled with cause ErrLeaseLost), or until ctx ends:
 // then redisync releases the lock in Redis and wakes a waiter, so a lock
 // never outlives the context it was taken with. While the hold's context is
-// live the owner holds the lock; once it is done the owner does not. To
-// bound only the wait, use TryLockFor. On error, Lock returns ctx.
+// live the owner holds the lock; once it is done the owner does not. A
+// re-entry's context also ends with the context given to it, but the
+// re-entry counts until its Unlock. To bound only the wait, use TryLockFor.
+// On error, Lock returns ctx.
 func (m *Mutex) Lock(ctx context.Context) (context.Context, error) {
 	return m.lock(ctx, ctx, true, false)
 }
