@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
 	"github.com/redis/go-redis/v9"
+	"github.com/redisync-go/redisync/internal/keys"
 )
 
 // DefaultWatchdogTimeout is the lease the watchdog keeps alive for a hold
@@ -170,13 +172,25 @@ func WithLease(d time.Duration) LockOption {
 	}
 }
 
+// checkName refuses an empty name, and a name that is the companion key of
+// another lock ("{tag}:<purpose>:<name>"), which would share that key.
+func checkName(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: empty name", ErrInvalid)
+	}
+	if keys.IsCompanion(name) {
+		return fmt.Errorf("%w: name %q has the form of a companion key of another lock", ErrInvalid, name)
+	}
+	return nil
+}
+
 // lockSetup validates a lock's name and options; the error is kept by the
 // lock and returned by each of its methods. queued says whether the lock
 // has waiters in Redis, the only locks WithWaiterTimeout applies to.
 func lockSetup(name string, opts []LockOption, queued bool) (lockConfig, error) {
 	var lc lockConfig
-	if name == "" {
-		return lc, fmt.Errorf("%w: empty lock name", ErrInvalid)
+	if err := checkName(name); err != nil {
+		return lc, err
 	}
 	for _, opt := range opts {
 		if opt == nil {

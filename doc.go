@@ -78,8 +78,11 @@
 //
 // A Mutex is stored as Redisson's RLock is: a hash at the lock's name whose
 // field "<client uuid>:<n>" counts the holds, with a PEXPIRE lease, and the
-// final unlock publishes "0" on "redisson_lock__channel:{name}". Go services
-// and Java services using Redisson can guard the same resource.
+// final unlock publishes "0" on "redisson_lock__channel:{name}" (on
+// "redisson_lock__channel:name" when the name contains "{", as Redisson
+// does). Go services and Java services using Redisson can guard the same
+// resource on a single node or Sentinel; on a Redis 7 Cluster, Redisson
+// uses sharded pub/sub, which redisync does not speak yet.
 //
 // # What a lock cannot promise
 //

@@ -90,9 +90,9 @@ type wrongTypeError struct {
 
 func (e *wrongTypeError) Error() string {
 	if len(e.keys) == 1 {
-		return fmt.Sprintf("key %q holds a value of another type, not one of redisync's (WRONGTYPE)", e.keys[0])
+		return fmt.Sprintf("key %q holds a value of another type, or another kind of lock (WRONGTYPE)", e.keys[0])
 	}
-	return fmt.Sprintf("one of its keys %q holds a value of another type, not one of redisync's (WRONGTYPE)", e.keys)
+	return fmt.Sprintf("one of its keys %q holds a value of another type, or another kind of lock (WRONGTYPE)", e.keys)
 }
 
 func (e *wrongTypeError) Unwrap() error { return e.err }

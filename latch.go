@@ -17,7 +17,8 @@ const latchRecheck = time.Second
 // count set once has been counted down to zero (Redisson's
 // RCountDownLatch). In Redis it is a string at its name holding the count;
 // the key is removed at zero and a message on
-// "redisync_latch__channel:{name}" wakes the waiters.
+// "redisync_latch__channel:{name}" (":name" when the name contains "{")
+// wakes the waiters.
 //
 // A CountDownLatch is a cheap handle, safe for concurrent use. It has no
 // owner: anyone may count it down.
@@ -32,13 +33,13 @@ type CountDownLatch struct {
 // CountDownLatch returns a handle on the latch name. An empty name is
 // reported by every method of the handle.
 func (c *Client) CountDownLatch(name string) *CountDownLatch {
-	l := &CountDownLatch{c: c, name: name, channel: "redisync_latch__channel:{" + name + "}"}
+	l := &CountDownLatch{c: c, name: name, channel: redissonName("redisync_latch__channel", name)}
 	l.wrap = wrapFor(c, "latch", name, keyType{name, "string"})
 	switch {
 	case c == nil:
 		l.err = l.wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
-	case name == "":
-		l.err = l.wrap(fmt.Errorf("%w: empty latch name", ErrInvalid))
+	default:
+		l.err = l.wrap(checkName(name))
 	}
 	return l
 }

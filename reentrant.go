@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -16,8 +17,10 @@ const unlockMessage = "0"
 
 // Mutex is a reentrant distributed lock. It is stored the way Redisson's RLock
 // stores it (a hash at the key name, field "<client uuid>:<n>" → hold count,
-// unlock message "0" on "redisson_lock__channel:{name}"), so Go services and
-// Java services using Redisson can guard the same resource.
+// unlock message "0" on Redisson's channel for the name,
+// "redisson_lock__channel:{name}" or, for a name containing "{",
+// "redisson_lock__channel:name"), so Go services and Java services using
+// Redisson can guard the same resource.
 //
 // A Mutex is a cheap handle, safe for concurrent use: the owner is the
 // hold's, never the handle's (see Lock).
@@ -32,7 +35,7 @@ type Mutex struct {
 // Mutex returns a handle on the reentrant lock name. Bad input (an empty
 // name, a bad option) is reported by every method of the handle.
 func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
-	m := &Mutex{c: c, name: name, channel: "redisson_lock__channel:{" + name + "}"}
+	m := &Mutex{c: c, name: name, channel: redissonName("redisson_lock__channel", name)}
 	m.spec.wrap = wrapFor(c, "lock", name, keyType{name, "hash"})
 	if c == nil {
 		m.err = m.spec.wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
@@ -313,3 +316,13 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 }
 
 func isNil(err error) bool { return errors.Is(err, redis.Nil) }
+
+// redissonName names a key or channel of name the way Redisson does:
+// prefix + ":{" + name + "}", or prefix + ":" + name when the name already
+// contains "{" (a hash-tagged name keeps its own tag).
+func redissonName(prefix, name string) string {
+	if strings.Contains(name, "{") {
+		return prefix + ":" + name
+	}
+	return prefix + ":{" + name + "}"
+}

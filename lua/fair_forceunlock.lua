@@ -13,6 +13,11 @@ end
 if t ~= 'hash' then
   return redis.error_reply('WRONGTYPE key is not a lock')
 end
+-- An RWMutex's or a Semaphore's hash is not freed as a lock.
+local other = redis.call('hmget', KEYS[1], 'mode', 'permits', 'used')
+if other[1] or other[2] or other[3] then
+  return redis.error_reply('WRONGTYPE key is another kind of lock')
+end
 redis.call('del', KEYS[1])
 local head = redis.call('zrange', KEYS[2], 0, 0)[1]
 if head then

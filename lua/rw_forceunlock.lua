@@ -13,8 +13,8 @@ if t == 'none' then
   redis.call('del', KEYS[2])
   return 0
 end
-if t ~= 'hash' then
-  return redis.error_reply('WRONGTYPE key is not a lock')
+if t ~= 'hash' or not redis.call('hget', KEYS[1], 'mode') then
+  return redis.error_reply('WRONGTYPE key is not an RWMutex')
 end
 redis.call('del', KEYS[1], KEYS[2])
 redis.call('publish', ARGV[1], '1')

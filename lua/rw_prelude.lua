@@ -26,6 +26,12 @@ local function extend(k, ms)
   end
 end
 
+-- A hash at the name without a mode is another primitive's (a Mutex's, a
+-- Semaphore's): refused, never taken as a free RW lock.
+if redis.call('exists', KEYS[1]) == 1 and not redis.call('hget', KEYS[1], 'mode') then
+  return redis.error_reply('WRONGTYPE key is not an RWMutex')
+end
+
 redis.replicate_commands()
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

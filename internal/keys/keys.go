@@ -18,6 +18,30 @@ func Companion(name, token string) string {
 	return "{" + Tag(name) + "}:" + token + ":" + name
 }
 
+// The purposes of the companion keys redisync writes.
+var tokens = []string{
+	"fair-queue", "fair-timeouts",
+	"rw-readers", "rw-writers", "rw-waiting", "rw-admitted",
+	"sem-holders", "sem-expiry",
+}
+
+// IsCompanion reports whether name is the companion key of some lock name
+// (Companion(n, t) for one of redisync's purposes t): such a name must not
+// be a lock's own key, or two locks would share a key.
+func IsCompanion(name string) bool {
+	j := strings.IndexByte(name, '}')
+	if !strings.HasPrefix(name, "{") || j < 0 {
+		return false
+	}
+	rest := name[j+1:] // a tag ends at its first "}"
+	for _, t := range tokens {
+		if n, ok := strings.CutPrefix(rest, ":"+t+":"); ok && Taggable(n) && Companion(n, t) == name {
+			return true
+		}
+	}
+	return false
+}
+
 // Tag returns what Redis Cluster hashes for name: the content of its hash
 // tag when it has one, the whole name otherwise.
 func Tag(name string) string {

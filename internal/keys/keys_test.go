@@ -109,3 +109,21 @@ func TestCRC16MatchesRedis(t *testing.T) {
 		t.Fatalf("crc16 = %#x", got)
 	}
 }
+
+func TestIsCompanion(t *testing.T) {
+	for _, name := range taggable {
+		for _, tok := range tokens {
+			if c := Companion(name, tok); !IsCompanion(c) {
+				t.Errorf("IsCompanion(%q) = false", c)
+			}
+		}
+		if IsCompanion(name) {
+			t.Errorf("IsCompanion(%q) = true", name)
+		}
+	}
+	for _, name := range []string{"{x}:rw-readers", "{x}:rw-readers:y", "{x}:nope:x", "x:rw-readers:x"} {
+		if IsCompanion(name) {
+			t.Errorf("IsCompanion(%q) = true", name)
+		}
+	}
+}
