@@ -164,7 +164,6 @@ func advDrain(done <-chan error) error {
 	}
 }
 
-
 // TestAdvRedissonChannelForHashTaggedName
 //
 // Promise (DESIGN.md "Keys"): the final unlock publishes "0" on Redisson's
