@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -624,5 +625,45 @@ func TestAdvClusterShardedUnlockMessages(t *testing.T) {
 	}
 	if werr != nil {
 		t.Errorf("an SPUBLISHed unlock on %q did not wake the redisync waiter; Lock: %v", channel, werr)
+	}
+}
+
+// TestAdvHugeLeaseOverflows
+//
+// Promise (DESIGN.md): "Bad input gets a clear error, never a panic or a
+// silent no-op: ... a lease or watchdog timeout that is not positive";
+// WithLease: "every hold of the lock [gets] a fixed lease of d that the
+// watchdog does not renew".
+//
+// Sequence: the common "forever" idiom, time.Duration(math.MaxInt64), as
+// WithWatchdogTimeout and as WithLease.
+//
+// What happens: both pass the "not positive" and MinLease checks, then
+// wholeMs rounds them up past MaxInt64 into a negative duration.
+// WithWatchdogTimeout: New succeeds with a negative lease; Lock of a free
+// lock never succeeds (every grant is "too late", retried until ctx ends)
+// and the watchdog's timer is reset to 0 in a loop. WithLease: the negative
+// lease fails "lc.lease > 0", so the handle silently uses the watchdog's
+// renewed 30s lease instead of a fixed one.
+func TestAdvHugeLeaseOverflows(t *testing.T) {
+	e := realEnv(t)
+	forever := time.Duration(math.MaxInt64)
+
+	c, err := New(e.rdb(t), WithWatchdogTimeout(forever))
+	if err == nil {
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		hctx, err := c.Mutex("adv:forever").Lock(ctx)
+		if err != nil {
+			t.Errorf("New accepted WithWatchdogTimeout(MaxInt64) (lease %v), then Lock of a free lock failed: %v", c.lease, err)
+		} else {
+			_ = c.Mutex("adv:forever").Unlock(hctx)
+		}
+	}
+
+	m := e.client(t).Mutex("adv:forever2", WithLease(forever))
+	if m.err == nil && (m.spec.renewed || m.spec.lease != forever.Truncate(time.Millisecond)) {
+		t.Errorf("WithLease(MaxInt64) silently became a %s", leaseText(m.spec.lease, m.spec.renewed))
 	}
 }
