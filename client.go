@@ -1,6 +1,7 @@
 package redisync
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -46,14 +47,11 @@ type Option func(*Client) error
 // without WithLease (default 30s). It is renewed every d/3, and a holder whose
 // lease cannot be renewed is told a little before d has passed. Redis counts
 // leases in whole milliseconds: d is rounded up to one; d below MinLease is
-// refused.
+// refused, as is d above MaxLease.
 func WithWatchdogTimeout(d time.Duration) Option {
 	return func(c *Client) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: watchdog timeout %v is not positive", ErrInvalid, d)
-		}
-		if d < MinLease {
-			return fmt.Errorf("%w: watchdog timeout %v is below MinLease (%v)", ErrInvalid, d, MinLease)
+		if err := checkLease("watchdog timeout", d); err != nil {
+			return err
 		}
 		c.lease = wholeMs(d)
 		return nil
@@ -90,13 +88,21 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 // ID returns the client's identity: the UUID that begins the Redis field of
 // every owner of its holds ("<id>:<n>"), as Redisson's client id does. Log
 // it to tell which process holds a lock.
-func (c *Client) ID() string { return c.id }
+func (c *Client) ID() string {
+	if c == nil {
+		return ""
+	}
+	return c.id
+}
 
 // Close stops the watchdog and the subscription. Waits in progress end with
 // ErrClosed; holds are released best-effort and their contexts cancelled with
 // a cause that matches both ErrClosed and ErrLeaseLost. Later calls return
 // ErrClosed. Close does not close the redis client it was given.
 func (c *Client) Close() error {
+	if c == nil || c.wd == nil {
+		return fmt.Errorf("%w: Close of a nil or zero Client", ErrInvalid)
+	}
 	err := ErrClosed
 	c.closeOnce.Do(func() {
 		err = nil
@@ -135,6 +141,27 @@ func waitAtMost(wg *sync.WaitGroup, d time.Duration) {
 	}
 }
 
+// usable refuses a nil context, and a handle or Client not made the way
+// their docs say (a zero value, wrap nil), instead of panicking; then it
+// returns ErrClosed once Close has begun.
+func usable(ctx context.Context, c *Client, wrap func(error) error) error {
+	switch {
+	case ctx == nil:
+		return fmt.Errorf("%w: nil context", ErrInvalid)
+	case wrap == nil || c == nil || c.wd == nil:
+		return fmt.Errorf("%w: a zero handle or Client: make Clients with New and locks with their methods", ErrInvalid)
+	}
+	return c.checkOpen()
+}
+
+// wrapOr wraps err with wrap, or, for a zero handle, with the package prefix.
+func wrapOr(wrap func(error) error, err error) error {
+	if wrap == nil || err == nil {
+		return err
+	}
+	return wrap(err)
+}
+
 // checkOpen returns ErrClosed once Close has begun.
 func (c *Client) checkOpen() error {
 	select {
@@ -157,15 +184,12 @@ type lockConfig struct {
 // does not renew (Redisson's lock(leaseTime)): Redis frees the lock d after
 // its last acquisition or re-entry, and the hold's context is cancelled with
 // ErrLeaseLost shortly before. Redis counts leases in whole milliseconds: d
-// is rounded up to one; d below MinLease is refused. A hold keeps the lease it was taken with: a
+// is rounded up to one; d below MinLease or above MaxLease is refused. A hold keeps the lease it was taken with: a
 // re-entry through a handle with another lease is refused (ErrInvalid).
 func WithLease(d time.Duration) LockOption {
 	return func(lc *lockConfig) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: lease %v is not positive", ErrInvalid, d)
-		}
-		if d < MinLease {
-			return fmt.Errorf("%w: lease %v is below MinLease (%v)", ErrInvalid, d, MinLease)
+		if err := checkLease("lease", d); err != nil {
+			return err
 		}
 		lc.lease = wholeMs(d)
 		return nil

@@ -26,10 +26,10 @@ func WithWaiterTimeout(d time.Duration) LockOption {
 		if d <= 0 {
 			return fmt.Errorf("%w: waiter timeout %v is not positive", ErrInvalid, d)
 		}
-		if d < 3*time.Millisecond {
-			return fmt.Errorf("%w: waiter timeout %v is below 3ms", ErrInvalid, d)
+		if d < 3*time.Millisecond || d > MaxLease {
+			return fmt.Errorf("%w: waiter timeout %v is not between 3ms and MaxLease (%v)", ErrInvalid, d, MaxLease)
 		}
-		lc.waiter = d
+		lc.waiter = wholeMs(d)
 		return nil
 	}
 }
@@ -95,14 +95,14 @@ func (c *Client) FairMutex(name string, opts ...LockOption) *FairMutex {
 // Name returns the lock's name, which is also its Redis key.
 func (f *FairMutex) Name() string { return f.name }
 
-func (f *FairMutex) check() error {
+func (f *FairMutex) check(ctx context.Context) error {
 	if f.err != nil {
 		return f.err
 	}
-	return f.wrap(f.c.checkOpen())
+	return f.wrap(usable(ctx, f.c, f.spec.wrap))
 }
 
-func (f *FairMutex) wrap(err error) error { return f.spec.wrap(err) }
+func (f *FairMutex) wrap(err error) error { return wrapOr(f.spec.wrap, err) }
 
 func (f *FairMutex) keys() []string { return []string{f.name, f.queue, f.timeouts} }
 
@@ -131,6 +131,9 @@ func (f *FairMutex) TryLock(ctx context.Context) (context.Context, error) {
 // the queue and returns an error wrapping ErrNotAcquired. The bound is on the
 // wait only: a hold it gets lasts as long as ctx.
 func (f *FairMutex) TryLockFor(ctx context.Context, wait time.Duration) (context.Context, error) {
+	if err := f.check(ctx); err != nil {
+		return ctx, err
+	}
 	if err := checkWait(wait); err != nil {
 		return ctx, f.wrap(err)
 	}
@@ -140,7 +143,7 @@ func (f *FairMutex) TryLockFor(ctx context.Context, wait time.Duration) (context
 }
 
 func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (context.Context, error) {
-	if err := f.check(); err != nil {
+	if err := f.check(parent); err != nil {
 		return parent, err
 	}
 	if err := wctx.Err(); err != nil {
@@ -240,7 +243,7 @@ func (f *FairMutex) leave(ctx context.Context, field string) {
 // waiter is woken. Its results are Mutex.Unlock's. It works with a
 // cancelled ctx.
 func (f *FairMutex) Unlock(ctx context.Context) error {
-	if err := f.check(); err != nil {
+	if err := f.check(ctx); err != nil {
 		return err
 	}
 	return f.c.release(ctx, &f.spec, 1, func(ctx context.Context, h *hold, count int) (int64, error) {
@@ -250,7 +253,7 @@ func (f *FairMutex) Unlock(ctx context.Context) error {
 
 // IsLocked reports whether any owner holds the lock.
 func (f *FairMutex) IsLocked(ctx context.Context) (bool, error) {
-	if err := f.check(); err != nil {
+	if err := f.check(ctx); err != nil {
 		return false, err
 	}
 	ok, err := hashLocked(ctx, f.c, f.name)
@@ -260,7 +263,7 @@ func (f *FairMutex) IsLocked(ctx context.Context) (bool, error) {
 // HoldCount returns how many holds of the lock the hold ctx carries has (0
 // when ctx carries none), as Redis has it.
 func (f *FairMutex) HoldCount(ctx context.Context) (int, error) {
-	if err := f.check(); err != nil {
+	if err := f.check(ctx); err != nil {
 		return 0, err
 	}
 	n, err := hashHolds(ctx, f.c, f.spec.ref)
@@ -270,7 +273,7 @@ func (f *FairMutex) HoldCount(ctx context.Context) (int, error) {
 // TTL returns the lock's remaining lease: 0 when it is free, and a negative
 // duration when its key has no expiry (it was not written by a lock).
 func (f *FairMutex) TTL(ctx context.Context) (time.Duration, error) {
-	if err := f.check(); err != nil {
+	if err := f.check(ctx); err != nil {
 		return 0, err
 	}
 	d, err := hashLease(ctx, f.c, f.name)
@@ -282,7 +285,7 @@ func (f *FairMutex) TTL(ctx context.Context) (time.Duration, error) {
 // contexts are cancelled with ErrLeaseLost, in this process before the lock
 // is freed, in others at their next renewal. The queue is kept.
 func (f *FairMutex) ForceUnlock(ctx context.Context) (bool, error) {
-	if err := f.check(); err != nil {
+	if err := f.check(ctx); err != nil {
 		return false, err
 	}
 	f.c.wd.endAll(f.spec.ref, endForced, ErrLeaseLost)

@@ -108,6 +108,22 @@ func (h *hold) contextFor(ctx context.Context) context.Context {
 // latency leave no room to tell a holder before its lease runs out.
 const MinLease = 20 * time.Millisecond
 
+// MaxLease is the longest lease redisync accepts: a year.
+const MaxLease = 365 * 24 * time.Hour
+
+// checkLease refuses a lease (what names it) outside MinLease..MaxLease.
+func checkLease(what string, d time.Duration) error {
+	switch {
+	case d <= 0:
+		return fmt.Errorf("%w: %s %v is not positive", ErrInvalid, what, d)
+	case d < MinLease:
+		return fmt.Errorf("%w: %s %v is below MinLease (%v)", ErrInvalid, what, d, MinLease)
+	case d > MaxLease:
+		return fmt.Errorf("%w: %s %v is above MaxLease (%v)", ErrInvalid, what, d, MaxLease)
+	}
+	return nil
+}
+
 // margin is how long before a lease's expiry in Redis its holder is told it
 // is lost: room for the difference between the two clocks' rates, for the
 // timer's latency (up to 10ms measured under the race detector on a busy

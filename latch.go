@@ -26,7 +26,7 @@ type CountDownLatch struct {
 	c       *Client
 	name    string
 	channel string
-	wrap    func(error) error
+	wrapf   func(error) error
 	err     error
 }
 
@@ -34,7 +34,7 @@ type CountDownLatch struct {
 // reported by every method of the handle.
 func (c *Client) CountDownLatch(name string) *CountDownLatch {
 	l := &CountDownLatch{c: c, name: name, channel: redissonName("redisync_latch__channel", name)}
-	l.wrap = wrapFor(c, "latch", name, keyType{name, "string"})
+	l.wrapf = wrapFor(c, "latch", name, keyType{name, "string"})
 	switch {
 	case c == nil:
 		l.err = l.wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
@@ -47,18 +47,20 @@ func (c *Client) CountDownLatch(name string) *CountDownLatch {
 // Name returns the latch's name, which is also its Redis key.
 func (l *CountDownLatch) Name() string { return l.name }
 
-func (l *CountDownLatch) check() error {
+func (l *CountDownLatch) check(ctx context.Context) error {
 	if l.err != nil {
 		return l.err
 	}
-	return l.wrap(l.c.checkOpen())
+	return l.wrap(usable(ctx, l.c, l.wrapf))
 }
+
+func (l *CountDownLatch) wrap(err error) error { return wrapOr(l.wrapf, err) }
 
 // TrySetCount starts the latch counting down from n (n > 0) unless it is
 // already counting, reporting whether it did. A latch that reached zero may
 // be set again.
 func (l *CountDownLatch) TrySetCount(ctx context.Context, n int64) (bool, error) {
-	if err := l.check(); err != nil {
+	if err := l.check(ctx); err != nil {
 		return false, err
 	}
 	if n <= 0 {
@@ -77,7 +79,7 @@ func (l *CountDownLatch) TrySetCount(ctx context.Context, n int64) (bool, error)
 //
 // A CountDown that go-redis resends after a network error may count twice.
 func (l *CountDownLatch) CountDown(ctx context.Context) error {
-	if err := l.check(); err != nil {
+	if err := l.check(ctx); err != nil {
 		return err
 	}
 	if err := lua.LatchCountDown.Run(ctx, l.c.rdb, []string{l.name}, l.channel).Err(); err != nil {
@@ -91,7 +93,7 @@ func (l *CountDownLatch) CountDown(ctx context.Context) error {
 // does. Use it to reset a latch that a crashed run left counting: a latch
 // has no expiry. A key of another type is refused and kept.
 func (l *CountDownLatch) Delete(ctx context.Context) (bool, error) {
-	if err := l.check(); err != nil {
+	if err := l.check(ctx); err != nil {
 		return false, err
 	}
 	n, err := lua.LatchDelete.Run(ctx, l.c.rdb, []string{l.name}, l.channel).Int64()
@@ -104,7 +106,7 @@ func (l *CountDownLatch) Delete(ctx context.Context) (bool, error) {
 // Count returns the count left: 0 when the latch reached zero or was never
 // set.
 func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
-	if err := l.check(); err != nil {
+	if err := l.check(ctx); err != nil {
 		return 0, err
 	}
 	v, err := l.c.rdb.Get(ctx, l.name).Result()
@@ -126,7 +128,7 @@ func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
 // woken by the CountDown that reaches zero and also looks again every
 // second, so a lost message costs a delay, never a hang.
 func (l *CountDownLatch) Wait(ctx context.Context) error {
-	if err := l.check(); err != nil {
+	if err := l.check(ctx); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {

@@ -54,14 +54,14 @@ func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
 // Name returns the lock's name, which is also its Redis key.
 func (m *Mutex) Name() string { return m.name }
 
-func (m *Mutex) check() error {
+func (m *Mutex) check(ctx context.Context) error {
 	if m.err != nil {
 		return m.err
 	}
-	return m.wrap(m.c.checkOpen())
+	return m.wrap(usable(ctx, m.c, m.spec.wrap))
 }
 
-func (m *Mutex) wrap(err error) error { return m.spec.wrap(err) }
+func (m *Mutex) wrap(err error) error { return wrapOr(m.spec.wrap, err) }
 
 // Lock acquires the lock, waiting until it is free or ctx ends (then it
 // returns an error that wraps ctx's error and names the lock).
@@ -95,6 +95,9 @@ func (m *Mutex) TryLock(ctx context.Context) (context.Context, error) {
 // error wrapping ErrNotAcquired, leaving nothing behind. The bound is on the
 // wait only: a hold it gets lasts as Lock's does, as long as ctx.
 func (m *Mutex) TryLockFor(ctx context.Context, wait time.Duration) (context.Context, error) {
+	if err := m.check(ctx); err != nil {
+		return ctx, err
+	}
 	if err := checkWait(wait); err != nil {
 		return ctx, m.wrap(err)
 	}
@@ -114,7 +117,7 @@ func checkWait(wait time.Duration) error {
 // lock acquires for a hold bound to parent, waiting (if wait) as long as
 // wctx lasts; bounded says wctx is TryLockFor's.
 func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.Context, error) {
-	if err := m.check(); err != nil {
+	if err := m.check(parent); err != nil {
 		return parent, err
 	}
 	if err := wctx.Err(); err != nil {
@@ -229,7 +232,7 @@ func (m *Mutex) script(ctx context.Context, field string, count int) ([]int64, e
 // the background, and Redis frees the lock when its lease ends at the
 // latest.
 func (m *Mutex) Unlock(ctx context.Context) error {
-	if err := m.check(); err != nil {
+	if err := m.check(ctx); err != nil {
 		return err
 	}
 	return m.c.release(ctx, &m.spec, 1, func(ctx context.Context, h *hold, count int) (int64, error) {
@@ -239,7 +242,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 
 // IsLocked reports whether any owner holds the lock.
 func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
-	if err := m.check(); err != nil {
+	if err := m.check(ctx); err != nil {
 		return false, err
 	}
 	ok, err := hashLocked(ctx, m.c, m.name)
@@ -249,7 +252,7 @@ func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
 // HoldCount returns how many holds of the lock the hold ctx carries has (0
 // when ctx carries none), as Redis has it.
 func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
-	if err := m.check(); err != nil {
+	if err := m.check(ctx); err != nil {
 		return 0, err
 	}
 	n, err := hashHolds(ctx, m.c, m.spec.ref)
@@ -259,7 +262,7 @@ func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
 // TTL returns the lock's remaining lease: 0 when it is free, and a negative
 // duration when its key has no expiry (it was not written by a lock).
 func (m *Mutex) TTL(ctx context.Context) (time.Duration, error) {
-	if err := m.check(); err != nil {
+	if err := m.check(ctx); err != nil {
 		return 0, err
 	}
 	d, err := hashLease(ctx, m.c, m.name)
@@ -304,7 +307,7 @@ func hashLease(ctx context.Context, c *Client, key string) (time.Duration, error
 // with ErrLeaseLost, in this process before the lock is freed, in others at
 // their next renewal. A key of another type is refused and kept.
 func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
-	if err := m.check(); err != nil {
+	if err := m.check(ctx); err != nil {
 		return false, err
 	}
 	m.c.wd.endAll(m.spec.ref, endForced, ErrLeaseLost)

@@ -97,14 +97,14 @@ func (c *Client) RWMutex(name string, opts ...LockOption) *RWMutex {
 // Name returns the lock's name, which is also the key of its hash.
 func (r *RWMutex) Name() string { return r.name }
 
-func (r *RWMutex) check() error {
+func (r *RWMutex) check(ctx context.Context) error {
 	if r.err != nil {
 		return r.err
 	}
-	return r.wrap(r.c.checkOpen())
+	return r.wrap(usable(ctx, r.c, r.wspec.wrap))
 }
 
-func (r *RWMutex) wrap(err error) error { return r.wspec.wrap(err) }
+func (r *RWMutex) wrap(err error) error { return wrapOr(r.wspec.wrap, err) }
 
 // RLock acquires the read lock, waiting while another owner holds the write
 // lock or, unless ctx already holds the read lock, while a writer waits; if
@@ -161,6 +161,9 @@ func (r *RWMutex) TryLockFor(ctx context.Context, wait time.Duration) (context.C
 }
 
 func (r *RWMutex) lockFor(ctx context.Context, read bool, wait time.Duration) (context.Context, error) {
+	if err := r.check(ctx); err != nil {
+		return ctx, err
+	}
 	if err := checkWait(wait); err != nil {
 		return ctx, r.wrap(err)
 	}
@@ -170,7 +173,7 @@ func (r *RWMutex) lockFor(ctx context.Context, read bool, wait time.Duration) (c
 }
 
 func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (context.Context, error) {
-	if err := r.check(); err != nil {
+	if err := r.check(parent); err != nil {
 		return parent, err
 	}
 	if err := wctx.Err(); err != nil {
@@ -313,7 +316,7 @@ func (r *RWMutex) leave(ctx context.Context, field string) {
 // waiting writer. Its results are Mutex.Unlock's. It works with a cancelled
 // ctx.
 func (r *RWMutex) RUnlock(ctx context.Context) error {
-	if err := r.check(); err != nil {
+	if err := r.check(ctx); err != nil {
 		return err
 	}
 	return r.c.release(ctx, &r.rspec, 1, func(ctx context.Context, h *hold, count int) (int64, error) {
@@ -326,7 +329,7 @@ func (r *RWMutex) RUnlock(ctx context.Context) error {
 // read lock, it keeps it (downgrade). Its results are Mutex.Unlock's. It
 // works with a cancelled ctx.
 func (r *RWMutex) Unlock(ctx context.Context) error {
-	if err := r.check(); err != nil {
+	if err := r.check(ctx); err != nil {
 		return err
 	}
 	return r.c.release(ctx, &r.wspec, 1, func(ctx context.Context, h *hold, count int) (int64, error) {
@@ -337,7 +340,7 @@ func (r *RWMutex) Unlock(ctx context.Context) error {
 // info returns the lock's mode (0 free, 1 read, 2 write) and its number of
 // live read holders.
 func (r *RWMutex) info(ctx context.Context) (int64, int64, error) {
-	if err := r.check(); err != nil {
+	if err := r.check(ctx); err != nil {
 		return 0, 0, err
 	}
 	res, err := lua.RWInfo.Run(ctx, r.c.rdb, r.keys[:2]).Int64Slice()
@@ -379,7 +382,7 @@ func (r *RWMutex) RHoldCount(ctx context.Context) (int, error) {
 }
 
 func (r *RWMutex) count(ctx context.Context, s *spec, prefix string) (int, error) {
-	if err := r.check(); err != nil {
+	if err := r.check(ctx); err != nil {
 		return 0, err
 	}
 	h := held(ctx, s.ref)
@@ -402,7 +405,7 @@ func (r *RWMutex) count(ctx context.Context, s *spec, prefix string) (int, error
 // is freed, in others at their next renewal. A key of another type is
 // refused and kept.
 func (r *RWMutex) ForceUnlock(ctx context.Context) (bool, error) {
-	if err := r.check(); err != nil {
+	if err := r.check(ctx); err != nil {
 		return false, err
 	}
 	r.c.wd.endAll(r.rspec.ref, endForced, ErrLeaseLost)

@@ -89,14 +89,14 @@ func (c *Client) Semaphore(name string, opts ...LockOption) *Semaphore {
 // Name returns the semaphore's name, which is also its main Redis key.
 func (s *Semaphore) Name() string { return s.name }
 
-func (s *Semaphore) check() error {
+func (s *Semaphore) check(ctx context.Context) error {
 	if s.err != nil {
 		return s.err
 	}
-	return s.wrap(s.c.checkOpen())
+	return s.wrap(usable(ctx, s.c, s.spec.wrap))
 }
 
-func (s *Semaphore) wrap(err error) error { return s.spec.wrap(err) }
+func (s *Semaphore) wrap(err error) error { return wrapOr(s.spec.wrap, err) }
 
 // checkN refuses a count of permits that is not positive or not exact.
 func (s *Semaphore) checkN(what string, n int) error {
@@ -113,7 +113,7 @@ func (s *Semaphore) checkN(what string, n int) error {
 // many waiters as permits are free. Permits already held stay held: when n
 // is below what is in use, nothing is available until enough are released.
 func (s *Semaphore) SetPermits(ctx context.Context, n int) error {
-	if err := s.check(); err != nil {
+	if err := s.check(ctx); err != nil {
 		return err
 	}
 	if n < 0 || n > maxPermits {
@@ -127,7 +127,7 @@ func (s *Semaphore) SetPermits(ctx context.Context, n int) error {
 // set, reporting whether it did. It is how one of many processes starting at
 // once initialises the semaphore.
 func (s *Semaphore) TrySetPermits(ctx context.Context, n int) (bool, error) {
-	if err := s.check(); err != nil {
+	if err := s.check(ctx); err != nil {
 		return false, err
 	}
 	if n < 0 || n > maxPermits {
@@ -144,7 +144,7 @@ func (s *Semaphore) TrySetPermits(ctx context.Context, n int) (bool, error) {
 // Unlike SetPermits, an AddPermits that go-redis resends after a network
 // error may add twice.
 func (s *Semaphore) AddPermits(ctx context.Context, n int) error {
-	if err := s.check(); err != nil {
+	if err := s.check(ctx); err != nil {
 		return err
 	}
 	if n == 0 || n > maxPermits || n < -maxPermits {
@@ -169,7 +169,7 @@ func (s *Semaphore) set(ctx context.Context, mode string, n int) (bool, error) {
 // the permits held under a live lease (never negative; 0 when the permits
 // were never set). Expired holders are reclaimed first, never counted.
 func (s *Semaphore) Available(ctx context.Context) (int, error) {
-	if err := s.check(); err != nil {
+	if err := s.check(ctx); err != nil {
 		return 0, err
 	}
 	for {
@@ -216,6 +216,9 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int) (context.Context, err
 // returns an error wrapping ErrNotAcquired, leaving nothing behind. Permits
 // it gets are held as long as ctx lasts.
 func (s *Semaphore) TryAcquireFor(ctx context.Context, n int, wait time.Duration) (context.Context, error) {
+	if err := s.check(ctx); err != nil {
+		return ctx, err
+	}
 	if err := checkWait(wait); err != nil {
 		return ctx, s.wrap(err)
 	}
@@ -228,7 +231,7 @@ func (s *Semaphore) TryAcquireFor(ctx context.Context, n int, wait time.Duration
 var errNeverSet = fmt.Errorf("%w: its permits were never set (SetPermits or TrySetPermits first; or is the name misspelt?)", ErrNotAcquired)
 
 func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded bool) (context.Context, error) {
-	if err := s.check(); err != nil {
+	if err := s.check(parent); err != nil {
 		return parent, err
 	}
 	if err := s.checkN("acquire", n); err != nil {
@@ -390,7 +393,7 @@ func semBound(ms int64) time.Duration {
 // cannot tell that case from the same release resent by go-redis after it
 // succeeded.
 func (s *Semaphore) Release(ctx context.Context, n int) error {
-	if err := s.check(); err != nil {
+	if err := s.check(ctx); err != nil {
 		return err
 	}
 	if err := s.checkN("release", n); err != nil {
