@@ -675,6 +675,6 @@ func TestAdvHugeLeaseOverflows(t *testing.T) {
 		t.Errorf("WithLease(MaxInt64) silently became a %s", leaseText(m.spec.lease, m.spec.renewed))
 	}
 	// Fixed: both are refused (above MaxLease).
-	assert.ErrorIs(t, err, ErrInvalid)
-	assert.ErrorIs(t, m.err, ErrInvalid)
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, m.err, ErrInvalid)
 }
