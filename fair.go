@@ -154,12 +154,14 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (cont
 		return parent, f.wrap(err)
 	}
 	if h != nil {
-		hctx, err := f.c.reenter(parent, &f.spec, h, func(count int) (int, bool, error) {
+		hctx, err := f.c.reenter(parent, wctx, &f.spec, h, func(count int) (int, bool, error) {
 			r, err := f.script(parent, h.field, count, false)
 			if err != nil {
 				return 0, false, err
 			}
 			return int(r[1]), r[0] != 1, nil
+		}, func(n int) {
+			f.c.undo(call{lua.FairUnlock, f.keys(), []any{h.field, n, h.lease.Milliseconds(), f.prefix}})
 		})
 		if err != nil {
 			return parent, err
@@ -168,11 +170,13 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (cont
 	}
 
 	start := time.Now()
-	field := f.c.newField()
+	owner := f.c.newField()
 	leaseMs := f.spec.lease.Milliseconds()
 	var hctx context.Context
-	drop := call{lua.FairDrop, f.keys(), []any{field, f.prefix}}
-	leave := call{lua.FairLeave, f.keys(), []any{field, f.prefix}}
+	callsOf := func(field string) (drop, leave call) {
+		return call{lua.FairDrop, f.keys(), []any{field, f.prefix}}, call{lua.FairLeave, f.keys(), []any{field, f.prefix}}
+	}
+	drop, leave := callsOf(owner)
 	dirty, won := false, false
 	defer func() {
 		if dirty && !won {
@@ -180,7 +184,8 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (cont
 		}
 	}()
 	try := func() (bool, time.Duration, error) {
-		sent := time.Now()
+		st, field := f.c.stamp(f.spec.ref), owner
+		drop, leave := drop, leave
 		r, err := abandonable(wctx, func() ([]int64, error) { return f.script(parent, field, 0, wait) },
 			func([]int64, error) { f.c.undo(leave, drop) })
 		if err != nil {
@@ -194,29 +199,43 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (cont
 			}
 			return false, next, nil
 		}
-		hctx, err = f.c.grant(&f.spec, parent, field, int(r[1]), start, sent,
+		hctx, err = f.c.grant(&f.spec, parent, field, int(r[1]), start, st,
 			call{lua.Renew, []string{f.name}, []any{field, leaseMs}}, drop)
-		if errors.Is(err, errTooLate) {
+		if errors.Is(err, errUntrusted) {
+			// Given back, but the give-back may land after a next
+			// attempt under this owner: queue again as a new one.
+			f.c.sweep(f.spec.lease, leave, drop)
+			owner = f.c.newField()
+			drop, leave = callsOf(owner)
+			dirty = false
+			if wait {
+				return false, 0, errNewOwner
+			}
 			return false, time.Millisecond, nil
 		}
 		won = err == nil
 		return won, 0, err
 	}
-	done, next, err := try()
-	if err == nil && !done && wait {
-		// Only this waiter listens on its channel: wake it at every message.
-		err = f.c.await(wctx, f.prefix+field, wakeAll, next, try)
-	}
-	if err != nil {
-		if wait {
-			f.leave(parent, field)
+	for {
+		done, next, err := try()
+		if err == nil && !done && wait {
+			// Only this waiter listens on its channel: wake it at every message.
+			err = f.c.await(wctx, f.prefix+owner, wakeAll, next, try)
 		}
-		return parent, f.wrap(waitError(err, parent, bounded))
+		if errors.Is(err, errNewOwner) {
+			continue // a new owner listens on a new channel
+		}
+		if err != nil {
+			if wait {
+				f.leave(parent, owner)
+			}
+			return parent, f.wrap(waitError(err, parent, bounded))
+		}
+		if !won {
+			return parent, f.wrap(ErrNotAcquired)
+		}
+		return hctx, nil
 	}
-	if !done && !wait {
-		return parent, f.wrap(ErrNotAcquired)
-	}
-	return hctx, nil
 }
 
 // script runs the lock script once for field with its hold count before the
@@ -288,7 +307,7 @@ func (f *FairMutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := f.check(ctx); err != nil {
 		return false, err
 	}
-	f.c.wd.endAll(f.spec.ref, endForced, ErrLeaseLost)
+	f.c.wd.force(f.spec.ref)
 	n, err := lua.FairForceUnlock.Run(ctx, f.c.rdb, []string{f.name, f.queue}, f.prefix).Int64()
 	if err != nil {
 		return false, f.wrap(err)

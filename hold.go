@@ -2,6 +2,7 @@ package redisync
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -154,18 +155,36 @@ type spec struct {
 	wrap    func(error) error
 }
 
-// errTooLate reports a grant whose reply came after its lease could be
-// trusted (Redis or the network stalled): it was given back.
-var errTooLate = fmt.Errorf("%w: the reply came too late to use the lease", ErrNotAcquired)
+// errUntrusted reports a grant that could not be trusted: its reply came
+// after its lease could be trusted (Redis or the network stalled), or a
+// ForceUnlock in this process came between its script and its reply. It
+// was given back; the caller tries again as a new owner, since that
+// give-back may reach Redis after its next attempt.
+var errUntrusted = fmt.Errorf("%w: the grant could not be trusted (a stalled reply, or a ForceUnlock meanwhile) and was given back", ErrNotAcquired)
+
+// errNewOwner makes a FairMutex wait start again as a new owner, after a
+// grant it could not trust (errUntrusted): its queue entry and channel go
+// with the owner.
+var errNewOwner = errors.New("redisync: wait again as a new owner")
+
+// stamp is what an attempt notes before sending its script: when, and the
+// lock's ForceUnlock epoch.
+type stamp struct {
+	sent  time.Time
+	epoch uint64
+}
+
+func (c *Client) stamp(ref lockRef) stamp { return stamp{time.Now(), c.wd.epoch(ref)} }
 
 // grant turns a first acquisition, made by a script sent at sent, into a
 // hold of field bound to parent (it ends when parent does). renew and
 // release are the hold's scripts. It gives the acquisition back and fails
-// when the reply came too late to trust the lease (errTooLate), when parent
+// when it cannot be trusted (errUntrusted), when parent
 // has ended, or when the client is closed. ends are run when the hold ends;
 // when there is no hold, the caller runs them.
-func (c *Client) grant(s *spec, parent context.Context, field string, count int, start, sent time.Time,
+func (c *Client) grant(s *spec, parent context.Context, field string, count int, start time.Time, st stamp,
 	renew, release call, ends ...func() bool) (context.Context, error) {
+	sent := st.sent
 	h := &hold{
 		ref: s.ref, field: field, scope: scopeOf(parent), lease: s.lease, renewed: s.renewed,
 		renew: renew, release: release, parent: parent, count: count, stops: ends, taken: time.Now(),
@@ -175,16 +194,16 @@ func (c *Client) grant(s *spec, parent context.Context, field string, count int,
 		return nil, err
 	}
 	if !time.Now().Before(deadline(sent, s.lease)) {
-		return giveUp(errTooLate)
+		return giveUp(errUntrusted)
 	}
 	if err := parent.Err(); err != nil {
 		return giveUp(err)
 	}
 	cctx, cancel := context.WithCancelCause(parent)
 	h.ctx, h.cancel = context.WithValue(cctx, s.ref, h), cancel
-	if !c.wd.add(h, sent) {
-		cancel(ErrClosed)
-		return giveUp(ErrClosed)
+	if err := c.wd.add(h, st); err != nil {
+		cancel(err)
+		return giveUp(err)
 	}
 	h.onEnd(context.AfterFunc(parent, func() {
 		if c.wd.end(h, endParent, context.Cause(parent)) {
@@ -199,33 +218,98 @@ func (c *Client) grant(s *spec, parent context.Context, field string, count int,
 
 // reenter acquires once more through h, the live hold ctx carries: run
 // sends the script with h's count and returns the new count, or lost when
-// Redis no longer has the hold. A handle whose lease differs from the
-// hold's is refused, changing nothing.
-func (c *Client) reenter(ctx context.Context, s *spec, h *hold, run func(count int) (n int, lost bool, err error)) (context.Context, error) {
+// Redis no longer has the hold; undo takes back a re-entry to count n that
+// its caller abandoned when wctx ended. A handle whose lease differs from
+// the hold's is refused, changing nothing.
+func (c *Client) reenter(ctx, wctx context.Context, s *spec, h *hold,
+	run func(count int) (n int, lost bool, err error), undo func(n int)) (context.Context, error) {
 	if h.lease != s.lease || h.renewed != s.renewed {
 		return nil, s.wrap(fmt.Errorf("%w: the context holds it with a %s, this handle asks for a %s",
 			ErrInvalid, leaseText(h.lease, h.renewed), leaseText(s.lease, s.renewed)))
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if !h.live() {
+	type outcome struct {
+		n    int
+		lost bool
+		sent time.Time
+	}
+	o, err := underHold(wctx, h, func() (outcome, error) {
+		if !h.live() {
+			return outcome{}, errEnded
+		}
+		sent := time.Now()
+		n, lost, err := run(h.count)
+		return outcome{n, lost, sent}, err
+	}, func(o outcome) {
+		if o.lost {
+			c.wd.end(h, endLost, ErrLeaseLost)
+			return
+		}
+		h.count = o.n
+		c.wd.extend(h, o.sent)
+	}, func(o outcome) {
+		if !o.lost {
+			undo(o.n)
+		}
+	})
+	switch {
+	case errors.Is(err, errEnded):
 		return nil, s.wrap(endedError(h))
-	}
-	sent := time.Now()
-	n, lost, err := run(h.count)
-	if err != nil {
+	case err != nil:
 		return nil, s.wrap(err)
-	}
-	if lost {
-		c.wd.end(h, endLost, ErrLeaseLost)
+	case o.lost:
 		return nil, s.wrap(errLost)
-	}
-	h.count = n
-	c.wd.extend(h, sent)
-	if !h.live() {
+	case !h.live():
 		return nil, s.wrap(endedError(h))
 	}
 	return h.contextFor(ctx), nil
+}
+
+// errEnded reports, inside underHold, a hold found ended.
+var errEnded = errors.New("redisync: the hold has ended")
+
+// underHold runs send under h's lock so that its caller stops waiting when
+// ctx ends, even while Redis does not answer (see abandonable). apply
+// runs, still under the lock, once the caller has the result; undo instead
+// when the caller had gone, to take back what send did.
+func underHold[T any](ctx context.Context, h *hold, send func() (T, error), apply, undo func(T)) (T, error) {
+	if ctx.Done() == nil {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		v, err := send()
+		if err == nil {
+			apply(v)
+		}
+		return v, err
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	got := make(chan result)
+	gone := make(chan struct{})
+	go func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		v, err := send()
+		select {
+		case got <- result{v, err}:
+			if err == nil {
+				apply(v)
+			}
+		case <-gone:
+			if err == nil {
+				undo(v)
+			}
+		}
+	}()
+	select {
+	case r := <-got:
+		return r.v, r.err
+	case <-ctx.Done():
+		close(gone)
+		var zero T
+		return zero, ctx.Err()
+	}
 }
 
 func leaseText(d time.Duration, renewed bool) string {

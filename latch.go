@@ -124,7 +124,8 @@ func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
 }
 
 // Wait blocks until the count is zero, returning at once when it is zero or
-// the latch was never set, and returns ctx's error if ctx ends first. It is
+// the latch was never set, and returns an error wrapping ctx's error if ctx
+// ends first, even while Redis does not answer. It is
 // woken by the CountDown that reaches zero and also looks again every
 // second, so a lost message costs a delay, never a hang.
 func (l *CountDownLatch) Wait(ctx context.Context) error {
@@ -134,12 +135,17 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return l.wrap(err)
 	}
-	n, err := l.Count(ctx)
+	// Each look is abandoned when ctx ends, even while Redis does not
+	// answer; it reads nothing that needs giving back.
+	count := func() (int64, error) {
+		return abandonable(ctx, func() (int64, error) { return l.Count(ctx) }, func(int64, error) {})
+	}
+	n, err := count()
 	if err != nil || n == 0 {
-		return err
+		return l.wrap(err)
 	}
 	return l.wrap(l.c.await(ctx, l.channel, wakeAll, latchRecheck, func() (bool, time.Duration, error) {
-		n, err := l.Count(ctx)
+		n, err := count()
 		return n == 0, latchRecheck, err
 	}))
 }

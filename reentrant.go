@@ -128,12 +128,14 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 		return parent, m.wrap(err)
 	}
 	if h != nil {
-		hctx, err := m.c.reenter(parent, &m.spec, h, func(count int) (int, bool, error) {
+		hctx, err := m.c.reenter(parent, wctx, &m.spec, h, func(count int) (int, bool, error) {
 			r, err := m.script(parent, h.field, count)
 			if err != nil {
 				return 0, false, err
 			}
 			return int(r[1]), r[0] != 1, nil
+		}, func(n int) {
+			m.c.undo(call{lua.Unlock, []string{m.name}, []any{h.field, n, h.lease.Milliseconds(), m.channel, unlockMessage}})
 		})
 		if err != nil {
 			return parent, err
@@ -142,11 +144,12 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 	}
 
 	start := time.Now()
-	field := m.c.newField()
+	owner := m.c.newField()
 	leaseMs := m.spec.lease.Milliseconds()
 	keys := []string{m.name}
 	var hctx context.Context
-	drop := call{lua.Drop, keys, []any{field, m.channel, unlockMessage}}
+	dropOf := func(field string) call { return call{lua.Drop, keys, []any{field, m.channel, unlockMessage}} }
+	drop := dropOf(owner)
 	dirty, won := false, false
 	defer func() {
 		if dirty && !won {
@@ -154,11 +157,11 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 		}
 	}()
 	try := func() (bool, time.Duration, error) {
-		sent := time.Now()
+		st, field := m.c.stamp(m.spec.ref), owner
 		r, err := abandonable(wctx, func() ([]int64, error) { return m.script(parent, field, 0) },
 			func(r []int64, err error) {
 				if err == nil && r[0] == 1 {
-					m.c.undo(drop)
+					m.c.undo(dropOf(field))
 				}
 			})
 		if err != nil {
@@ -168,9 +171,14 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 		if r[0] != 1 {
 			return false, bound(r[1], m.spec.lease/3), nil
 		}
-		hctx, err = m.c.grant(&m.spec, parent, field, int(r[1]), start, sent,
+		hctx, err = m.c.grant(&m.spec, parent, field, int(r[1]), start, st,
 			call{lua.Renew, keys, []any{field, leaseMs}}, drop)
-		if errors.Is(err, errTooLate) {
+		if errors.Is(err, errUntrusted) {
+			// Given back, but the give-back may land after a next
+			// attempt under this owner: try again as a new one.
+			m.c.sweep(m.spec.lease, drop)
+			owner = m.c.newField()
+			drop, dirty = dropOf(owner), false
 			return false, time.Millisecond, nil
 		}
 		won = err == nil
@@ -310,7 +318,7 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := m.check(ctx); err != nil {
 		return false, err
 	}
-	m.c.wd.endAll(m.spec.ref, endForced, ErrLeaseLost)
+	m.c.wd.force(m.spec.ref)
 	n, err := lua.ForceUnlock.Run(ctx, m.c.rdb, []string{m.name}, m.channel, unlockMessage).Int64()
 	if err != nil {
 		return false, m.wrap(err)

@@ -189,12 +189,19 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		return parent, r.wrap(err)
 	}
 	if h != nil {
-		hctx, err := r.c.reenter(parent, s, h, func(count int) (int, bool, error) {
-			res, err := r.script(parent, script, h.field, count, false)
+		hctx, err := r.c.reenter(parent, wctx, s, h, func(count int) (int, bool, error) {
+			res, err := r.script(parent, script, h.field, "", count, false)
 			if err != nil {
 				return 0, false, err
 			}
 			return int(res[1]), res[0] != 1, nil
+		}, func(n int) {
+			leaseMs := h.lease.Milliseconds()
+			if read {
+				r.c.undo(call{lua.RWRUnlock, r.keys, []any{h.field, n, leaseMs, r.wchan}})
+			} else {
+				r.c.undo(call{lua.RWUnlock, r.keys, []any{h.field, n, leaseMs, r.rchan, r.wchan}})
+			}
 		})
 		if err != nil {
 			return parent, err
@@ -210,37 +217,52 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 	}
 
 	start := time.Now()
-	field := r.c.newField()
+	owner := r.c.newField()
+	writer := "" // a downgrade's write hold's field
 	hparent := parent
 	var ends []func() bool
 	if oh != nil {
-		// A downgrade: the same owner, and a read hold that outlives the
-		// write hold's context but not the context it was taken with.
-		field = oh.field
+		// A downgrade: a read hold granted to the write hold's owner,
+		// which outlives the write hold's context but not the context the
+		// write hold was taken with, nor ctx when ctx ends on its own.
+		writer = oh.field
 		p, cancel := context.WithCancelCause(context.WithoutCancel(parent))
-		stop := context.AfterFunc(oh.parent, func() { cancel(context.Cause(oh.parent)) })
+		stopW := context.AfterFunc(oh.parent, func() { cancel(context.Cause(oh.parent)) })
+		stopOwn := context.AfterFunc(parent, func() {
+			if oh.live() { // parent ended by itself, not with the write hold
+				cancel(context.Cause(parent))
+			}
+		})
 		hparent = p
-		ends = []func() bool{stop, func() bool { cancel(nil); return true }}
+		ends = []func() bool{stopW, stopOwn, func() bool { cancel(nil); return true }}
 	}
 	leaseMs := s.lease.Milliseconds()
-	renew := call{lua.RWRenewWrite, r.keys[:1], []any{field, leaseMs}}
-	release := call{lua.RWUnlock, r.keys, []any{field, 1, leaseMs, r.rchan, r.wchan}}
-	if read {
-		renew = call{lua.RWRenewRead, r.keys[:2], []any{field, leaseMs}}
-		release = call{lua.RWRUnlock, r.keys, []any{field, 1, leaseMs, r.wchan}}
+	callsOf := func(field string) (renew, release, leave call) {
+		leave = call{lua.RWLeave, r.keys, []any{field, r.rchan, r.wchan}}
+		if read {
+			return call{lua.RWRenewRead, r.keys[:2], []any{field, leaseMs}},
+				call{lua.RWRUnlock, r.keys, []any{field, 1, leaseMs, r.wchan}}, leave
+		}
+		return call{lua.RWRenewWrite, r.keys[:1], []any{field, leaseMs}},
+			call{lua.RWUnlock, r.keys, []any{field, 1, leaseMs, r.rchan, r.wchan}}, leave
 	}
+	renew, release, leave := callsOf(owner)
 	var hctx context.Context
-	leave := call{lua.RWLeave, r.keys, []any{field, r.rchan, r.wchan}}
 	dirty, won := false, false
 	defer func() {
-		// A downgrade's field is its write hold's: never swept.
-		if dirty && !won && oh == nil {
+		if !won {
+			for _, stop := range ends {
+				stop()
+			}
+		}
+		if dirty && !won {
 			r.c.sweep(s.lease, leave, release)
 		}
 	}()
 	try := func() (bool, time.Duration, error) {
-		sent := time.Now()
-		res, err := abandonable(wctx, func() ([]int64, error) { return r.script(parent, script, field, 0, wait) },
+		st, field := r.c.stamp(s.ref), owner
+		renew, release, leave := renew, release, leave
+		res, err := abandonable(wctx, func() ([]int64, error) { return r.script(parent, script, field, writer, 0, wait) },
 			func(res []int64, err error) {
 				if err == nil && res[0] == 1 {
 					r.c.undo(leave, release)
@@ -259,8 +281,14 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 			}
 			return false, next, nil
 		}
-		hctx, err = r.c.grant(s, hparent, field, int(res[1]), start, sent, renew, release, ends...)
-		if errors.Is(err, errTooLate) {
+		hctx, err = r.c.grant(s, hparent, field, int(res[1]), start, st, renew, release, ends...)
+		if errors.Is(err, errUntrusted) {
+			// Given back, but the give-back may land after a next
+			// attempt under this owner: try again as a new one.
+			r.c.sweep(s.lease, leave, release)
+			owner = r.c.newField()
+			renew, release, leave = callsOf(owner)
+			dirty = false
 			return false, time.Millisecond, nil
 		}
 		won = err == nil
@@ -273,20 +301,14 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 			channel, policy = r.rchan, wakeAll
 		}
 		err = r.c.await(wctx, channel, policy, next, try)
-		done = err == nil
-	}
-	if !done {
-		for _, stop := range ends {
-			stop()
-		}
 	}
 	if err != nil {
 		if wait {
-			r.leave(parent, field)
+			r.leave(parent, owner)
 		}
 		return parent, r.wrap(waitError(err, parent, bounded))
 	}
-	if !done {
+	if !won {
 		return parent, r.wrap(ErrNotAcquired)
 	}
 	return hctx, nil
@@ -294,13 +316,15 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 
 // script runs the read or write lock script once for field with its hold
 // count before the call, registering the caller as a waiter when wait is
-// set. It runs to completion even if ctx ends meanwhile (see Mutex).
-func (r *RWMutex) script(ctx context.Context, script *lua.Script, field string, count int, wait bool) ([]int64, error) {
+// set; writer is the field of the write hold a first read hold downgrades
+// ("" otherwise). It runs to completion even if ctx ends meanwhile (see
+// Mutex).
+func (r *RWMutex) script(ctx context.Context, script *lua.Script, field, writer string, count int, wait bool) ([]int64, error) {
 	var waiterMs int64
 	if wait {
 		waiterMs = r.waiter.Milliseconds()
 	}
-	return script.Run(context.WithoutCancel(ctx), r.c.rdb, r.keys, r.wspec.lease.Milliseconds(), field, count, waiterMs).Int64Slice()
+	return script.Run(context.WithoutCancel(ctx), r.c.rdb, r.keys, r.wspec.lease.Milliseconds(), field, count, waiterMs, writer).Int64Slice()
 }
 
 // leave takes field out of the waiting sets after a wait that ended without
@@ -408,8 +432,8 @@ func (r *RWMutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := r.check(ctx); err != nil {
 		return false, err
 	}
-	r.c.wd.endAll(r.rspec.ref, endForced, ErrLeaseLost)
-	r.c.wd.endAll(r.wspec.ref, endForced, ErrLeaseLost)
+	r.c.wd.force(r.rspec.ref)
+	r.c.wd.force(r.wspec.ref)
 	n, err := lua.RWForce.Run(ctx, r.c.rdb, r.keys[:2], r.rchan, r.wchan).Int64()
 	if err != nil {
 		return false, r.wrap(err)

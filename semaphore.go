@@ -249,80 +249,96 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 			ErrInvalid, leaseText(h.lease, h.renewed), leaseText(s.spec.lease, s.spec.renewed)))
 	}
 	start := time.Now()
-	field := s.c.newField()
-	if h != nil {
-		field = h.field
-	}
+	owner := s.c.newField()
 	leaseMs := s.spec.lease.Milliseconds()
 	var hctx context.Context
-	drop := call{lua.SemDrop, s.keys, []any{field, s.channel, semReclaimLimit}}
+	dropOf := func(field string) call { return call{lua.SemDrop, s.keys, []any{field, s.channel, semReclaimLimit}} }
+	drop := dropOf(owner)
 	dirty, won := false, false
 	defer func() {
-		if dirty && !won && h == nil {
+		if dirty && !won {
 			s.c.sweep(s.spec.lease, drop)
 		}
 	}()
 	neverSet := false
+	send := func(field string, prev int) ([]int64, error) {
+		// The script runs to completion even if ctx ends meanwhile: its
+		// result is given back when nobody takes it (abandonable).
+		return lua.SemAcquire.Run(context.WithoutCancel(parent), s.c.rdb, s.keys,
+			field, n, prev, leaseMs, s.channel, semReclaimLimit).Int64Slice()
+	}
+	// more adds n permits to h, the hold ctx carries.
+	more := func() (bool, time.Duration, error) {
+		type outcome struct {
+			r    []int64
+			prev int
+			sent time.Time
+		}
+		o, err := underHold(wctx, h, func() (outcome, error) {
+			if !h.live() {
+				return outcome{}, errEnded
+			}
+			if h.count+n > maxPermits {
+				return outcome{}, fmt.Errorf("%w: would hold more than %d permits", ErrInvalid, maxPermits)
+			}
+			sent := time.Now()
+			r, err := send(h.field, h.count)
+			return outcome{r, h.count, sent}, err
+		}, func(o outcome) {
+			switch o.r[0] {
+			case -1: // the hold's lease ran out in Redis before this process noticed
+				s.c.wd.end(h, endLost, ErrLeaseLost)
+			case 1:
+				h.count = int(o.r[1])
+				s.c.wd.extend(h, o.sent)
+			}
+		}, func(o outcome) {
+			if o.r[0] == 1 {
+				s.c.undo(call{lua.SemRelease, s.keys, []any{h.field, n, o.r[1], s.channel, semReclaimLimit}})
+			}
+		})
+		switch {
+		case errors.Is(err, errEnded):
+			return false, 0, endedError(h)
+		case err != nil:
+			return false, 0, err
+		case o.r[0] == -1:
+			return false, 0, errLost
+		case o.r[0] == 0:
+			neverSet = o.r[2] == 0
+			return false, semBound(o.r[1]), nil
+		}
+		hctx = h.contextFor(parent)
+		won = true
+		return true, 0, nil
+	}
 	try := func() (bool, time.Duration, error) {
 		if h != nil {
-			h.mu.Lock()
-			defer h.mu.Unlock()
-			if !h.live() {
-				return false, 0, endedError(h)
+			return more()
+		}
+		st, field := s.c.stamp(s.spec.ref), owner
+		drop := drop
+		r, err := abandonable(wctx, func() ([]int64, error) { return send(field, 0) }, func(r []int64, err error) {
+			if err == nil && r[0] == 1 {
+				s.c.undo(drop)
 			}
-		}
-		prev := 0
-		if h != nil {
-			prev = h.count
-		}
-		if prev+n > maxPermits {
-			return false, 0, fmt.Errorf("%w: would hold more than %d permits", ErrInvalid, maxPermits)
-		}
-		// The script runs to completion even if ctx ends meanwhile:
-		// permits taken in Redis but abandoned here would stay taken for
-		// a whole lease.
-		sent := time.Now()
-		send := func() ([]int64, error) {
-			return lua.SemAcquire.Run(context.WithoutCancel(parent), s.c.rdb, s.keys,
-				field, n, prev, leaseMs, s.channel, semReclaimLimit).Int64Slice()
-		}
-		var r []int64
-		var err error
-		if h != nil {
-			r, err = send() // under the hold's lock: never abandoned
-		} else {
-			r, err = abandonable(wctx, send, func(r []int64, err error) {
-				if err == nil && r[0] == 1 {
-					s.c.undo(drop)
-				}
-			})
-		}
+		})
 		if err != nil {
-			if h != nil {
-				return false, 0, err
-			}
 			d, err := s.c.unsure(err, wait, &dirty)
 			return false, d, err
 		}
-		switch r[0] {
-		case -1:
-			// The hold's lease ran out in Redis before this process noticed.
-			s.c.wd.end(h, endLost, ErrLeaseLost)
-			return false, 0, errLost
-		case 0:
+		if r[0] != 1 {
 			neverSet = r[2] == 0
 			return false, semBound(r[1]), nil
 		}
-		if h != nil {
-			h.count = int(r[1])
-			s.c.wd.extend(h, sent)
-			hctx = h.contextFor(parent)
-			return true, 0, nil
-		}
-		hctx, err = s.c.grant(&s.spec, parent, field, int(r[1]), start, sent,
-			call{lua.SemRenew, s.keys, []any{field, leaseMs, s.channel, semReclaimLimit}},
-			drop)
-		if errors.Is(err, errTooLate) {
+		hctx, err = s.c.grant(&s.spec, parent, field, int(r[1]), start, st,
+			call{lua.SemRenew, s.keys, []any{field, leaseMs, s.channel, semReclaimLimit}}, drop)
+		if errors.Is(err, errUntrusted) {
+			// Given back, but the give-back may land after a next
+			// attempt under this owner: try again as a new one.
+			s.c.sweep(s.spec.lease, drop)
+			owner = s.c.newField()
+			drop, dirty = dropOf(owner), false
 			return false, time.Millisecond, nil
 		}
 		won = err == nil

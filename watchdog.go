@@ -29,6 +29,7 @@ type watchdog struct {
 
 	mu     sync.Mutex
 	holds  map[*hold]struct{}
+	forced map[lockRef]uint64 // ForceUnlocks so far, per lock
 	closed bool
 
 	stop chan struct{}
@@ -44,6 +45,7 @@ func newWatchdog(c *Client, lease time.Duration) *watchdog {
 		lease:    lease,
 		interval: lease / 3,
 		holds:    map[*hold]struct{}{},
+		forced:   map[lockRef]uint64{},
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
@@ -51,14 +53,19 @@ func newWatchdog(c *Client, lease time.Duration) *watchdog {
 	return w
 }
 
-// add registers h, whose lease was set by a script sent at sent. It reports
-// false, registering nothing, once the client is closed.
-func (w *watchdog) add(h *hold, sent time.Time) bool {
+// add registers h, whose lease was set by a script stamped st. It
+// registers nothing and returns ErrClosed once the client is closed, and
+// errUntrusted when a ForceUnlock of the lock came after st.
+func (w *watchdog) add(h *hold, st stamp) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
-		return false
+		return ErrClosed
 	}
+	if w.forced[h.ref] != st.epoch {
+		return errUntrusted
+	}
+	sent := st.sent
 	w.holds[h] = struct{}{}
 	h.tmu.Lock()
 	h.sent = sent
@@ -68,7 +75,7 @@ func (w *watchdog) add(h *hold, sent time.Time) bool {
 		}
 	})
 	h.tmu.Unlock()
-	return true
+	return nil
 }
 
 // extend moves h's local deadline after a script sent at sent set its lease.
@@ -107,6 +114,24 @@ func (w *watchdog) end(h *hold, why endReason, cause error) bool {
 	}
 	w.c.ended(h, why, cause)
 	return true
+}
+
+// epoch returns how many times ref's lock was force-unlocked in this
+// process: a grant whose script was sent before a ForceUnlock and whose
+// reply came after it cannot tell which ran first, and is given back.
+func (w *watchdog) epoch(ref lockRef) uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.forced[ref]
+}
+
+// force ends, with ErrLeaseLost, every hold of ref's lock (any owner),
+// before a ForceUnlock frees it, and makes grants in flight unusable.
+func (w *watchdog) force(ref lockRef) {
+	w.mu.Lock()
+	w.forced[ref]++
+	w.mu.Unlock()
+	w.endAll(ref, endForced, ErrLeaseLost)
 }
 
 // endAll ends, with why and cause, every hold of ref's lock (any owner).

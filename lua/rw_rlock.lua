@@ -8,8 +8,10 @@
 -- ARGV[4]  waiter timeout in ms: on failure the caller registers as a reader
 --          waiting behind a writer, with a deadline that far ahead; 0 = not
 --          (TryRLock)
+-- ARGV[5]  for a downgrade, the field of the caller's write hold (its read
+--          hold has a field of its own); "" otherwise
 --
--- Granted when the owner holds the write lock (downgrade) or already holds
+-- Granted when the caller holds the write lock (downgrade) or already holds
 -- the read lock (re-entry), or when nobody holds the write lock and either
 -- no writer waits or a write unlock admitted this reader. The count is set to
 -- ARGV[3] + 1 so a resent call cannot count twice.
@@ -28,8 +30,12 @@ if tonumber(ARGV[3]) > 0 and redis.call('hexists', KEYS[1], rf) == 0 then
 end
 local mode = redis.call('hget', KEYS[1], 'mode')
 local grant
+local writer = ARGV[5]
+if not writer or writer == '' then
+  writer = field
+end
 if mode == 'write' then
-  grant = redis.call('hexists', KEYS[1], 'w:' .. field) == 1
+  grant = redis.call('hexists', KEYS[1], 'w:' .. writer) == 1
 else
   grant = redis.call('hexists', KEYS[1], rf) == 1
     or redis.call('zcard', KEYS[3]) == 0
