@@ -257,6 +257,7 @@ func (c *Client) reenter(ctx, wctx context.Context, s *spec, h *hold,
 	case err != nil:
 		return nil, s.wrap(err)
 	case o.lost:
+		c.wd.end(h, endLost, ErrLeaseLost) // told before the caller returns
 		return nil, s.wrap(errLost)
 	case !h.live():
 		return nil, s.wrap(endedError(h))

@@ -303,6 +303,7 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 		case err != nil:
 			return false, 0, err
 		case o.r[0] == -1:
+			s.c.wd.end(h, endLost, ErrLeaseLost) // told before the caller returns
 			return false, 0, errLost
 		case o.r[0] == 0:
 			neverSet = o.r[2] == 0

@@ -19,7 +19,7 @@ func detach(ctx context.Context) (context.Context, context.CancelFunc) {
 
 // cleanupGrace bounds how long a wait that ended waits for its traces in
 // Redis (a queue entry) to be removed.
-const cleanupGrace = time.Second
+const cleanupGrace = 200 * time.Millisecond
 
 // cleanup runs f, which removes what an ended wait left in Redis, with a
 // detached context, and waits for it at most cleanupGrace: with Redis slow or
