@@ -112,6 +112,9 @@ func (s *Semaphore) checkN(what string, n int) error {
 // SetPermits sets the semaphore's total permits to n (n ≥ 0) and wakes as
 // many waiters as permits are free. Permits already held stay held: when n
 // is below what is in use, nothing is available until enough are released.
+// It is the way to follow a configuration change (a new limit): every
+// process may call it with the configured total, idempotently, unlike
+// AddPermits; TrySetPermits keeps a total already set.
 func (s *Semaphore) SetPermits(ctx context.Context, n int) error {
 	if err := s.check(ctx); err != nil {
 		return err
