@@ -169,27 +169,15 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (cont
 		return hctx, nil
 	}
 
-	start := time.Now()
-	owner := f.c.newField()
 	leaseMs := f.spec.lease.Milliseconds()
-	var hctx context.Context
-	callsOf := func(field string) (drop, leave call) {
-		return call{lua.FairDrop, f.keys(), []any{field, f.prefix}}, call{lua.FairLeave, f.keys(), []any{field, f.prefix}}
-	}
-	drop, leave := callsOf(owner)
-	dirty, won := false, false
-	defer func() {
-		if dirty && !won {
-			f.c.sweep(f.spec.lease, leave, drop)
-		}
-	}()
+	a := f.c.acquisition(&f.spec, parent, wctx, wait,
+		func(field string) []call { return []call{{lua.FairLeave, f.keys(), []any{field, f.prefix}}} },
+		func(field string) call { return call{lua.FairDrop, f.keys(), []any{field, f.prefix}} })
+	a.restart = true // a new owner queues, and listens, as itself
+	defer a.finish()
 	try := func() (bool, time.Duration, error) {
-		st, field := f.c.stamp(f.spec.ref), owner
-		drop, leave := drop, leave
-		r, err := abandonable(wctx, func() ([]int64, error) { return f.script(parent, field, 0, wait) },
-			func([]int64, error) { f.c.undo(leave, drop) })
-		if err != nil {
-			d, err := f.c.unsure(err, wait, &dirty)
+		field, r, d, err := a.send(func(field string) ([]int64, error) { return f.script(parent, field, 0, wait) })
+		if r == nil {
 			return false, d, err
 		}
 		if r[0] != 1 {
@@ -199,42 +187,27 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (cont
 			}
 			return false, next, nil
 		}
-		hctx, err = f.c.grant(&f.spec, parent, field, int(r[1]), start, st,
-			call{lua.Renew, []string{f.name}, []any{field, leaseMs}}, drop)
-		if errors.Is(err, errUntrusted) {
-			// Given back, but the give-back may land after a next
-			// attempt under this owner: queue again as a new one.
-			f.c.sweep(f.spec.lease, leave, drop)
-			owner = f.c.newField()
-			drop, leave = callsOf(owner)
-			dirty = false
-			if wait {
-				return false, 0, errNewOwner
-			}
-			return false, time.Millisecond, nil
-		}
-		won = err == nil
-		return won, 0, err
+		return a.grant(field, int(r[1]), call{lua.Renew, []string{f.name}, []any{field, leaseMs}})
 	}
 	for {
 		done, next, err := try()
 		if err == nil && !done && wait {
 			// Only this waiter listens on its channel: wake it at every message.
-			err = f.c.await(wctx, f.prefix+owner, wakeAll, next, try)
+			err = f.c.await(wctx, f.prefix+a.owner, wakeAll, next, try)
 		}
 		if errors.Is(err, errNewOwner) {
 			continue // a new owner listens on a new channel
 		}
 		if err != nil {
 			if wait {
-				f.leave(parent, owner)
+				f.leave(parent, a.owner)
 			}
 			return parent, f.wrap(waitError(err, parent, bounded))
 		}
-		if !won {
+		if !a.won {
 			return parent, f.wrap(ErrNotAcquired)
 		}
-		return hctx, nil
+		return a.hctx, nil
 	}
 }
 

@@ -273,44 +273,18 @@ var errEnded = errors.New("redisync: the hold has ended")
 // runs, still under the lock, once the caller has the result; undo instead
 // when the caller had gone, to take back what send did.
 func underHold[T any](ctx context.Context, h *hold, send func() (T, error), apply, undo func(T)) (T, error) {
-	if ctx.Done() == nil {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		v, err := send()
-		if err == nil {
-			apply(v)
-		}
-		return v, err
-	}
-	type result struct {
-		v   T
-		err error
-	}
-	got := make(chan result)
-	gone := make(chan struct{})
-	go func() {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		v, err := send()
-		select {
-		case got <- result{v, err}:
+	then := func(f func(T)) func(T, error) {
+		return func(v T, err error) {
+			defer h.mu.Unlock()
 			if err == nil {
-				apply(v)
-			}
-		case <-gone:
-			if err == nil {
-				undo(v)
+				f(v)
 			}
 		}
-	}()
-	select {
-	case r := <-got:
-		return r.v, r.err
-	case <-ctx.Done():
-		close(gone)
-		var zero T
-		return zero, ctx.Err()
 	}
+	return abandonable(ctx, func() (T, error) {
+		h.mu.Lock()
+		return send()
+	}, then(apply), then(undo))
 }
 
 func leaseText(d time.Duration, renewed bool) string {

@@ -138,7 +138,7 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 	// Each look is abandoned when ctx ends, even while Redis does not
 	// answer; it reads nothing that needs giving back.
 	count := func() (int64, error) {
-		return abandonable(ctx, func() (int64, error) { return l.Count(ctx) }, func(int64, error) {})
+		return abandonable(ctx, func() (int64, error) { return l.Count(ctx) }, nil, func(int64, error) {})
 	}
 	n, err := count()
 	if err != nil || n == 0 {

@@ -143,46 +143,21 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 		return hctx, nil
 	}
 
-	start := time.Now()
-	owner := m.c.newField()
-	leaseMs := m.spec.lease.Milliseconds()
 	keys := []string{m.name}
-	var hctx context.Context
-	dropOf := func(field string) call { return call{lua.Drop, keys, []any{field, m.channel, unlockMessage}} }
-	drop := dropOf(owner)
-	dirty, won := false, false
-	defer func() {
-		if dirty && !won {
-			m.c.sweep(m.spec.lease, drop)
-		}
-	}()
+	leaseMs := m.spec.lease.Milliseconds()
+	a := m.c.acquisition(&m.spec, parent, wctx, wait, nil, func(field string) call {
+		return call{lua.Drop, keys, []any{field, m.channel, unlockMessage}}
+	})
+	defer a.finish()
 	try := func() (bool, time.Duration, error) {
-		st, field := m.c.stamp(m.spec.ref), owner
-		r, err := abandonable(wctx, func() ([]int64, error) { return m.script(parent, field, 0) },
-			func(r []int64, err error) {
-				if err == nil && r[0] == 1 {
-					m.c.undo(dropOf(field))
-				}
-			})
-		if err != nil {
-			d, err := m.c.unsure(err, wait, &dirty)
+		field, r, d, err := a.send(func(field string) ([]int64, error) { return m.script(parent, field, 0) })
+		if r == nil {
 			return false, d, err
 		}
 		if r[0] != 1 {
 			return false, bound(r[1], m.spec.lease/3), nil
 		}
-		hctx, err = m.c.grant(&m.spec, parent, field, int(r[1]), start, st,
-			call{lua.Renew, keys, []any{field, leaseMs}}, drop)
-		if errors.Is(err, errUntrusted) {
-			// Given back, but the give-back may land after a next
-			// attempt under this owner: try again as a new one.
-			m.c.sweep(m.spec.lease, drop)
-			owner = m.c.newField()
-			drop, dirty = dropOf(owner), false
-			return false, time.Millisecond, nil
-		}
-		won = err == nil
-		return won, 0, err
+		return a.grant(field, int(r[1]), call{lua.Renew, keys, []any{field, leaseMs}})
 	}
 
 	// Local waiters queued before this call are woken first (one per
@@ -205,7 +180,7 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 			return parent, m.wrap(waitError(err, parent, bounded))
 		}
 		if done {
-			return hctx, nil
+			return a.hctx, nil
 		}
 		if !wait {
 			return parent, m.wrap(ErrNotAcquired)
@@ -216,7 +191,7 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 		return parent, m.wrap(waitError(err, parent, bounded))
 	}
 	m.c.ps.rotate(m.channel)
-	return hctx, nil
+	return a.hctx, nil
 }
 
 // script runs the lock script once for field with its hold count before the

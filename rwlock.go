@@ -2,7 +2,6 @@ package redisync
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -216,10 +215,16 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		return parent, r.wrap(errUpgrade)
 	}
 
-	start := time.Now()
-	owner := r.c.newField()
+	a := r.c.acquisition(s, parent, wctx, wait,
+		func(field string) []call { return []call{{lua.RWLeave, r.keys, []any{field, r.rchan, r.wchan}}} }, nil)
+	leaseMs := s.lease.Milliseconds()
+	renew := func(field string) call { return call{lua.RWRenewWrite, r.keys[:1], []any{field, leaseMs}} }
+	a.release = func(field string) call { return call{lua.RWUnlock, r.keys, []any{field, 1, leaseMs, r.rchan, r.wchan}} }
+	if read {
+		renew = func(field string) call { return call{lua.RWRenewRead, r.keys[:2], []any{field, leaseMs}} }
+		a.release = func(field string) call { return call{lua.RWRUnlock, r.keys, []any{field, 1, leaseMs, r.wchan}} }
+	}
 	writer := "" // a downgrade's write hold's field
-	hparent := parent
 	var ends []func() bool
 	if oh != nil {
 		// A downgrade: a read hold granted to the write hold's owner,
@@ -233,45 +238,20 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 				cancel(context.Cause(parent))
 			}
 		})
-		hparent = p
+		a.hparent = p
 		ends = []func() bool{stopW, stopOwn, func() bool { cancel(nil); return true }}
 	}
-	leaseMs := s.lease.Milliseconds()
-	callsOf := func(field string) (renew, release, leave call) {
-		leave = call{lua.RWLeave, r.keys, []any{field, r.rchan, r.wchan}}
-		if read {
-			return call{lua.RWRenewRead, r.keys[:2], []any{field, leaseMs}},
-				call{lua.RWRUnlock, r.keys, []any{field, 1, leaseMs, r.wchan}}, leave
-		}
-		return call{lua.RWRenewWrite, r.keys[:1], []any{field, leaseMs}},
-			call{lua.RWUnlock, r.keys, []any{field, 1, leaseMs, r.rchan, r.wchan}}, leave
-	}
-	renew, release, leave := callsOf(owner)
-	var hctx context.Context
-	dirty, won := false, false
 	defer func() {
-		if !won {
+		if !a.won {
 			for _, stop := range ends {
 				stop()
 			}
 		}
-		if dirty && !won {
-			r.c.sweep(s.lease, leave, release)
-		}
+		a.finish()
 	}()
 	try := func() (bool, time.Duration, error) {
-		st, field := r.c.stamp(s.ref), owner
-		renew, release, leave := renew, release, leave
-		res, err := abandonable(wctx, func() ([]int64, error) { return r.script(parent, script, field, writer, 0, wait) },
-			func(res []int64, err error) {
-				if err == nil && res[0] == 1 {
-					r.c.undo(leave, release)
-				} else {
-					r.c.undo(leave)
-				}
-			})
-		if err != nil {
-			d, err := r.c.unsure(err, wait, &dirty)
+		field, res, d, err := a.send(func(field string) ([]int64, error) { return r.script(parent, script, field, writer, 0, wait) })
+		if res == nil {
 			return false, d, err
 		}
 		if res[0] != 1 {
@@ -281,18 +261,7 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 			}
 			return false, next, nil
 		}
-		hctx, err = r.c.grant(s, hparent, field, int(res[1]), start, st, renew, release, ends...)
-		if errors.Is(err, errUntrusted) {
-			// Given back, but the give-back may land after a next
-			// attempt under this owner: try again as a new one.
-			r.c.sweep(s.lease, leave, release)
-			owner = r.c.newField()
-			renew, release, leave = callsOf(owner)
-			dirty = false
-			return false, time.Millisecond, nil
-		}
-		won = err == nil
-		return won, 0, err
+		return a.grant(field, int(res[1]), renew(field), ends...)
 	}
 	done, next, err := try()
 	if err == nil && !done && wait {
@@ -304,14 +273,14 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 	}
 	if err != nil {
 		if wait {
-			r.leave(parent, owner)
+			r.leave(parent, a.owner)
 		}
 		return parent, r.wrap(waitError(err, parent, bounded))
 	}
-	if !won {
+	if !a.won {
 		return parent, r.wrap(ErrNotAcquired)
 	}
-	return hctx, nil
+	return a.hctx, nil
 }
 
 // script runs the read or write lock script once for field with its hold

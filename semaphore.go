@@ -251,18 +251,12 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 		return parent, s.wrap(fmt.Errorf("%w: the context holds permits with a %s, this handle asks for a %s",
 			ErrInvalid, leaseText(h.lease, h.renewed), leaseText(s.spec.lease, s.spec.renewed)))
 	}
-	start := time.Now()
-	owner := s.c.newField()
 	leaseMs := s.spec.lease.Milliseconds()
-	var hctx context.Context
-	dropOf := func(field string) call { return call{lua.SemDrop, s.keys, []any{field, s.channel, semReclaimLimit}} }
-	drop := dropOf(owner)
-	dirty, won := false, false
-	defer func() {
-		if dirty && !won {
-			s.c.sweep(s.spec.lease, drop)
-		}
-	}()
+	a := s.c.acquisition(&s.spec, parent, wctx, wait, nil, func(field string) call {
+		return call{lua.SemDrop, s.keys, []any{field, s.channel, semReclaimLimit}}
+	})
+	defer a.finish()
+	var hctx context.Context // a hold added to
 	neverSet := false
 	send := func(field string, prev int) ([]int64, error) {
 		// The script runs to completion even if ctx ends meanwhile: its
@@ -274,7 +268,6 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 	more := func() (bool, time.Duration, error) {
 		type outcome struct {
 			r    []int64
-			prev int
 			sent time.Time
 		}
 		o, err := underHold(wctx, h, func() (outcome, error) {
@@ -286,7 +279,7 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 			}
 			sent := time.Now()
 			r, err := send(h.field, h.count)
-			return outcome{r, h.count, sent}, err
+			return outcome{r, sent}, err
 		}, func(o outcome) {
 			switch o.r[0] {
 			case -1: // the hold's lease ran out in Redis before this process noticed
@@ -313,47 +306,34 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 			return false, semBound(o.r[1]), nil
 		}
 		hctx = h.contextFor(parent)
-		won = true
 		return true, 0, nil
 	}
 	try := func() (bool, time.Duration, error) {
 		if h != nil {
 			return more()
 		}
-		st, field := s.c.stamp(s.spec.ref), owner
-		drop := drop
-		r, err := abandonable(wctx, func() ([]int64, error) { return send(field, 0) }, func(r []int64, err error) {
-			if err == nil && r[0] == 1 {
-				s.c.undo(drop)
-			}
-		})
-		if err != nil {
-			d, err := s.c.unsure(err, wait, &dirty)
+		field, r, d, err := a.send(func(field string) ([]int64, error) { return send(field, 0) })
+		if r == nil {
 			return false, d, err
 		}
 		if r[0] != 1 {
 			neverSet = r[2] == 0
 			return false, semBound(r[1]), nil
 		}
-		hctx, err = s.c.grant(&s.spec, parent, field, int(r[1]), start, st,
-			call{lua.SemRenew, s.keys, []any{field, leaseMs, s.channel, semReclaimLimit}}, drop)
-		if errors.Is(err, errUntrusted) {
-			// Given back, but the give-back may land after a next
-			// attempt under this owner: try again as a new one.
-			s.c.sweep(s.spec.lease, drop)
-			owner = s.c.newField()
-			drop, dirty = dropOf(owner), false
-			return false, time.Millisecond, nil
+		return a.grant(field, int(r[1]), call{lua.SemRenew, s.keys, []any{field, leaseMs, s.channel, semReclaimLimit}})
+	}
+	result := func() context.Context {
+		if h != nil {
+			return hctx
 		}
-		won = err == nil
-		return won, 0, err
+		return a.hctx
 	}
 	done, next, err := try()
 	if err != nil {
 		return parent, s.wrap(waitError(err, parent, bounded))
 	}
 	if done {
-		return hctx, nil
+		return result(), nil
 	}
 	if !wait {
 		if neverSet {
@@ -371,7 +351,7 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 		}
 		return parent, s.wrap(err)
 	}
-	return hctx, nil
+	return result(), nil
 }
 
 // wakeFreed is the semaphore's wake policy: a message carries the number of

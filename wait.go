@@ -116,12 +116,19 @@ func bound(pttl int64, fallback time.Duration) time.Duration {
 // abandonable runs send, a script that may take what it acquires, so that
 // its caller stops waiting for it when ctx ends: go-redis does not honour a
 // command's context unless the user enabled ContextTimeoutEnabled, and a
-// silent Redis would hold the call for go-redis's own timeouts. It then
-// returns ctx's error, and undo is called with send's result once that
-// comes, to give back whatever the script took or left.
-func abandonable[T any](ctx context.Context, send func() (T, error), undo func(T, error)) (T, error) {
+// silent Redis would hold the call for go-redis's own timeouts. It returns
+// send's result, and then calls taken (nil: nothing) with it; or it returns
+// ctx's error, and undo is called with send's result once that comes, to
+// give back whatever the script took or left. With a context that never
+// ends, send runs in the caller's goroutine.
+func abandonable[T any](ctx context.Context, send func() (T, error), taken, undo func(T, error)) (T, error) {
+	if taken == nil {
+		taken = func(T, error) {}
+	}
 	if ctx.Done() == nil {
-		return send()
+		v, err := send()
+		taken(v, err)
+		return v, err
 	}
 	type result struct {
 		v   T
@@ -133,6 +140,7 @@ func abandonable[T any](ctx context.Context, send func() (T, error), undo func(T
 		v, err := send()
 		select {
 		case got <- result{v, err}:
+			taken(v, err)
 		case <-gone:
 			undo(v, err)
 		}

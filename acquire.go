@@ -1,0 +1,96 @@
+package redisync
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// acquisition is one call's first acquisition of a lock under a fresh
+// owner, across the attempts of its wait. It owns the owner's field (a new
+// one after a grant it could not trust), notes when an attempt's outcome is
+// unknown, and gives back what the call's attempts may have left in Redis
+// when the call fails. Every primitive's first acquisition runs through it.
+type acquisition struct {
+	c       *Client
+	s       *spec
+	hparent context.Context // the hold is bound to it
+	wctx    context.Context // the wait ends with it
+	wait    bool
+	start   time.Time
+	owner   string
+	st      stamp // of the latest attempt
+	dirty   bool  // an attempt's outcome is unknown: sweep the owner if the call fails
+	won     bool
+	hctx    context.Context // the hold's context, once won
+
+	// left returns what an attempt of field may leave in Redis even
+	// when refused (a queue entry); release gives up what a granted one
+	// took (the hold's release script).
+	left    func(field string) []call
+	release func(field string) call
+	// restart: after a grant it could not trust, the wait starts again
+	// as the new owner (errNewOwner) instead of going on, because the
+	// owner's channel changes with it (FairMutex).
+	restart bool
+}
+
+func (c *Client) acquisition(s *spec, parent, wctx context.Context, wait bool, left func(string) []call, release func(string) call) *acquisition {
+	if left == nil {
+		left = func(string) []call { return nil }
+	}
+	return &acquisition{c: c, s: s, hparent: parent, wctx: wctx, wait: wait, start: time.Now(),
+		owner: c.newField(), left: left, release: release}
+}
+
+// all returns what gives back everything an attempt of field may have
+// left or taken.
+func (a *acquisition) all(field string) []call { return append(a.left(field), a.release(field)) }
+
+// send runs script for the current owner, abandoned when the wait ends
+// (what the abandoned script left or took is given back once it answers).
+// It returns the field it ran for and the script's reply; with no reply,
+// it returns how long to wait before trying again, or the call's error
+// (see unsure).
+func (a *acquisition) send(script func(field string) ([]int64, error)) (string, []int64, time.Duration, error) {
+	field := a.owner
+	a.st = a.c.stamp(a.s.ref)
+	r, err := abandonable(a.wctx, func() ([]int64, error) { return script(field) }, nil, func(r []int64, err error) {
+		calls := a.left(field)
+		if err == nil && r[0] == 1 {
+			calls = append(calls, a.release(field))
+		}
+		a.c.undo(calls...)
+	})
+	if err != nil {
+		d, err := a.c.unsure(err, a.wait, &a.dirty)
+		return field, nil, d, err
+	}
+	return field, r, 0, nil
+}
+
+// grant makes the hold from the granted reply of the latest attempt, for
+// field with count holds (see Client.grant). A grant it cannot trust was
+// given back, but that give-back may reach Redis after a next attempt
+// under the same owner: the call goes on as a new owner.
+func (a *acquisition) grant(field string, count int, renew call, ends ...func() bool) (bool, time.Duration, error) {
+	hctx, err := a.c.grant(a.s, a.hparent, field, count, a.start, a.st, renew, a.release(field), ends...)
+	if errors.Is(err, errUntrusted) {
+		a.c.sweep(a.s.lease, a.all(field)...)
+		a.owner, a.dirty = a.c.newField(), false
+		if a.restart && a.wait {
+			return false, 0, errNewOwner
+		}
+		return false, time.Millisecond, nil
+	}
+	a.hctx, a.won = hctx, err == nil
+	return a.won, 0, err
+}
+
+// finish gives back what the call's attempts may have left, when the call
+// failed after an attempt whose outcome is unknown.
+func (a *acquisition) finish() {
+	if a.dirty && !a.won {
+		a.c.sweep(a.s.lease, a.all(a.owner)...)
+	}
+}
