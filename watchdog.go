@@ -126,17 +126,12 @@ func (w *watchdog) epoch(ref lockRef) uint64 {
 }
 
 // force ends, with ErrLeaseLost, every hold of ref's lock (any owner),
-// before a ForceUnlock frees it, and makes grants in flight unusable.
+// before a ForceUnlock frees it, and makes grants in flight unusable: the
+// epoch is bumped under the same lock that collects the holds, so a grant
+// either registers before and is ended here, or finds the epoch moved.
 func (w *watchdog) force(ref lockRef) {
 	w.mu.Lock()
 	w.forced[ref]++
-	w.mu.Unlock()
-	w.endAll(ref, endForced, ErrLeaseLost)
-}
-
-// endAll ends, with why and cause, every hold of ref's lock (any owner).
-func (w *watchdog) endAll(ref lockRef, why endReason, cause error) {
-	w.mu.Lock()
 	var hs []*hold
 	for h := range w.holds {
 		if h.ref == ref {
@@ -145,7 +140,7 @@ func (w *watchdog) endAll(ref lockRef, why endReason, cause error) {
 	}
 	w.mu.Unlock()
 	for _, h := range hs {
-		w.end(h, why, cause)
+		w.end(h, endForced, ErrLeaseLost)
 	}
 }
 
