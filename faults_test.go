@@ -234,6 +234,7 @@ func TestReentryAfterLostStateIsRefused(t *testing.T) {
 
 					_, reErr := l.lock(a, key, hctx)
 					assert.ErrorIs(t, reErr, ErrLeaseLost, "re-entry of a lost hold")
+					assert.Error(t, hctx.Err(), "the hold's context has ended when the re-entry returns")
 					doneBy(t, time.Now().Add(500*time.Millisecond), "the hold's context", hctx, ErrLeaseLost)
 					locked, err := l.locked(b, key)
 					require.NoError(t, err)
