@@ -6,6 +6,8 @@
 -- on its channel.
 --
 -- KEYS[1]  the lock's hash
+-- KEYS[2]  optional: the fencing counter (WithFencing); the receiver's is a
+--          first hold, so it is incremented and returned
 -- ARGV[1]  the releasing owner's field
 -- ARGV[2]  the receiving owner's field
 -- ARGV[3]  the receiving owner's lease in milliseconds
@@ -21,7 +23,9 @@
 -- hand over: the receiver gets the lock only if it is free, as its own
 -- attempt would. A resent call finds the receiver holding and reports it.
 --
--- Returns {1, 1} when the receiver holds the lock with one hold, {2, 0}
+-- Returns {1, 1} when the receiver holds the lock with one hold ({1, 1,
+-- token} with KEYS[2]; a resent call reads the counter, which nobody else
+-- can have incremented since, as the receiver holds the lock), {2, 0}
 -- when the lock was released for other clients, {0, pttl} when another
 -- owner holds it (nothing changed). A key of another type fails with
 -- WRONGTYPE and is not touched.
@@ -41,7 +45,18 @@ if ARGV[4] ~= '' and not received then
     return {2, 0}
   end
 end
+local token
+if KEYS[2] then
+  if received then
+    token = tonumber(redis.call('get', KEYS[2]))
+  else
+    token = redis.call('incr', KEYS[2])
+  end
+end
 redis.call('hset', KEYS[1], ARGV[2], 1)
 redis.call('hdel', KEYS[1], ARGV[1])
 redis.call('pexpire', KEYS[1], ARGV[3])
+if token then
+  return {1, 1, token}
+end
 return {1, 1}
