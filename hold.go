@@ -45,10 +45,10 @@ type hold struct {
 	field   string // the owner's Redis field
 	scope   *scope // the WithOwner scope it was taken in
 	lease   time.Duration
-	renewed bool // renewed by the watchdog; false for a fixed lease
+	renewed bool  // renewed by the watchdog; false for a fixed lease
 	token   int64 // fencing token (WithFencing); 0: none
 	renew   call  // returns 1 while held, 0 once gone
-	release call // gives up the whole hold; harmless when already gone
+	release call  // gives up the whole hold; harmless when already gone
 	parent  context.Context
 	ctx     context.Context // carries the hold; ends with it
 	cancel  context.CancelCauseFunc
