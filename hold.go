@@ -45,10 +45,9 @@ type hold struct {
 	field   string // the owner's Redis field
 	scope   *scope // the WithOwner scope it was taken in
 	lease   time.Duration
-	renewed bool  // renewed by the watchdog; false for a fixed lease
-	token   int64 // fencing token (WithFencing); 0: none
-	renew   call  // returns 1 while held, 0 once gone
-	release call  // gives up the whole hold; harmless when already gone
+	renewed bool // renewed by the watchdog; false for a fixed lease
+	renew   call // returns 1 while held, 0 once gone
+	release call // gives up the whole hold; harmless when already gone
 	parent  context.Context
 	ctx     context.Context // carries the hold; ends with it
 	cancel  context.CancelCauseFunc
@@ -60,6 +59,7 @@ type hold struct {
 	count int
 
 	taken time.Time // when it was granted
+	token int64     // fencing token (WithFencing); 0: none, and re-entries share it
 
 	tmu   sync.Mutex // guards the fields below
 	sent  time.Time  // when the newest script that set the lease was sent
