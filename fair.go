@@ -47,7 +47,7 @@ func WithWaiterTimeout(d time.Duration) LockOption {
 // the queue uses two sorted sets in the name's Cluster slot,
 // "{tag}:fair-queue:<name>" and "{tag}:fair-timeouts:<name>" (tag is the
 // name's hash tag, or the name); none of the keys is left in Redis once the
-// lock is free and nobody waits.
+// lock is free and nobody waits, but the fencing counter of WithFencing.
 //
 // A FairMutex is a cheap handle, safe for concurrent use.
 type FairMutex struct {

@@ -20,7 +20,8 @@ const unlockMessage = "0"
 // unlock message "0" on Redisson's channel for the name,
 // "redisson_lock__channel:{name}" or, for a name containing "{",
 // "redisson_lock__channel:name"), so Go services and Java services using
-// Redisson can guard the same resource.
+// Redisson can guard the same resource. WithFencing adds a key, the fencing
+// counter, which Redisson neither reads nor writes.
 //
 // A Mutex is a cheap handle, safe for concurrent use: the owner is the
 // hold's, never the handle's (see Lock).

@@ -32,7 +32,7 @@ import (
 // "{tag}:rw-waiting:<name>" and "{tag}:rw-admitted:<name>" (read leases,
 // waiting writers, waiting and admitted readers; tag is the name's hash tag,
 // or the name); none of them is left in Redis once the lock is free and
-// nobody waits.
+// nobody waits. WithFencing adds a counter, which stays.
 //
 // An RWMutex is a cheap handle, safe for concurrent use.
 type RWMutex struct {
