@@ -357,6 +357,8 @@ func TestFencingRejectsLateWrite(t *testing.T) {
 					e.mr.FastForward(2 * lease)
 				} else {
 					time.Sleep(2 * lease)
+					// A is told, but its code may be past its last check.
+					require.ErrorIs(t, context.Cause(actx), ErrLeaseLost)
 				}
 				bctx, err := b.lock(bg)
 				require.NoError(t, err)
