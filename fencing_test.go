@@ -405,3 +405,36 @@ func TestFencingOnCluster(t *testing.T) {
 		}
 	}
 }
+
+// A fenced acquisition costs no extra round trip: Lock and Unlock send
+// the same commands with WithFencing as without, one to take the lock.
+func TestFencingNoExtraRoundTrip(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		bg := context.Background()
+		for _, kind := range fencedKinds {
+			var cmds []string
+			rdb := e.rdb(t)
+			c := newClient(t, rdb)
+			run := func(name string, opts ...LockOption) []string {
+				t.Helper()
+				l := fencedLock(c, kind, name, opts...)
+				cmds = nil
+				lctx, err := l.lock(bg)
+				require.NoError(t, err)
+				taken := len(cmds)
+				require.NoError(t, l.unlock(lctx))
+				require.Equal(t, 1, taken, "%s: one command takes the lock: %v", kind, cmds)
+				return cmds
+			}
+			// Load the scripts first.
+			warm := fencedLock(c, kind, "fence:trip:warm:"+kind, WithFencing())
+			lctx, err := warm.lock(bg)
+			require.NoError(t, err)
+			require.NoError(t, warm.unlock(lctx))
+			rdb.AddHook(cmdRecorder{&cmds})
+			plain := run("fence:trip:plain:" + kind)
+			fenced := run("fence:trip:fenced:"+kind, WithFencing())
+			assert.Equal(t, plain, fenced, kind)
+		}
+	})
+}
