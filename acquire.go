@@ -22,6 +22,7 @@ type acquisition struct {
 	st      stamp // of the latest attempt
 	dirty   bool  // an attempt's outcome is unknown: sweep the owner if the call fails
 	won     bool
+	token   int64           // the fencing token of the latest attempt's grant
 	hctx    context.Context // the hold's context, once won
 
 	// left returns what an attempt of field may leave in Redis even
@@ -66,6 +67,7 @@ func (a *acquisition) send(script func(field string) ([]int64, error)) (string, 
 		d, err := a.c.unsure(err, a.wait, &a.dirty)
 		return field, nil, d, err
 	}
+	a.token = fenceToken(a.s, r)
 	return field, r, 0, nil
 }
 
@@ -74,7 +76,7 @@ func (a *acquisition) send(script func(field string) ([]int64, error)) (string, 
 // given back, but that give-back may reach Redis after a next attempt
 // under the same owner: the call goes on as a new owner.
 func (a *acquisition) grant(field string, count int, renew call, ends ...func() bool) (bool, time.Duration, error) {
-	hctx, err := a.c.grant(a.s, a.hparent, field, count, a.start, a.st, renew, a.release(field), ends...)
+	hctx, err := a.c.grant(a.s, a.hparent, field, count, a.token, a.start, a.st, renew, a.release(field), ends...)
 	if errors.Is(err, errUntrusted) {
 		a.c.sweep(a.s.lease, a.all(field)...)
 		a.owner, a.dirty = a.c.newField(), false

@@ -187,6 +187,7 @@ type LockOption func(*lockConfig) error
 type lockConfig struct {
 	lease  time.Duration // 0: kept alive by the watchdog
 	waiter time.Duration // 0: DefaultWaiterTimeout (FairMutex, RWMutex)
+	fence  bool          // WithFencing (Mutex, FairMutex, RWMutex)
 }
 
 // WithLease gives every hold of the lock a fixed lease of d that the watchdog

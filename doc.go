@@ -66,6 +66,18 @@
 // "{tag}:<purpose>:<name>", where tag is the name's hash tag, or the whole
 // name when it has none; two different names never share a key.
 //
+// # Fencing tokens
+//
+// A holder stopped past its lease (a GC pause, SIGSTOP) resumes believing
+// it holds the lock, and code already past its last check writes anyway:
+// only the protected resource can refuse that write. WithFencing gives
+// every first acquisition of a Mutex, FairMutex or RWMutex write lock a
+// token strictly greater than every token given before for the name, read
+// without a round trip with Token; the resource refuses writes whose token
+// is lower than the highest it has seen (see ExampleWithFencing). The
+// counter, "{tag}:fence:<name>", never expires and is never reset by an
+// unlock.
+//
 // # Observing
 //
 // WithLogger has a Client log, as warnings, what goes wrong in the

@@ -47,7 +47,7 @@ func WithWaiterTimeout(d time.Duration) LockOption {
 // the queue uses two sorted sets in the name's Cluster slot,
 // "{tag}:fair-queue:<name>" and "{tag}:fair-timeouts:<name>" (tag is the
 // name's hash tag, or the name); none of the keys is left in Redis once the
-// lock is free and nobody waits.
+// lock is free and nobody waits, but the fencing counter of WithFencing.
 //
 // A FairMutex is a cheap handle, safe for concurrent use.
 type FairMutex struct {
@@ -56,6 +56,7 @@ type FairMutex struct {
 	queue    string // zset: waiter field -> arrival number
 	timeouts string // zset: waiter field -> deadline (ms, Redis clock)
 	prefix   string // waiter channel prefix; a waiter listens on prefix+field
+	fence    string // the fencing counter's key (WithFencing), or ""
 	spec     spec
 	waiter   time.Duration
 	err      error
@@ -79,6 +80,10 @@ func (c *Client) FairMutex(name string, opts ...LockOption) *FairMutex {
 	lc, err := lockSetup(name, opts, true)
 	if err == nil && !keys.Taggable(name) {
 		err = fmt.Errorf("%w: lock name %q has a \"}\" outside a hash tag", ErrInvalid, name)
+	}
+	if err == nil && lc.fence {
+		f.fence, f.spec.fenced = fenceKey(name), true
+		f.spec.wrap = wrapFor(c, "fair lock", name, keyType{name, "hash"}, keyType{f.queue, "zset"}, keyType{f.timeouts, "zset"}, keyType{f.fence, "string"})
 	}
 	f.err = f.spec.wrap(err)
 	f.spec.ref = lockRef{c, "fair lock", name}
@@ -212,14 +217,19 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (cont
 }
 
 // script runs the lock script once for field with its hold count before the
-// call, queueing (or refreshing the caller's place) when queue is set. It
-// runs to completion even if ctx ends meanwhile (see Mutex).
+// call, queueing (or refreshing the caller's place) when queue is set (with
+// the fencing counter's key when fenced). It runs to completion even if ctx
+// ends meanwhile (see Mutex).
 func (f *FairMutex) script(ctx context.Context, field string, count int, queue bool) ([]int64, error) {
 	var waiterMs int64
 	if queue {
 		waiterMs = f.waiter.Milliseconds()
 	}
-	return lua.FairLock.Run(context.WithoutCancel(ctx), f.c.rdb, f.keys(), f.spec.lease.Milliseconds(), field, count, waiterMs, f.prefix).Int64Slice()
+	keys := f.keys()
+	if f.fence != "" {
+		keys = append(keys, f.fence)
+	}
+	return lua.FairLock.Run(context.WithoutCancel(ctx), f.c.rdb, keys, f.spec.lease.Milliseconds(), field, count, waiterMs, f.prefix).Int64Slice()
 }
 
 // leave takes field out of the queue after a wait that ended without the

@@ -59,6 +59,7 @@ type hold struct {
 	count int
 
 	taken time.Time // when it was granted
+	token int64     // fencing token (WithFencing); 0: none, and re-entries share it
 
 	tmu   sync.Mutex // guards the fields below
 	sent  time.Time  // when the newest script that set the lease was sent
@@ -152,6 +153,7 @@ type spec struct {
 	ref     lockRef
 	lease   time.Duration
 	renewed bool
+	fenced  bool // WithFencing: first acquisitions get a token
 	wrap    func(error) error
 }
 
@@ -178,16 +180,17 @@ type stamp struct {
 func (c *Client) stamp(ref lockRef) stamp { return stamp{sent: time.Now(), epoch: c.wd.epoch(ref)} }
 
 // grant turns a first acquisition, made by a script sent at sent, into a
-// hold of field bound to parent (it ends when parent does). renew and
+// hold of field bound to parent (it ends when parent does), with fencing
+// token token (0: none). renew and
 // release are the hold's scripts. It gives the acquisition back and fails
 // when it cannot be trusted (errUntrusted), when parent
 // has ended, or when the client is closed. ends are run when the hold ends;
 // when there is no hold, the caller runs them.
-func (c *Client) grant(s *spec, parent context.Context, field string, count int, start time.Time, st stamp,
+func (c *Client) grant(s *spec, parent context.Context, field string, count int, token int64, start time.Time, st stamp,
 	renew, release call, ends ...func() bool) (context.Context, error) {
 	sent := st.sent
 	h := &hold{
-		ref: s.ref, field: field, scope: scopeOf(parent), lease: s.lease, renewed: s.renewed,
+		ref: s.ref, field: field, scope: scopeOf(parent), lease: s.lease, renewed: s.renewed, token: token,
 		renew: renew, release: release, parent: parent, count: count, stops: ends, taken: time.Now(),
 	}
 	giveUp := func(err error) (context.Context, error) {
@@ -220,13 +223,17 @@ func (c *Client) grant(s *spec, parent context.Context, field string, count int,
 // reenter acquires once more through h, the live hold ctx carries: run
 // sends the script with h's count and returns the new count, or lost when
 // Redis no longer has the hold; undo takes back a re-entry to count n that
-// its caller abandoned when wctx ended. A handle whose lease differs from
-// the hold's is refused, changing nothing.
+// its caller abandoned when wctx ended. A handle whose lease or fencing
+// differs from the hold's is refused, changing nothing.
 func (c *Client) reenter(ctx, wctx context.Context, s *spec, h *hold,
 	run func(count int) (n int, lost bool, err error), undo func(n int)) (context.Context, error) {
 	if h.lease != s.lease || h.renewed != s.renewed {
 		return nil, s.wrap(fmt.Errorf("%w: the context holds it with a %s, this handle asks for a %s",
 			ErrInvalid, leaseText(h.lease, h.renewed), leaseText(s.lease, s.renewed)))
+	}
+	if (h.token != 0) != s.fenced {
+		return nil, s.wrap(fmt.Errorf("%w: the context holds it %s, this handle asks for it %s",
+			ErrInvalid, fencingText(h.token != 0), fencingText(s.fenced)))
 	}
 	type outcome struct {
 		n    int

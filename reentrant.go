@@ -20,7 +20,8 @@ const unlockMessage = "0"
 // unlock message "0" on Redisson's channel for the name,
 // "redisson_lock__channel:{name}" or, for a name containing "{",
 // "redisson_lock__channel:name"), so Go services and Java services using
-// Redisson can guard the same resource.
+// Redisson can guard the same resource. WithFencing adds a key, the fencing
+// counter, which Redisson neither reads nor writes.
 //
 // A Mutex is a cheap handle, safe for concurrent use: the owner is the
 // hold's, never the handle's (see Lock).
@@ -28,6 +29,7 @@ type Mutex struct {
 	c       *Client
 	name    string
 	channel string
+	fence   string // the fencing counter's key (WithFencing), or ""
 	spec    spec
 	err     error // bad name or option, returned by every method
 }
@@ -42,6 +44,10 @@ func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
 		return m
 	}
 	lc, err := lockSetup(name, opts, false)
+	if err = fencingSetup(name, lc, err); err == nil && lc.fence {
+		m.fence, m.spec.fenced = fenceKey(name), true
+		m.spec.wrap = wrapFor(c, "lock", name, keyType{name, "hash"}, keyType{m.fence, "string"})
+	}
 	m.err = m.spec.wrap(err)
 	m.spec.ref = lockRef{c, "lock", name}
 	m.spec.lease, m.spec.renewed = c.lease, true
@@ -214,10 +220,15 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 }
 
 // script runs the lock script once for field with its hold count before the
-// call. It runs to completion even if ctx ends meanwhile: a lock taken in
-// Redis but abandoned here would stay taken for a whole lease.
+// call (with the fencing counter's key when fenced). It runs to completion
+// even if ctx ends meanwhile: a lock taken in Redis but abandoned here
+// would stay taken for a whole lease.
 func (m *Mutex) script(ctx context.Context, field string, count int) ([]int64, error) {
-	return lua.Lock.Run(context.WithoutCancel(ctx), m.c.rdb, []string{m.name}, m.spec.lease.Milliseconds(), field, count).Int64Slice()
+	keys := []string{m.name}
+	if m.fence != "" {
+		keys = append(keys, m.fence)
+	}
+	return lua.Lock.Run(context.WithoutCancel(ctx), m.c.rdb, keys, m.spec.lease.Milliseconds(), field, count).Int64Slice()
 }
 
 // Unlock releases one hold of the lock that ctx carries; the lock is freed,

@@ -32,7 +32,7 @@ import (
 // "{tag}:rw-waiting:<name>" and "{tag}:rw-admitted:<name>" (read leases,
 // waiting writers, waiting and admitted readers; tag is the name's hash tag,
 // or the name); none of them is left in Redis once the lock is free and
-// nobody waits.
+// nobody waits. WithFencing adds a counter, which stays.
 //
 // An RWMutex is a cheap handle, safe for concurrent use.
 type RWMutex struct {
@@ -41,6 +41,7 @@ type RWMutex struct {
 	keys   []string // hash, read holders, waiting writers, waiting readers, admitted readers
 	rchan  string   // wakes waiting readers (all of them)
 	wchan  string   // wakes a waiting writer
+	fence  string   // the fencing counter's key (WithFencing), or ""
 	rspec  spec     // read holds
 	wspec  spec     // write holds
 	waiter time.Duration
@@ -88,8 +89,12 @@ func (c *Client) RWMutex(name string, opts ...LockOption) *RWMutex {
 	if lc.waiter > 0 {
 		r.waiter = lc.waiter
 	}
+	if err == nil && lc.fence {
+		r.fence = fenceKey(name)
+		wrap = wrapFor(c, "rw lock", name, append(layout, keyType{r.fence, "string"})...)
+	}
 	r.rspec = spec{ref: lockRef{c, "rw read", name}, lease: lease, renewed: renewed, wrap: wrap}
-	r.wspec = spec{ref: lockRef{c, "rw write", name}, lease: lease, renewed: renewed, wrap: wrap}
+	r.wspec = spec{ref: lockRef{c, "rw write", name}, lease: lease, renewed: renewed, fenced: r.fence != "", wrap: wrap}
 	return r
 }
 
@@ -286,14 +291,19 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 // script runs the read or write lock script once for field with its hold
 // count before the call, registering the caller as a waiter when wait is
 // set; writer is the field of the write hold a first read hold downgrades
-// ("" otherwise). It runs to completion even if ctx ends meanwhile (see
-// Mutex).
+// ("" otherwise). The write lock script of a fenced lock also gets the
+// fencing counter's key. It runs to completion even if ctx ends meanwhile
+// (see Mutex).
 func (r *RWMutex) script(ctx context.Context, script *lua.Script, field, writer string, count int, wait bool) ([]int64, error) {
 	var waiterMs int64
 	if wait {
 		waiterMs = r.waiter.Milliseconds()
 	}
-	return script.Run(context.WithoutCancel(ctx), r.c.rdb, r.keys, r.wspec.lease.Milliseconds(), field, count, waiterMs, writer).Int64Slice()
+	keys := r.keys
+	if script == lua.RWLock && r.fence != "" {
+		keys = append(keys[:len(keys):len(keys)], r.fence)
+	}
+	return script.Run(context.WithoutCancel(ctx), r.c.rdb, keys, r.wspec.lease.Milliseconds(), field, count, waiterMs, writer).Int64Slice()
 }
 
 // leave takes field out of the waiting sets after a wait that ended without

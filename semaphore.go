@@ -74,6 +74,9 @@ func (c *Client) Semaphore(name string, opts ...LockOption) *Semaphore {
 		return s
 	}
 	lc, err := lockSetup(name, opts, false)
+	if err == nil && lc.fence {
+		err = fmt.Errorf("%w: WithFencing applies to Mutex, FairMutex and RWMutex only, not to a Semaphore", ErrInvalid)
+	}
 	if err == nil && !keys.Taggable(name) {
 		err = fmt.Errorf("%w: semaphore name %q contains \"}\" without a hash tag", ErrInvalid, name)
 	}

@@ -3,6 +3,9 @@
 -- KEYS[1]  the lock's hash (owner field -> hold count, PEXPIRE lease)
 -- KEYS[2]  the queue: zset of waiter field -> arrival number
 -- KEYS[3]  the waiters' deadlines: zset of waiter field -> ms (Redis clock)
+-- KEYS[4]  optional: the fencing counter (WithFencing), a string that never
+--          expires; a first hold (ARGV[3] = 0) increments it and returns it
+--          as a third reply element, {1, 1, token}
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner field "<client uuid>:<n>"
 -- ARGV[3]  hold count the caller had before this call (0 for a first hold)
@@ -37,13 +40,21 @@ local field = ARGV[2]
 local tmo = tonumber(ARGV[4])
 
 local function take(queued)
+  local n = tonumber(ARGV[3]) + 1
+  local token
+  if n == 1 and KEYS[4] then
+    -- First, so that a counter of another type fails with nothing written.
+    token = redis.call('incr', KEYS[4])
+  end
   if queued then
     redis.call('zrem', KEYS[3], field)
     redis.call('zrem', KEYS[2], field)
   end
-  local n = tonumber(ARGV[3]) + 1
   redis.call('hset', KEYS[1], field, n)
   redis.call('pexpire', KEYS[1], ARGV[1])
+  if token then
+    return {1, n, token}
+  end
   return {1, n}
 end
 

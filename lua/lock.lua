@@ -2,6 +2,8 @@
 -- owner field -> hold count, with a PEXPIRE lease).
 --
 -- KEYS[1]  the lock's hash
+-- KEYS[2]  optional: the fencing counter (WithFencing), a string that never
+--          expires; a first hold (ARGV[3] = 0) increments it and returns it
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner field "<client uuid>:<n>"
 -- ARGV[3]  hold count the caller had before this call (0 for a first hold)
@@ -11,7 +13,10 @@
 -- A re-entry (ARGV[3] > 0) whose field is gone finds the hold lost (a
 -- force-unlock, an expiry, a failover): it is refused, never re-created.
 --
--- Returns {1, count} when the owner holds the lock, {0, pttl} when another
+-- Returns {1, count} when the owner holds the lock ({1, 1, token} for a
+-- first hold with KEYS[2]; the counter is incremented before the hash is
+-- written, so a counter of another type fails with nothing written),
+-- {0, pttl} when another
 -- owner does, {-1, 0} when a re-entry finds its hold gone. A key of another
 -- type fails with WRONGTYPE and is not touched. A failed attempt, the
 -- common case under contention, costs two reads.
@@ -24,6 +29,13 @@ elseif pttl ~= -2 and redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
   return {0, pttl}
 end
 local n = tonumber(ARGV[3]) + 1
+local token
+if n == 1 and KEYS[2] then
+  token = redis.call('incr', KEYS[2])
+end
 redis.call('hset', KEYS[1], ARGV[2], n)
 redis.call('pexpire', KEYS[1], ARGV[1])
+if token then
+  return {1, n, token}
+end
 return {1, n}

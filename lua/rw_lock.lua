@@ -2,6 +2,9 @@
 --
 -- KEYS[1..5]  hash, read holders, waiting writers, waiting readers, admitted
 --              readers (see lua/rw.go)
+-- KEYS[6]  optional: the fencing counter (WithFencing), a string that never
+--          expires; a first write hold (ARGV[3] = 0) increments it and
+--          returns it as a third reply element, {1, 1, token}
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner field
 -- ARGV[3]  write hold count the caller had before this call (0 for a first)
@@ -27,14 +30,28 @@ local n = tonumber(ARGV[3]) + 1
 if n > 1 and redis.call('hexists', KEYS[1], wf) == 0 then
   return {-1, 0}
 end
+-- The fencing token of a first write hold, taken before anything is
+-- written (a counter of another type then fails with nothing written).
+local function fence()
+  if n == 1 and KEYS[6] then
+    return redis.call('incr', KEYS[6])
+  end
+end
+local function granted(token)
+  if token then
+    return {1, n, token}
+  end
+  return {1, n}
+end
 local mode = redis.call('hget', KEYS[1], 'mode')
 local wait
 if mode == 'write' then
   if redis.call('hexists', KEYS[1], wf) == 1 then
+    local token = fence()
     redis.call('hset', KEYS[1], wf, n)
     extend(KEYS[1], lease)
     redis.call('zrem', KEYS[3], field)
-    return {1, n}
+    return granted(token)
   end
   wait = redis.call('pttl', KEYS[1])
 elseif mode == 'read' then
@@ -42,10 +59,11 @@ elseif mode == 'read' then
 else
   local admitted = redis.call('zrange', KEYS[5], 0, 0, 'withscores')[2]
   if not admitted then
+    local token = fence()
     redis.call('hset', KEYS[1], 'mode', 'write', wf, n)
     redis.call('pexpire', KEYS[1], lease)
     redis.call('zrem', KEYS[3], field)
-    return {1, n}
+    return granted(token)
   end
   wait = tonumber(admitted) - now
 end

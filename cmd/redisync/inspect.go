@@ -27,6 +27,7 @@ var companions = []struct{ token, typ string }{
 	{"rw-admitted", "zset"},   // RWMutex: reader admitted by a write unlock -> deadline
 	{"sem-holders", "hash"},   // Semaphore: owner field -> permits held
 	{"sem-expiry", "zset"},    // Semaphore: owner field -> lease end
+	{"fence", "string"},       // WithFencing: the last fencing token given
 }
 
 // inspect prints, for each name, which redisync primitive it is and its
@@ -73,6 +74,7 @@ type snapshot struct {
 	str     string               // the name's value, when it is a string
 	zsets   map[string][]redis.Z // companion zsets present, by token, lowest score first
 	holders map[string]string    // the sem-holders hash, when present
+	fence   string               // the fencing counter (its key and value), when present
 	foreign []string             // companion keys of another type than the library's
 }
 
@@ -100,9 +102,12 @@ func read(ctx context.Context, rdb *redis.Client, name string) (*snapshot, error
 			k := keys.Companion(name, c.token)
 			cnames = append(cnames, k)
 			ctyp = append(ctyp, p.Type(ctx, k))
-			if c.typ == "hash" {
+			switch c.typ {
+			case "hash":
 				cval = append(cval, p.HGetAll(ctx, k))
-			} else {
+			case "string":
+				cval = append(cval, p.Get(ctx, k))
+			default:
 				cval = append(cval, p.ZRangeWithScores(ctx, k, 0, -1))
 			}
 		}
@@ -143,10 +148,17 @@ func read(ctx context.Context, rdb *redis.Client, name string) (*snapshot, error
 		switch want := companions[i]; c.Val() {
 		case "none":
 		case want.typ:
-			if m, ok := cval[i].(*redis.MapStringStringCmd); ok {
-				s.holders = m.Val()
-			} else {
-				s.zsets[want.token] = cval[i].(*redis.ZSliceCmd).Val()
+			switch v := cval[i].(type) {
+			case *redis.MapStringStringCmd:
+				s.holders = v.Val()
+			case *redis.StringCmd:
+				if _, err := strconv.ParseInt(v.Val(), 10, 64); err != nil {
+					s.foreign = append(s.foreign, fmt.Sprintf("%s: a string that is not a fencing counter", cnames[i]))
+				} else {
+					s.fence = fmt.Sprintf("fencing counter %s: %s (the last token given)", cnames[i], v.Val())
+				}
+			default:
+				s.zsets[want.token] = v.(*redis.ZSliceCmd).Val()
 			}
 		default:
 			s.foreign = append(s.foreign, fmt.Sprintf("%s: a %s, not a redisync key", cnames[i], c.Val()))
@@ -206,10 +218,15 @@ func (s *snapshot) describe() []view {
 		views = append(views, s.sem(nil))
 	}
 	switch {
-	case len(views) == 0 && len(s.foreign) == 0:
+	case len(views) == 0 && len(s.foreign) == 0 && s.fence == "":
 		return []view{{head: "free (no keys)"}}
+	case len(views) == 0 && s.fence != "":
+		views = append(views, view{head: "free (a fenced lock: its fencing counter stays)"})
 	case len(views) == 0:
 		views = append(views, view{head: "free (no redisync keys)"})
+	}
+	if s.fence != "" {
+		views[0].lines = append(views[0].lines, s.fence)
 	}
 	views[0].lines = append(views[0].lines, s.foreign...)
 	return views

@@ -91,6 +91,16 @@ func TestInspectPrimitives(t *testing.T) {
 	must(orphan.Acquire(ctx, 2))
 	must(nil, rdb.Del(ctx, "orphan").Err())
 
+	// A fenced Mutex taken twice (held now, token 2); a fenced RWMutex
+	// write-locked once and freed (only its counter is left).
+	must(c1.Mutex("fenced", redisync.WithFencing()).Lock(ctx))
+	must(c2.Mutex("fenced", redisync.WithFencing()).ForceUnlock(ctx))
+	must(c2.Mutex("fenced", redisync.WithFencing()).Lock(ctx))
+	fw := c1.RWMutex("fencedfree", redisync.WithFencing())
+	h, err = fw.Lock(ctx)
+	must(nil, err)
+	must(nil, fw.Unlock(h))
+
 	// A latch counting down from 3, counted down once.
 	latch := c1.CountDownLatch("start")
 	must(latch.TrySetCount(ctx, 3))
@@ -114,7 +124,7 @@ func TestInspectPrimitives(t *testing.T) {
 	rdb.Set(ctx, keys.Companion("weird", "fair-queue"), "x", 0)
 
 	names := []string{"orders:42", "jobs", "cfg", "cfgw", "pool", "never", "orphan", "start",
-		"stale", "expired", "str", "lst", "h", "weird", "gone"}
+		"stale", "expired", "str", "lst", "h", "weird", "gone", "fenced", "fencedfree"}
 	var out bytes.Buffer
 	if err := run(ctx, []string{"inspect", "-redis", srv.Addr()}, &out); err == nil {
 		t.Error("inspect without names: want an error")
@@ -153,6 +163,9 @@ func TestInspectPrimitives(t *testing.T) {
 		"h":     {`^h: a hash, not a redisync primitive\n$`},
 		"weird": {`^weird: free \(no redisync keys\)\n  \{weird\}:fair-queue:weird: a string, not a redisync key\n$`},
 		"gone":  {`^gone: free \(no keys\)\n$`},
+		"fenced": {`^fenced: lock \(Mutex or FairMutex\), held, ` + lease + `\n  holder ` + owner(id2) + `  holds 1  ` + parts(id2) + `\n`,
+			`\n  fencing counter \{fenced\}:fence:fenced: 2 \(the last token given\)\n$`},
+		"fencedfree": {`^fencedfree: free \(a fenced lock: its fencing counter stays\)\n  fencing counter \{fencedfree\}:fence:fencedfree: 1 \(the last token given\)\n$`},
 	} {
 		for _, re := range want {
 			if !regexp.MustCompile(re).MatchString(blocks[name]) {

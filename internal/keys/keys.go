@@ -23,6 +23,7 @@ var tokens = []string{
 	"fair-queue", "fair-timeouts",
 	"rw-readers", "rw-writers", "rw-waiting", "rw-admitted",
 	"sem-holders", "sem-expiry",
+	"fence",
 }
 
 // IsCompanion reports whether name is the companion key of some lock name

@@ -57,7 +57,7 @@ func TestCompanionSameSlot(t *testing.T) {
 // Two different names, or two different tokens, never give the same key:
 // "x" and "{x}" in particular (review scenario S1).
 func TestCompanionsNeverCollide(t *testing.T) {
-	tokens := []string{"rw-readers", "rw-writers", "fair-queue", "fair", "sem-holders", "queue", "q"}
+	tokens := []string{"rw-readers", "rw-writers", "fair-queue", "fair", "sem-holders", "fence", "queue", "q"}
 	seen := map[string][2]string{}
 	for _, name := range taggable {
 		if !Taggable(name) {

@@ -1,0 +1,117 @@
+package redisync
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redisync-go/redisync/internal/keys"
+)
+
+// WithFencing gives every first acquisition of the lock (not a re-entry) a
+// fencing token: a number strictly greater than every token given before
+// for the lock's name, read with Token without a round trip. Pass it to
+// the resource the lock protects with every write, and have the resource
+// refuse a write whose token is lower than the highest it has seen: a
+// holder that was stopped past its lease (a GC pause, SIGSTOP, a VM
+// migration) and writes on, from code already past its last check, is
+// then refused once a later holder has written.
+//
+// The counter is a key of the lock's Cluster slot,
+// "{tag}:fence:<name>" (tag is the name's hash tag, or the name), kept
+// without expiry: Unlock, ForceUnlock and an expired lease never reset it
+// (deleting it by hand does, and breaks the order). The acquire script
+// increments it and returns the token, so it costs no extra round trip;
+// a lock without WithFencing never touches it.
+//
+// It applies to Mutex, FairMutex and the write holds of RWMutex (its read
+// holds get no token); a Semaphore refuses it, and so does a lock whose
+// name cannot have companion keys (a "}" outside a hash tag), with
+// ErrInvalid from every method of the handle. A hold keeps the fencing it
+// was taken with: a re-entry through a handle that differs is refused
+// (ErrInvalid). Tokens order the fenced holders of redisync only: a holder
+// without WithFencing, or a Redisson client on the same Mutex, takes the
+// lock without a token, so every writer of a fenced resource must hold the
+// lock with WithFencing.
+func WithFencing() LockOption {
+	return func(lc *lockConfig) error {
+		lc.fence = true
+		return nil
+	}
+}
+
+// fenceKey is the key of the fencing counter of the lock name.
+func fenceKey(name string) string { return keys.Companion(name, "fence") }
+
+// fencingSetup refuses WithFencing on a name without companion keys;
+// err is lockSetup's.
+func fencingSetup(name string, lc lockConfig, err error) error {
+	if err == nil && lc.fence && !keys.Taggable(name) {
+		return fmt.Errorf("%w: WithFencing: lock name %q has a \"}\" outside a hash tag, so it cannot have a fencing counter", ErrInvalid, name)
+	}
+	return err
+}
+
+// fenceToken returns the token in a fenced lock's granted acquire reply
+// ({1, count, token}), or 0.
+func fenceToken(s *spec, r []int64) int64 {
+	if !s.fenced || len(r) < 3 || r[0] != 1 {
+		return 0
+	}
+	return r[2]
+}
+
+// tokenOf returns the token of the hold of ref that ctx carries (see
+// Mutex.Token).
+func tokenOf(ctx context.Context, ref lockRef) (int64, bool) {
+	if ctx == nil {
+		return 0, false
+	}
+	h := carried(ctx, ref)
+	if h == nil || h.token == 0 {
+		return 0, false
+	}
+	return h.token, true
+}
+
+func fencingText(fenced bool) string {
+	if fenced {
+		return "with WithFencing"
+	}
+	return "without WithFencing"
+}
+
+// Token returns the fencing token of the hold ctx carries (see
+// WithFencing), without a round trip: ok is false when ctx carries no
+// hold of this lock taken with WithFencing (outside a WithOwner scope of
+// ctx's). Re-entries share their hold's token.
+//
+// The token stays ctx's after the hold ends (Unlock, a lost lease): it is
+// the hold's for good, and a resource that checks tokens refuses it once a
+// later holder has written, which is the point. Whether the hold is still
+// live is ctx.Err()'s to say, not Token's. Tokens begin at 1.
+func (m *Mutex) Token(ctx context.Context) (int64, bool) {
+	if m == nil {
+		return 0, false
+	}
+	return tokenOf(ctx, m.spec.ref)
+}
+
+// Token returns the fencing token of the hold ctx carries, as
+// Mutex.Token does.
+func (f *FairMutex) Token(ctx context.Context) (int64, bool) {
+	if f == nil {
+		return 0, false
+	}
+	return tokenOf(ctx, f.spec.ref)
+}
+
+// Token returns the fencing token of the write hold ctx carries, as
+// Mutex.Token does. Read holds have no token: for a context that carries
+// only a read hold, ok is false. A downgrade's read context also carries
+// the write hold it was taken through, and reports that hold's token.
+func (r *RWMutex) Token(ctx context.Context) (int64, bool) {
+	if r == nil {
+		return 0, false
+	}
+	return tokenOf(ctx, r.wspec.ref)
+}
