@@ -29,6 +29,7 @@ const (
 // acceptor is what a waiter that can be handed the lock tells the releaser.
 type acceptor struct {
 	lease   time.Duration
+	fence   string                  // the fencing counter's key, or "" (WithFencing)
 	field   func() string           // the waiter's owner
 	release func(field string) call // gives a handed lock back
 	// take makes the hold from a delivered handoff, as an attempt would.
@@ -41,11 +42,13 @@ type handoff struct {
 	w       *waiter
 	field   string
 	lease   time.Duration
+	fence   string
 	release call
 	st      stamp // of the releaser's script
 
 	bounded bool // the run's bound is reached: release for other clients
 	granted bool
+	reply   []int64       // the script's reply when granted
 	next    time.Duration // when not granted: how long to wait at most
 	err     error         // the outcome is unknown
 
@@ -74,7 +77,7 @@ func (p *pubsub) claim(name string) (h *handoff, mine int) {
 		}
 		ch.run++
 		field := w.acc.field()
-		w.h = &handoff{w: w, field: field, lease: w.acc.lease, release: w.acc.release(field),
+		w.h = &handoff{w: w, field: field, lease: w.acc.lease, fence: w.acc.fence, release: w.acc.release(field),
 			bounded: ch.run > cohortRun || time.Since(ch.runStart) >= cohortTime}
 		if p.state(name).confirmed() {
 			mine = 1
@@ -105,7 +108,7 @@ func (p *pubsub) settle(h *handoff, r []int64, err error) bool {
 	case err != nil:
 		h.err = err
 	case r[0] == 1:
-		h.granted = true
+		h.granted, h.reply = true, r
 	case r[0] == 2:
 		h.next = cohortYield
 	default:

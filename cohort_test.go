@@ -416,3 +416,45 @@ func TestCohortCloseDuringHandoff(t *testing.T) {
 	<-unlocked
 	eventually(t, 2*time.Second, "no lock left", func() bool { return len(e.keys(t)) == 0 })
 }
+
+// A fenced lock handed over locally gives its receiver a new token, greater
+// than the releaser's: a handoff is a first acquisition.
+func TestCohortHandoffFenced(t *testing.T) {
+	e := realEnv(t)
+	var handed atomic.Int64
+	c := e.client(t, WithObserver(&Observer{Acquired: func(ev HoldEvent) {
+		if ev.Handoff {
+			handed.Add(1)
+		}
+	}}))
+	m := c.Mutex("cohort-fenced", WithFencing())
+	var mu sync.Mutex
+	last := int64(0)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 50 {
+				ctx, err := m.Lock(context.Background())
+				if !assert.NoError(t, err) {
+					return
+				}
+				tok, ok := m.Token(ctx)
+				assert.True(t, ok)
+				mu.Lock()
+				assert.Greater(t, tok, last, "tokens increase across handoffs")
+				last = tok
+				mu.Unlock()
+				n, err := e.rdb(t).Get(context.Background(), fenceKey(m.Name())).Int64()
+				assert.NoError(t, err)
+				assert.Equal(t, tok, n, "the holder's token is the counter's value")
+				assert.NoError(t, m.Unlock(ctx))
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d of 200 acquisitions handed over", handed.Load())
+	assert.Greater(t, handed.Load(), int64(20))
+	assert.Equal(t, int64(200), last)
+}

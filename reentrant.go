@@ -196,6 +196,7 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 	handed := false
 	acc := &acceptor{
 		lease:   m.spec.lease,
+		fence:   m.fence,
 		field:   func() string { return a.owner },
 		release: a.release,
 		take: func(h *handoff) (bool, time.Duration, error) {
@@ -206,7 +207,7 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 			case !h.granted:
 				return false, h.next, nil
 			}
-			a.st, handed = h.st, true
+			a.st, a.token, handed = h.st, fenceToken(a.s, h.reply), true
 			return a.grant(h.field, 1, call{lua.Renew, keys, []any{h.field, leaseMs}})
 		},
 	}
@@ -276,7 +277,11 @@ func (m *Mutex) handOver(ctx context.Context, h *hold, ho *handoff, mine int) (i
 	if ho.bounded {
 		count = m.c.countSubs
 	}
-	r, err := lua.Handoff.Run(ctx, m.c.rdb, []string{m.name}, h.field, ho.field, ho.lease.Milliseconds(),
+	keys := []string{m.name}
+	if ho.fence != "" {
+		keys = append(keys, ho.fence)
+	}
+	r, err := lua.Handoff.Run(ctx, m.c.rdb, keys, h.field, ho.field, ho.lease.Milliseconds(),
 		count, m.channel, unlockMessage, mine, "publish").Int64Slice()
 	if !m.c.ps.settle(ho, r, err) {
 		m.c.giveBackHandoff(ho, err == nil && r[0] == 1, err)
