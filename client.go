@@ -43,6 +43,9 @@ type Client struct {
 	// lua/handoff.lua takes it: "numsub", or "any" on a Cluster, where
 	// a classic subscriber may be on another node.
 	countSubs string
+	// noCohort turns cohort handoff off, for tests of what it bypasses
+	// (the race after an unlock message, the rotation).
+	noCohort bool
 }
 
 // Option configures a Client.

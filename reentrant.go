@@ -257,7 +257,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		return err
 	}
 	return m.c.release(ctx, &m.spec, 1, func(ctx context.Context, h *hold, count int) (int64, error) {
-		if count == 1 {
+		if count == 1 && !m.c.noCohort {
 			if ho, mine := m.c.ps.claim(m.channel); ho != nil {
 				return m.handOver(ctx, h, ho, mine)
 			}
