@@ -38,6 +38,14 @@ type Client struct {
 
 	obs Observer
 	log *slog.Logger
+
+	// countSubs is how a script counts a channel's subscribers, as
+	// lua/handoff.lua takes it: "numsub", or "any" on a Cluster, where
+	// a classic subscriber may be on another node.
+	countSubs string
+	// noCohort turns cohort handoff off, for tests of what it bypasses
+	// (the race after an unlock message, the rotation).
+	noCohort bool
 }
 
 // Option configures a Client.
@@ -79,6 +87,10 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		if err := opt(c); err != nil {
 			return nil, err
 		}
+	}
+	c.countSubs = "numsub"
+	if _, ok := rdb.(*redis.ClusterClient); ok {
+		c.countSubs = "any"
 	}
 	c.wd = newWatchdog(c, c.lease)
 	c.ps = newPubSub(rdb, c.closed, c.log)

@@ -172,11 +172,12 @@ var errNewOwner = errors.New("redisync: wait again as a new owner")
 // stamp is what an attempt notes before sending its script: when, and the
 // lock's ForceUnlock epoch.
 type stamp struct {
-	sent  time.Time
-	epoch uint64
+	sent    time.Time
+	epoch   uint64
+	handoff bool // the attempt was a local holder's handoff (cohort.go)
 }
 
-func (c *Client) stamp(ref lockRef) stamp { return stamp{time.Now(), c.wd.epoch(ref)} }
+func (c *Client) stamp(ref lockRef) stamp { return stamp{sent: time.Now(), epoch: c.wd.epoch(ref)} }
 
 // grant turns a first acquisition, made by a script sent at sent, into a
 // hold of field bound to parent (it ends when parent does), with fencing
@@ -214,7 +215,7 @@ func (c *Client) grant(s *spec, parent context.Context, field string, count int,
 		}
 	}))
 	if c.obs.Acquired != nil {
-		c.obs.Acquired(HoldEvent{Kind: s.ref.kind, Name: s.ref.name, Wait: h.taken.Sub(start)})
+		c.obs.Acquired(HoldEvent{Kind: s.ref.kind, Name: s.ref.name, Wait: h.taken.Sub(start), Handoff: st.handoff})
 	}
 	return h.ctx, nil
 }

@@ -32,6 +32,10 @@ type HoldEvent struct {
 	Wait  time.Duration // Acquired: from the call to the grant
 	Held  time.Duration // Released, LeaseLost: from the grant to the end
 	Cause error         // LeaseLost: why (matches ErrLeaseLost)
+	// Handoff is set on Acquired when a holder in this Client handed the
+	// lock straight to this waiter (a Mutex's cohort handoff, see
+	// Mutex.Unlock), with no unlock message and no race.
+	Handoff bool
 }
 
 // RenewalEvent describes one round of the watchdog.

@@ -65,13 +65,17 @@ const resendAfter = time.Second
 
 // channel is the local state of one subscribed channel.
 type channel struct {
-	name    string
-	wake    func(payload string) int // waiters to wake per message; < 0 for all
-	waiters []*waiter                // in arrival order
-	wins    int                      // local waiters that won since the last rotation
-	ready   chan struct{}            // closed at the channel's first confirmation
-	seq     uint64                   // wake-ups so far (messages and re-subscriptions)
-	until   time.Time                // when the holder's lease runs out, as last seen
+	name       string
+	wake       func(payload string) int // waiters to wake per message; < 0 for all
+	waiters    []*waiter                // in arrival order
+	wins       int                      // local waiters that won since the last rotation
+	ready      chan struct{}            // closed at the channel's first confirmation
+	seq        uint64                   // wake-ups so far (messages and re-subscriptions)
+	until      time.Time                // when the holder's lease runs out, as last seen
+	run        int                      // local handoffs in a row (cohort.go)
+	runStart   time.Time                // when the run's first was claimed
+	yieldUntil time.Time                // waiters hold back until then (cohort.go)
+	deferred   bool                     // a wake-up is due when the yield ends
 }
 
 // mark is a channel's state seen before an attempt: see pubsub.mark.
@@ -85,6 +89,11 @@ type waiter struct {
 	p  *pubsub
 	ch *channel
 	c  chan struct{} // buffered 1: a wake-up not yet taken
+
+	// Cohort handoff (cohort.go), guarded by p.mu.
+	acc  *acceptor // nil: the waiter cannot be handed the lock
+	idle bool      // waiting, not trying: it may be handed the lock
+	h    *handoff  // the handoff it is reserved for
 }
 
 func newPubSub(rdb redis.UniversalClient, closed <-chan struct{}, log *slog.Logger) *pubsub {
@@ -103,7 +112,7 @@ func wakeAll(string) int { return -1 }
 // first local waiter. wake decides how many waiters a message wakes; the first
 // subscriber of a channel sets it. The waiter must be left with leave. It
 // fails only when the client is closed.
-func (p *pubsub) subscribe(name string, wake func(string) int) (*waiter, error) {
+func (p *pubsub) subscribe(name string, wake func(string) int, acc *acceptor) (*waiter, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	select {
@@ -121,7 +130,7 @@ func (p *pubsub) subscribe(name string, wake func(string) int) (*waiter, error) 
 			p.queueSub(name)
 		}
 	}
-	w := &waiter{p: p, ch: ch, c: make(chan struct{}, 1)}
+	w := &waiter{p: p, ch: ch, c: make(chan struct{}, 1), acc: acc}
 	ch.waiters = append(ch.waiters, w)
 	return w, nil
 }
@@ -265,6 +274,9 @@ func (p *pubsub) mark(name string) (m mark, queued bool, until time.Time) {
 		return mark{}, false, time.Time{}
 	}
 	queued, until = len(ch.waiters) > 0, ch.until
+	if y, ok := ch.yielding(time.Now()); ok {
+		queued, until = true, y
+	}
 	if !p.state(name).confirmed() {
 		return mark{}, queued, until
 	}
@@ -323,10 +335,12 @@ func (p *pubsub) rotate(name string) {
 }
 
 // leave removes w from its channel, passing on a wake-up it did not take and
-// unsubscribing the channel when w was its last local waiter.
-func (p *pubsub) leave(w *waiter) {
+// unsubscribing the channel when w was its last local waiter. It returns a
+// handoff that was delivered to w and not taken: the caller gives it back.
+func (p *pubsub) leave(w *waiter) (untaken *handoff) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	untaken = w.dropHandoff()
 	ch := w.ch
 	for i, x := range ch.waiters {
 		if x == w {
@@ -340,10 +354,11 @@ func (p *pubsub) leave(w *waiter) {
 	default:
 	}
 	if len(ch.waiters) > 0 || p.chans[ch.name] != ch {
-		return
+		return untaken
 	}
 	delete(p.chans, ch.name)
 	p.queueUnsub(ch.name)
+	return untaken
 }
 
 // ready waits for Redis to confirm the subscription, at most d: until then an
@@ -395,7 +410,7 @@ func (w *waiter) passOn() {
 }
 
 // leave ends the wait; see pubsub.leave.
-func (w *waiter) leave() { w.p.leave(w) }
+func (w *waiter) leave() *handoff { return w.p.leave(w) }
 
 // wake wakes up to n of ws (all when n < 0), in order, skipping those that
 // already have a wake-up pending. Called with p.mu held.
@@ -469,7 +484,28 @@ func (p *pubsub) connLost() {
 func (p *pubsub) deliver(name, payload string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if ch := p.chans[name]; ch != nil {
+	ch := p.chans[name]
+	if ch == nil {
+		return
+	}
+	ch.seq++
+	if y, ok := ch.yielding(time.Now()); ok {
+		// Other clients' turn (cohort.go): wake when the yield ends.
+		if !ch.deferred {
+			ch.deferred = true
+			time.AfterFunc(time.Until(y), func() { p.wakeDeferred(ch, payload) })
+		}
+		return
+	}
+	wake(ch.waiters, ch.wake(payload))
+}
+
+// wakeDeferred delivers a wake-up held back while ch's waiters yielded.
+func (p *pubsub) wakeDeferred(ch *channel, payload string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ch.deferred = false
+	if p.chans[ch.name] == ch {
 		ch.seq++
 		wake(ch.waiters, ch.wake(payload))
 	}

@@ -193,10 +193,30 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 		}
 		next = n
 	}
-	if err := m.c.awaitFrom(wctx, mk, m.channel, wakeOne, next, try, false); err != nil {
+	handed := false
+	acc := &acceptor{
+		lease:   m.spec.lease,
+		fence:   m.fence,
+		field:   func() string { return a.owner },
+		release: a.release,
+		take: func(h *handoff) (bool, time.Duration, error) {
+			switch {
+			case h.err != nil:
+				a.dirty = true // it may hold the lock: the next try adopts it
+				return false, 0, nil
+			case !h.granted:
+				return false, h.next, nil
+			}
+			a.st, a.token, handed = h.st, fenceToken(a.s, h.reply), true
+			return a.grant(h.field, 1, call{lua.Renew, keys, []any{h.field, leaseMs}})
+		},
+	}
+	if err := m.c.awaitFrom(wctx, mk, m.channel, wakeOne, next, try, false, acc); err != nil {
 		return parent, m.wrap(waitError(err, parent, bounded))
 	}
-	m.c.ps.rotate(m.channel)
+	if !handed {
+		m.c.ps.rotate(m.channel)
+	}
 	return a.hctx, nil
 }
 
@@ -217,6 +237,13 @@ func (m *Mutex) script(ctx context.Context, field string, count int) ([]int64, e
 // is then cancelled, before the lock is free). It works with a cancelled
 // ctx.
 //
+// When another goroutine of this Client waits for the lock, the last
+// Unlock hands the lock straight to it in the same round trip, and the
+// lock is never free in between (cohort handoff). Waiters in other clients
+// still get their turn: after at most 16 handoffs in a row, or 5ms, the
+// lock is freed for them if one waits, and this Client's waiters hold back
+// for a millisecond so that one of them takes it.
+//
 // It returns nil when the hold already ended with the context it was taken
 // with (redisync released it then), and an error wrapping ErrNotHeld when
 // ctx carries no hold of the lock, a hold already released, or a hold whose
@@ -230,8 +257,39 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		return err
 	}
 	return m.c.release(ctx, &m.spec, 1, func(ctx context.Context, h *hold, count int) (int64, error) {
+		if count == 1 && !m.c.noCohort {
+			if ho, mine := m.c.ps.claim(m.channel); ho != nil {
+				return m.handOver(ctx, h, ho, mine)
+			}
+		}
 		return lua.Unlock.Run(ctx, m.c.rdb, []string{m.name}, h.field, count, h.lease.Milliseconds(), m.channel, unlockMessage).Int64()
 	})
+}
+
+// handOver hands the lock from h, releasing its last hold, to the local
+// waiter reserved by ho (cohort.go), or at the end of a run of handoffs
+// releases it for other clients; it reports h released (2). mine is this
+// client's subscriptions to the channel.
+func (m *Mutex) handOver(ctx context.Context, h *hold, ho *handoff, mine int) (int64, error) {
+	ho.st = m.c.stamp(m.spec.ref)
+	ho.st.handoff = true
+	count := ""
+	if ho.bounded {
+		count = m.c.countSubs
+	}
+	keys := []string{m.name}
+	if ho.fence != "" {
+		keys = append(keys, ho.fence)
+	}
+	r, err := lua.Handoff.Run(ctx, m.c.rdb, keys, h.field, ho.field, ho.lease.Milliseconds(),
+		count, m.channel, unlockMessage, mine, "publish").Int64Slice()
+	if !m.c.ps.settle(ho, r, err) {
+		m.c.giveBackHandoff(ho, err == nil && r[0] == 1, err)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return 2, nil
 }
 
 // IsLocked reports whether any owner holds the lock.

@@ -54,7 +54,7 @@ type attempt func() (done bool, next time.Duration, err error)
 // happens between the caller's try and the subscription is not missed. It
 // returns ctx's error when ctx ends and ErrClosed when the client closes.
 func (c *Client) await(ctx context.Context, channel string, wake func(string) int, first time.Duration, try attempt) error {
-	return c.awaitFrom(ctx, mark{}, channel, wake, first, try, false)
+	return c.awaitFrom(ctx, mark{}, channel, wake, first, try, false, nil)
 }
 
 // awaitShared is await for waiters that may need different amounts of one
@@ -62,30 +62,45 @@ func (c *Client) await(ctx context.Context, channel string, wake func(string) in
 // what came free passes its wake-up to the next waiter behind it, which may
 // need less, instead of leaving it idle until the next bound.
 func (c *Client) awaitShared(ctx context.Context, channel string, wake func(string) int, first time.Duration, try attempt) error {
-	return c.awaitFrom(ctx, mark{}, channel, wake, first, try, true)
+	return c.awaitFrom(ctx, mark{}, channel, wake, first, try, true, nil)
 }
 
 // awaitFrom is await for a caller that took m (c.ps.mark(channel)) before its
 // own try, or instead of it: when the channel was live then and nothing was
 // delivered on it since, the retry before the first wait is skipped, saving
-// a round trip per wait under contention.
-func (c *Client) awaitFrom(ctx context.Context, m mark, channel string, wake func(string) int, first time.Duration, try attempt, passOn bool) error {
-	w, err := c.ps.subscribe(channel, wake)
+// a round trip per wait under contention. With acc, the waiter can be
+// handed the lock by a local releaser while it waits (cohort.go): then
+// acc.take stands for the next try.
+func (c *Client) awaitFrom(ctx context.Context, m mark, channel string, wake func(string) int, first time.Duration, try attempt, passOn bool, acc *acceptor) error {
+	w, err := c.ps.subscribe(channel, wake, acc)
 	if err != nil {
 		return err
 	}
-	defer w.leave()
+	defer func() {
+		if h := w.leave(); h != nil {
+			c.giveBackHandoff(h, h.granted, h.err)
+		}
+	}()
 	w.note(first)
 	if w.missed(m) {
 		if err := w.ready(ctx, first); err != nil {
 			return err
 		}
-	} else if _, err := w.wait(ctx, first); err != nil {
+	} else if _, err := w.waitIdle(ctx, first); err != nil {
 		return err
 	}
 	woken := false
 	for {
-		done, next, err := try()
+		var done bool
+		var next time.Duration
+		if h := w.setIdle(false); h != nil {
+			if h, err = w.handed(ctx); err != nil {
+				return err
+			}
+			done, next, err = acc.take(h)
+		} else {
+			done, next, err = try()
+		}
 		if err != nil || done {
 			return err
 		}
@@ -93,7 +108,7 @@ func (c *Client) awaitFrom(ctx context.Context, m mark, channel string, wake fun
 		if woken && passOn {
 			w.passOn()
 		}
-		if woken, err = w.wait(ctx, next); err != nil {
+		if woken, err = w.waitIdle(ctx, next); err != nil {
 			return err
 		}
 	}

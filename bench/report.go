@@ -128,7 +128,9 @@ func (r *report) contended() error {
 		"(rueidis: by a wrapper; rueidis pipelines concurrent requests on one connection). *Redis cmds*: `INFO commandstats` " +
 		"(counts the commands scripts run inside). *Redis CPU*: `INFO cpu` used_cpu_sys + used_cpu_user. " +
 		"*errors*: a peer's Lock gave up (tries or TTL exhausted) and the goroutine called it again, wait still counted from the first call. " +
-		"*exclusion*: overlapping holders seen / non-atomic counter ≠ acquisitions (must be 0 / ok).\n\n")
+		"*exclusion*: overlapping holders seen / non-atomic counter ≠ acquisitions (must be 0 / ok). " +
+		"*client changes/s*: acquisitions by a goroutine of another client than the previous holder's. " +
+		"*longest run*: most acquisitions in a row by goroutines of one client (for redisync, mostly cohort handoffs).\n\n")
 	for _, cfg := range cfgs {
 		label := contLabel(cfg)
 		r.contOrder = append(r.contOrder, label)
@@ -150,8 +152,8 @@ func (r *report) contended() error {
 			barRate = float64(b.handoffs) / b.elapsed.Seconds()
 		}
 		fmt.Printf("### %s\n\n", label)
-		fmt.Println("| library | acq/s | changes/s | ÷ rueidislock KM1 | wait p50 | wait p99 | wait max | per-goroutine min–max | Jain | overtakes | requests/acq | Redis cmds/acq | Redis CPU/acq | Redis CPU/change | errors | exclusion |")
-		fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+		fmt.Println("| library | acq/s | changes/s | ÷ rueidislock KM1 | wait p50 | wait p99 | wait max | per-goroutine min–max | Jain | overtakes | requests/acq | Redis cmds/acq | Redis CPU/acq | Redis CPU/change | client changes/s | longest run | errors | exclusion |")
+		fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 		for _, l := range r.libs {
 			a := res[l.name]
 			s := a.waits.sorted()
@@ -165,11 +167,12 @@ func (r *report) contended() error {
 			if a.counterBad > 0 {
 				excl = fmt.Sprintf("%d / **BROKEN in %d rounds**", a.overlaps, a.counterBad)
 			}
-			fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %d–%d | %s | %s | %s | %s | %s | %s | %d | %s |\n",
+			fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %d–%d | %s | %s | %s | %s | %s | %s | %s | %d | %d | %s |\n",
 				l.name, fmtRate(rate), fmtRate(ch), vs, fmtDur(s.pct(50)), fmtDur(s.pct(99)), fmtDur(s.pct(100)),
 				a.minPerG, a.maxPerG, fmtF(a.jainMin, 3), pct(a.overtakes, a.acq),
 				perAcq(a.reqs, a.acq, 2), perAcq(a.rs.commands(), a.acq, 1),
-				fmtDur(cpuPer(a.rs.cpu, a.acq)), fmtDur(cpuPer(a.rs.cpu, a.handoffs)), a.errs, excl)
+				fmtDur(cpuPer(a.rs.cpu, a.acq)), fmtDur(cpuPer(a.rs.cpu, a.handoffs)),
+				fmtRate(float64(a.clientChanges)/a.elapsed.Seconds()), a.longestRun, a.errs, excl)
 		}
 		fmt.Println()
 	}

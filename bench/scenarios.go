@@ -53,6 +53,8 @@ type loadCfg struct {
 // loadRes accumulates the rounds of one library under one loadCfg.
 type loadRes struct {
 	acq, handoffs, errs, unlockErrs, overlaps, overtakes int64
+	clientChanges                                        int64 // holder changes between clients
+	longestRun                                           int64 // most acquisitions in a row within one client
 	counterBad                                           int64 // rounds where the non-atomic counter != acquisitions
 	elapsed                                              time.Duration
 	waits, pairs                                         durations
@@ -100,6 +102,8 @@ func (e *env) loadPhase(in inst, cfg loadCfg, name string, d time.Duration, acc 
 		counter                               int64 // deliberately not atomic: guarded by the lock under test
 		handoffs                              int64 // likewise
 		last                                  = -1
+		clientChanges, run, longestRun        int64 // likewise
+		lastClient                            = -1
 	)
 	for g := range G {
 		lockName := name
@@ -135,6 +139,12 @@ func (e *env) loadPhase(in inst, cfg loadCfg, name string, d time.Duration, acc 
 						handoffs++
 						last = g
 					}
+					if c := g % cfg.clients; c != lastClient {
+						clientChanges++
+						lastClient, run = c, 0
+					}
+					run++
+					longestRun = max(longestRun, run)
 					limit := t.UnixNano() - int64(overtakeTolerance)
 					for j := range since {
 						if s := since[j].Load(); s != 0 && s < limit {
@@ -193,6 +203,8 @@ func (e *env) loadPhase(in inst, cfg loadCfg, name string, d time.Duration, acc 
 		acc.counterBad++
 	}
 	acc.handoffs += handoffs
+	acc.clientChanges += clientChanges
+	acc.longestRun = max(acc.longestRun, longestRun)
 	acc.errs += errs.Load()
 	acc.unlockErrs += unlockErrs.Load()
 	acc.overlaps += overlaps.Load()

@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// targets prints each target of issue 5 as met or missed, from this run.
+// targets prints each target (issues 5 and 12) as met or missed, from this run.
 func (r *report) targets() {
 	fmt.Printf("## Targets (this run)\n\n")
 	fmt.Println("| target | measured | verdict |")
@@ -57,6 +57,7 @@ func (r *report) targets() {
 				fmt.Sprintf("%s/s vs Mutex %s/s (%s×)", fmtRate(fch), fmtRate(ch), fmtF(fch/ch, 2)), fch >= ch/2)
 		}
 	}
+	r.cohortTargets(row)
 	if o := r.ord[oursFair]; o != nil {
 		row("FairMutex: strict arrival order", fmt.Sprintf("%d/%d rounds in order, %d inversions", o.perfect, o.rounds, o.inversions), o.inversions == 0)
 	} else if !r.has(oursFair) {
@@ -76,4 +77,51 @@ func (r *report) targets() {
 		}
 	}
 	fmt.Println()
+}
+
+// redislockRows are the redislock rows; the faster one uncontended is the bar.
+var redislockRows = []string{"redislock (100ms retry)", "redislock (1ms retry)"}
+
+// cohortTargets prints issue 12's targets: ratios to rueidislock KeyMajority
+// 1 in this run.
+func (r *report) cohortTargets(row func(target, measured string, ok bool)) {
+	if a := r.unc[ours]; a != nil && a.elapsed > 0 {
+		rate := float64(a.acq) / a.elapsed.Seconds()
+		best, bestName := 0.0, ""
+		for _, n := range redislockRows {
+			if b := r.unc[n]; b != nil && b.elapsed > 0 {
+				if br := float64(b.acq) / b.elapsed.Seconds(); br > best {
+					best, bestName = br, n
+				}
+			}
+		}
+		if best > 0 {
+			row("Uncontended pairs/s ≥ redislock's (best row)",
+				fmt.Sprintf("%s vs %s %s (%s×)", fmtRate(rate), bestName, fmtRate(best), fmtF(rate/best, 2)), rate >= best)
+		}
+	}
+	if a, b := r.hand[ours], r.hand[bar]; a != nil && b != nil && len(a.samples) > 0 && len(b.samples) > 0 {
+		pa, pb := a.samples.sorted().pct(50), b.samples.sorted().pct(50)
+		row("Handoff to another client: p50 ≤ rueidislock KM1's",
+			fmt.Sprintf("%s vs %s (%s×)", fmtDur(pa), fmtDur(pb), fmtF(float64(pa)/float64(pb), 2)), pa <= pb)
+	}
+	for _, label := range r.contOrder {
+		if !strings.HasPrefix(label, "64 ") || !strings.HasSuffix(label, "hold 0s") {
+			continue
+		}
+		a, b := r.cont[label][ours], r.cont[label][bar]
+		if a == nil || b == nil || a.elapsed == 0 || b.elapsed == 0 || b.handoffs == 0 {
+			continue
+		}
+		ch, bch := float64(a.handoffs)/a.elapsed.Seconds(), float64(b.handoffs)/b.elapsed.Seconds()
+		row("Issue 12 ("+label+"): changes/s ≥ 2× rueidislock KM1's",
+			fmt.Sprintf("%s× (%s/s vs %s/s)", fmtF(ch/bch, 2), fmtRate(ch), fmtRate(bch)), ch >= 2*bch)
+		cpuA, cpuB := cpuPer(a.rs.cpu, a.handoffs), cpuPer(b.rs.cpu, b.handoffs)
+		row("Issue 12 ("+label+"): Redis CPU per change ≤ 0.5× rueidislock KM1's",
+			fmt.Sprintf("%s× (%s vs %s)", fmtF(float64(cpuA)/float64(cpuB), 2), fmtDur(cpuA), fmtDur(cpuB)), 2*cpuA <= cpuB)
+		row("Issue 12 ("+label+"): Jain ≥ 0.95 (worst round)", fmtF(a.jainMin, 3), a.jainMin >= 0.95)
+		pa, pb := a.waits.sorted().pct(99), b.waits.sorted().pct(99)
+		row("Issue 12 ("+label+"): wait p99 ≤ rueidislock KM1's",
+			fmt.Sprintf("%s vs %s", fmtDur(pa), fmtDur(pb)), pa <= pb)
+	}
 }

@@ -68,4 +68,5 @@ var (
 	Renew       = Load("renew.lua")
 	ForceUnlock = Load("forceunlock.lua")
 	Drop        = Load("drop.lua")
+	Handoff     = Load("handoff.lua")
 )

@@ -1,0 +1,203 @@
+package redisync
+
+import (
+	"context"
+	"time"
+)
+
+// Cohort handoff: a Mutex whose last hold is released while another
+// goroutine of this Client waits for it is handed to that waiter by one
+// script (lua/handoff.lua), instead of being freed, announced to every
+// client and raced for. The lock is never free in between, so to every
+// other client, Redisson included, it just has a new holder.
+//
+// A run of local handoffs is bounded, so that waiters in other clients get
+// their turn: after cohortRun handoffs in a row, or once cohortTime has
+// passed since the run's first, the lock is released for real, with its
+// unlock message, if another client listens on its channel; this client's
+// own waiters then hold back for cohortYield, so that a waiter of another
+// client takes it.
+
+// The bounds of a run of local handoffs, and how long this client's
+// waiters hold back after one (see above).
+const (
+	cohortRun   = 16
+	cohortTime  = 5 * time.Millisecond
+	cohortYield = time.Millisecond
+)
+
+// acceptor is what a waiter that can be handed the lock tells the releaser.
+type acceptor struct {
+	lease   time.Duration
+	fence   string                  // the fencing counter's key, or "" (WithFencing)
+	field   func() string           // the waiter's owner
+	release func(field string) call // gives a handed lock back
+	// take makes the hold from a delivered handoff, as an attempt would.
+	take func(h *handoff) (done bool, next time.Duration, err error)
+}
+
+// handoff is a lock being handed to one waiter. Its state is guarded by
+// the pubsub's lock.
+type handoff struct {
+	w       *waiter
+	field   string
+	lease   time.Duration
+	fence   string
+	release call
+	st      stamp // of the releaser's script
+
+	bounded bool // the run's bound is reached: release for other clients
+	granted bool
+	reply   []int64       // the script's reply when granted
+	next    time.Duration // when not granted: how long to wait at most
+	err     error         // the outcome is unknown
+
+	delivered bool // the outcome is in; the waiter is woken
+	abandoned bool // the waiter left before the outcome came
+}
+
+// claim picks the first waiter of channel name that can be handed the lock
+// now (it takes handoffs and is waiting, not trying), and reserves it: the
+// waiter does not try again until the outcome is settled. It returns nil
+// when there is none. mine is how many subscriptions of this client Redis
+// counts on the channel now (0 or 1).
+func (p *pubsub) claim(name string) (h *handoff, mine int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ch := p.chans[name]
+	if ch == nil {
+		return nil, 0
+	}
+	for _, w := range ch.waiters {
+		if w.acc == nil || !w.idle || w.h != nil {
+			continue
+		}
+		if ch.run == 0 {
+			ch.runStart = time.Now()
+		}
+		ch.run++
+		field := w.acc.field()
+		w.h = &handoff{w: w, field: field, lease: w.acc.lease, fence: w.acc.fence, release: w.acc.release(field),
+			bounded: ch.run > cohortRun || time.Since(ch.runStart) >= cohortTime}
+		if p.state(name).confirmed() {
+			mine = 1
+		}
+		return w.h, mine
+	}
+	ch.run = 0
+	return nil, 0
+}
+
+// settle records the reply of h's script (see lua/handoff.lua) and wakes
+// h's waiter. It returns false when the waiter has left meanwhile: the
+// caller gives back what the script may have granted.
+func (p *pubsub) settle(h *handoff, r []int64, err error) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ch := h.w.ch
+	if err != nil || r[0] != 1 || h.bounded {
+		ch.run = 0 // a new run starts
+	}
+	if err == nil && r[0] == 2 {
+		ch.yieldUntil = time.Now().Add(cohortYield)
+	}
+	if h.abandoned {
+		return false
+	}
+	switch {
+	case err != nil:
+		h.err = err
+	case r[0] == 1:
+		h.granted, h.reply = true, r
+	case r[0] == 2:
+		h.next = cohortYield
+	default:
+		h.next = bound(r[1], h.lease/3)
+	}
+	h.delivered = true
+	wake([]*waiter{h.w}, 1)
+	return true
+}
+
+// yielding reports until when ch's waiters hold back, after a run of
+// handoffs ended with the lock released for other clients. Called with
+// p.mu held.
+func (ch *channel) yielding(now time.Time) (time.Time, bool) {
+	return ch.yieldUntil, now.Before(ch.yieldUntil)
+}
+
+// setIdle marks w as waiting (it may be handed the lock) or as trying, and
+// returns the handoff w is reserved for, if any.
+func (w *waiter) setIdle(idle bool) (claimed *handoff) {
+	w.p.mu.Lock()
+	defer w.p.mu.Unlock()
+	w.idle = idle
+	return w.h
+}
+
+// handed waits for the outcome of the handoff w was reserved for and
+// consumes it; it returns ctx's error if ctx ends first (leave then
+// settles the handoff).
+func (w *waiter) handed(ctx context.Context) (*handoff, error) {
+	for {
+		w.p.mu.Lock()
+		h := w.h
+		if h.delivered {
+			w.h = nil
+			w.p.mu.Unlock()
+			return h, nil
+		}
+		w.p.mu.Unlock()
+		select {
+		case <-w.c:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-w.p.closed:
+			return nil, ErrClosed
+		}
+	}
+}
+
+// dropHandoff settles, when w leaves, a handoff it had not consumed: a
+// pending one is marked abandoned (its releaser gives the lock back), a
+// delivered one is returned for the caller to give back. Called with p.mu
+// held.
+func (w *waiter) dropHandoff() *handoff {
+	h := w.h
+	w.h = nil
+	if h == nil {
+		return nil
+	}
+	if !h.delivered {
+		h.abandoned = true
+		return nil
+	}
+	return h
+}
+
+// giveBackHandoff gives back what a handoff nobody took may have granted:
+// at once when it was granted, by a sweep when its outcome is unknown.
+func (c *Client) giveBackHandoff(h *handoff, granted bool, err error) {
+	switch {
+	case err != nil:
+		c.sweep(h.lease, h.release)
+	case granted:
+		if !c.bgStart() {
+			c.undo(h.release) // closing: no background work
+			return
+		}
+		go func() {
+			defer c.bg.Done()
+			c.undo(h.release)
+		}()
+	}
+}
+
+// waitIdle is wait during which w may be handed the lock.
+func (w *waiter) waitIdle(ctx context.Context, d time.Duration) (bool, error) {
+	if w.acc == nil {
+		return w.wait(ctx, d)
+	}
+	w.setIdle(true)
+	return w.wait(ctx, d)
+}

@@ -1,0 +1,460 @@
+package redisync
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisync-go/redisync/internal/faultproxy"
+	"github.com/redisync-go/redisync/lua"
+)
+
+// Cohort handoff (cohort.go): a Mutex's last Unlock hands the lock to a
+// waiter of the same Client in one script.
+
+// runHandoff runs lua/handoff.lua as the Mutex does.
+func runHandoff(t *testing.T, rdb *redis.Client, name, from, to string, leaseMs int64, count string, mine int) ([]int64, error) {
+	t.Helper()
+	return lua.Handoff.Run(context.Background(), rdb, []string{name}, from, to, leaseMs,
+		count, faultMutexChannel(name), unlockMessage, mine, "publish").Int64Slice()
+}
+
+// The script's contract, case by case, on a real Redis.
+func TestHandoffScript(t *testing.T) {
+	e := realEnv(t)
+	rdb := e.rdb(t)
+	ctx := context.Background()
+	hold := func(t *testing.T, name, field string) {
+		require.NoError(t, rdb.HSet(ctx, name, field, 1).Err())
+		require.NoError(t, rdb.PExpire(ctx, name, 30*time.Second).Err())
+	}
+
+	t.Run("hands over, never empty, lease of the receiver", func(t *testing.T) {
+		hold(t, "h1", "a:1")
+		r, err := runHandoff(t, rdb, "h1", "a:1", "a:2", 5000, "", 1)
+		require.NoError(t, err)
+		assert.Equal(t, []int64{1, 1}, r)
+		assert.Equal(t, map[string]string{"a:2": "1"}, rdb.HGetAll(ctx, "h1").Val())
+		assert.InDelta(t, 5000, rdb.PTTL(ctx, "h1").Val().Milliseconds(), 100)
+
+		r, err = runHandoff(t, rdb, "h1", "a:1", "a:2", 5000, "", 1) // resent
+		require.NoError(t, err)
+		assert.Equal(t, []int64{1, 1}, r, "a resent handoff finds the receiver holding")
+		assert.Equal(t, map[string]string{"a:2": "1"}, rdb.HGetAll(ctx, "h1").Val())
+	})
+	t.Run("releaser's lease lost, lock free: the receiver takes it", func(t *testing.T) {
+		r, err := runHandoff(t, rdb, "h2", "a:1", "a:2", 5000, "", 1)
+		require.NoError(t, err)
+		assert.Equal(t, []int64{1, 1}, r)
+		assert.Equal(t, map[string]string{"a:2": "1"}, rdb.HGetAll(ctx, "h2").Val())
+	})
+	t.Run("releaser's lease lost, another owner holds: nothing changes", func(t *testing.T) {
+		hold(t, "h3", "b:1")
+		r, err := runHandoff(t, rdb, "h3", "a:1", "a:2", 5000, "", 1)
+		require.NoError(t, err)
+		assert.Equal(t, int64(0), r[0])
+		assert.Greater(t, r[1], int64(29000), "the holder's remaining lease")
+		assert.Equal(t, map[string]string{"b:1": "1"}, rdb.HGetAll(ctx, "h3").Val())
+	})
+	t.Run("end of a run, no other client listens: still handed over", func(t *testing.T) {
+		hold(t, "h4", "a:1")
+		r, err := runHandoff(t, rdb, "h4", "a:1", "a:2", 5000, "numsub", 0)
+		require.NoError(t, err)
+		assert.Equal(t, []int64{1, 1}, r)
+		assert.Equal(t, map[string]string{"a:2": "1"}, rdb.HGetAll(ctx, "h4").Val())
+	})
+	t.Run("end of a run, another client listens: released for it", func(t *testing.T) {
+		hold(t, "h5", "a:1")
+		sub := e.rdb(t).Subscribe(ctx, faultMutexChannel("h5"))
+		defer sub.Close()
+		_, err := sub.Receive(ctx) // confirmed
+		require.NoError(t, err)
+		own := e.rdb(t).Subscribe(ctx, faultMutexChannel("h5")) // the releasing client's own
+		defer own.Close()
+		_, err = own.Receive(ctx)
+		require.NoError(t, err)
+
+		r, err := runHandoff(t, rdb, "h5", "a:1", "a:2", 5000, "numsub", 1)
+		require.NoError(t, err)
+		assert.Equal(t, []int64{2, 0}, r)
+		assert.Zero(t, rdb.Exists(ctx, "h5").Val(), "released, not handed over")
+		msg, err := sub.ReceiveMessage(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, unlockMessage, msg.Payload, "the other client hears the unlock")
+
+		hold(t, "h6", "a:1")
+		r, err = runHandoff(t, rdb, "h6", "a:1", "a:2", 5000, "any", 1)
+		require.NoError(t, err)
+		assert.Equal(t, []int64{2, 0}, r, "subscribers that cannot be counted are assumed to wait")
+	})
+	t.Run("another type is refused and kept", func(t *testing.T) {
+		require.NoError(t, rdb.Set(ctx, "h7", "x", 0).Err())
+		_, err := runHandoff(t, rdb, "h7", "a:1", "a:2", 5000, "", 1)
+		require.ErrorContains(t, err, "WRONGTYPE")
+		assert.Equal(t, "x", rdb.Get(ctx, "h7").Val())
+	})
+}
+
+// handoffCounter counts, through a client's hook, the handoff and unlock
+// scripts the client sends.
+func handoffCounter(h *faultproxy.Hook) (handoffs, unlocks *faultproxy.Rule) {
+	handoffs = h.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.Handoff.Script), Action: faultproxy.DelayBefore(0)})
+	unlocks = h.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.Unlock.Script), Action: faultproxy.DelayBefore(0)})
+	return handoffs, unlocks
+}
+
+// Mutual exclusion holds across clients and goroutines while locks are
+// handed over locally, and every client gets the lock.
+func TestCohortMutualExclusion(t *testing.T) {
+	e := realEnv(t)
+	const clients, perClient, total = 3, 6, 1500
+	var inside atomic.Int32
+	var next atomic.Int64
+	counter := 0 // changed only under the lock
+	perClientWins := make([]atomic.Int64, clients)
+	var handed atomic.Int64
+	var handoffRules []*faultproxy.Rule
+	var wg sync.WaitGroup
+	for i := range clients {
+		rdb, h := faultRDB(t, &redis.Options{Addr: e.srv.Addr()})
+		ho, _ := handoffCounter(h)
+		handoffRules = append(handoffRules, ho)
+		c := newClient(t, rdb, WithObserver(&Observer{Acquired: func(ev HoldEvent) {
+			if ev.Handoff {
+				handed.Add(1)
+			}
+		}}))
+		m := c.Mutex("cohort-excl")
+		for range perClient {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for next.Add(1) <= total {
+					ctx, err := m.Lock(context.Background())
+					if !assert.NoError(t, err) {
+						return
+					}
+					if !assert.Equal(t, int32(1), inside.Add(1), "two holders at once") {
+						return
+					}
+					counter++
+					perClientWins[i].Add(1)
+					if rand.IntN(4) == 0 {
+						time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond)
+					}
+					inside.Add(-1)
+					assert.NoError(t, m.Unlock(ctx))
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	assert.Equal(t, total, counter)
+	sent := 0
+	for _, r := range handoffRules {
+		sent += r.Fired()
+	}
+	t.Logf("acquisitions per client %d %d %d; %d handoff scripts sent, %d acquisitions handed over",
+		perClientWins[0].Load(), perClientWins[1].Load(), perClientWins[2].Load(), sent, handed.Load())
+	assert.Greater(t, handed.Load(), int64(total/4), "most changes of holder within a client are handoffs")
+	for i := range clients {
+		assert.Greater(t, perClientWins[i].Load(), int64(total/10), "client %d got its turns", i)
+	}
+	assert.Empty(t, e.keys(t))
+}
+
+// The fairness bound: once a waiter of another client is subscribed to the
+// lock's channel, a client hands the lock over locally at most cohortRun
+// times in a row before it frees the lock for that waiter.
+func TestCohortRunIsBounded(t *testing.T) {
+	e := realEnv(t)
+	type acq struct {
+		client  int
+		handoff bool
+	}
+	var mu sync.Mutex
+	var order []acq // appended under the lock
+	var pending [2]atomic.Bool
+	var clients [2]*Client
+	mutex := func(i int) *Mutex {
+		clients[i] = e.client(t, WithObserver(&Observer{Acquired: func(ev HoldEvent) {
+			pending[i].Store(ev.Handoff)
+		}}))
+		return clients[i].Mutex("cohort-bound")
+	}
+	a, b := mutex(0), mutex(1)
+	// bWaits reports whether b has a waiter whose subscription Redis has
+	// confirmed (so a's scripts can count it).
+	bWaits := func() bool {
+		p := clients[1].ps
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		ch := p.chans[b.channel]
+		return ch != nil && len(ch.waiters) > 0 && p.state(b.channel).confirmed()
+	}
+	record := func(i int) {
+		mu.Lock()
+		if i == 1 || bWaits() {
+			order = append(order, acq{i, pending[i].Load()})
+		}
+		mu.Unlock()
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, err := a.Lock(context.Background())
+				if !assert.NoError(t, err) {
+					return
+				}
+				record(0)
+				assert.NoError(t, a.Unlock(ctx))
+			}
+		}()
+	}
+	time.Sleep(100 * time.Millisecond) // a's handoffs under way
+	const turns = 20
+	for range turns {
+		ctx, err := b.TryLockFor(context.Background(), 10*time.Second)
+		require.NoError(t, err, "another client's waiter starved")
+		record(1)
+		require.NoError(t, b.Unlock(ctx))
+		time.Sleep(2 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+
+	longest, run, between, most := 0, 0, 0, 0
+	for _, x := range order {
+		switch {
+		case x.client == 1:
+			run, between = 0, 0
+		case x.handoff:
+			run++
+			between++
+		default:
+			run = 0
+			between++
+		}
+		longest, most = max(longest, run), max(most, between)
+	}
+	t.Logf("while b waited: longest run of a's local handoffs %d, most acquisitions by a before b's turn %d (%d recorded)",
+		longest, most, len(order))
+	// One handoff may have been decided just before b's subscription was
+	// confirmed and recorded just after.
+	assert.LessOrEqual(t, longest, cohortRun+1, "a run of local handoffs exceeded the bound while another client waited")
+	assert.Greater(t, longest, 0, "a handed the lock over locally")
+}
+
+// A waiter whose context ends while the lock is being handed to it does
+// not keep it: the lock comes free for others at once, not after a lease.
+func TestCohortWaiterLeavesDuringHandoff(t *testing.T) {
+	e := realEnv(t)
+	for _, tc := range []struct {
+		name   string
+		action faultproxy.Action
+	}{
+		{"before the script runs", faultproxy.DelayBefore(300 * time.Millisecond)},
+		{"after it ran, reply late", faultproxy.DelayReply(300 * time.Millisecond)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := "cohort-leave-" + tc.name
+			rdb, h := faultRDB(t, &redis.Options{Addr: e.srv.Addr()})
+			c := newClient(t, rdb)
+			m := c.Mutex(name)
+			hctx, err := m.Lock(context.Background())
+			require.NoError(t, err)
+
+			wctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			w := faultLockAsync(wctx, m)
+			eventually(t, 2*time.Second, "the waiter queued", func() bool { return localWaiters(c, m.channel) == 1 })
+			time.Sleep(20 * time.Millisecond) // waiting, not trying
+
+			slow := h.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.Handoff.Script), Times: 1, Action: tc.action})
+			unlocked := make(chan error, 1)
+			go func() { unlocked <- m.Unlock(hctx) }()
+			eventually(t, time.Second, "the handoff sent", func() bool { return slow.Fired() == 1 })
+			cancel()
+			got := <-w
+			require.ErrorIs(t, got.err, context.Canceled)
+			require.NoError(t, <-unlocked)
+
+			other := e.client(t).Mutex(name)
+			start := time.Now()
+			octx, err := other.TryLockFor(context.Background(), 5*time.Second)
+			require.NoError(t, err, "the lock stayed held for a waiter that gave up")
+			assert.Less(t, time.Since(start), 2*time.Second, "freed at once, not when a lease ran out")
+			require.NoError(t, other.Unlock(octx))
+		})
+	}
+}
+
+// A releaser whose lease was lost has nothing to hand over: the waiter does
+// not get a lock another client holds, and gets it once that one unlocks.
+func TestCohortLeaseLostMidHandoff(t *testing.T) {
+	e := realEnv(t)
+	rdb, h := faultRDB(t, &redis.Options{Addr: e.srv.Addr()})
+	c := newClient(t, rdb)
+	m := c.Mutex("cohort-lost")
+	hctx, err := m.Lock(context.Background())
+	require.NoError(t, err)
+	w := faultLockAsync(context.Background(), m)
+	eventually(t, 2*time.Second, "the waiter queued", func() bool { return localWaiters(c, m.channel) == 1 })
+	time.Sleep(20 * time.Millisecond)
+
+	slow := h.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.Handoff.Script), Times: 1,
+		Action: faultproxy.DelayBefore(300 * time.Millisecond)})
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- m.Unlock(hctx) }()
+	eventually(t, time.Second, "the handoff sent", func() bool { return slow.Fired() == 1 })
+	// Meanwhile the releaser's lease is lost and another client takes the lock.
+	require.NoError(t, e.rdb(t).Del(context.Background(), m.Name()).Err())
+	other := e.client(t).Mutex(m.Name())
+	octx, err := other.TryLock(context.Background())
+	require.NoError(t, err)
+	require.NoError(t, <-unlocked)
+
+	select {
+	case got := <-w:
+		t.Fatalf("the waiter got the lock another client holds (err %v)", got.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	released := time.Now()
+	require.NoError(t, other.Unlock(octx))
+	got := <-w
+	require.NoError(t, got.err)
+	assert.True(t, got.at.After(released))
+	assert.Less(t, got.at.Sub(released), 2*time.Second, "woken by the unlock")
+	require.NoError(t, m.Unlock(got.hctx))
+}
+
+// A handed-over hold is a hold like any other: the watchdog renews it, and
+// renewals of the releaser's field that race the handoff harm nobody.
+func TestCohortHandoffRacesWatchdog(t *testing.T) {
+	e := realEnv(t)
+	rdb, h := faultRDB(t, &redis.Options{Addr: e.srv.Addr()})
+	// Renewals reach Redis late, often after the field they renew was
+	// handed over.
+	h.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.Renew.Script), Action: faultproxy.DelayBefore(15 * time.Millisecond)})
+	var handed, lost atomic.Int64
+	c := newClient(t, rdb, WithWatchdogTimeout(150*time.Millisecond), WithObserver(&Observer{
+		Acquired:  func(ev HoldEvent) { handed.Add(map[bool]int64{true: 1}[ev.Handoff]) },
+		LeaseLost: func(HoldEvent) { lost.Add(1) },
+	}))
+	m := c.Mutex("cohort-watchdog")
+	check := e.rdb(t)
+	var inside atomic.Int32
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	var wg sync.WaitGroup
+	for range 5 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				ctx, err := m.Lock(context.Background())
+				if !assert.NoError(t, err) {
+					return
+				}
+				assert.Equal(t, int32(1), inside.Add(1))
+				if rand.IntN(3) == 0 {
+					time.Sleep(200 * time.Millisecond) // longer than the lease: renewed
+					field := carried(ctx, m.spec.ref).field
+					n, err := check.HGet(context.Background(), m.Name(), field).Int()
+					assert.NoError(t, err, "a handed-over hold was not renewed")
+					assert.Equal(t, 1, n)
+				}
+				assert.NoError(t, context.Cause(ctx))
+				inside.Add(-1)
+				assert.NoError(t, m.Unlock(ctx))
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d acquisitions handed over", handed.Load())
+	assert.Greater(t, handed.Load(), int64(3))
+	assert.Zero(t, lost.Load(), "a hold lost its lease")
+	assert.Empty(t, e.keys(t))
+}
+
+// Close while a handoff is under way leaves no lock behind.
+func TestCohortCloseDuringHandoff(t *testing.T) {
+	e := realEnv(t)
+	rdb, h := faultRDB(t, &redis.Options{Addr: e.srv.Addr()})
+	c, err := New(rdb)
+	require.NoError(t, err)
+	m := c.Mutex("cohort-close")
+	hctx, err := m.Lock(context.Background())
+	require.NoError(t, err)
+	w := faultLockAsync(context.Background(), m)
+	eventually(t, 2*time.Second, "the waiter queued", func() bool { return localWaiters(c, m.channel) == 1 })
+	time.Sleep(20 * time.Millisecond)
+	slow := h.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.Handoff.Script), Times: 1,
+		Action: faultproxy.DelayReply(300 * time.Millisecond)})
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- m.Unlock(hctx) }()
+	eventually(t, time.Second, "the handoff sent", func() bool { return slow.Fired() == 1 })
+	require.NoError(t, c.Close())
+	got := <-w
+	require.True(t, errors.Is(got.err, ErrClosed), "the waiter ends with ErrClosed: %v", got.err)
+	<-unlocked
+	eventually(t, 2*time.Second, "no lock left", func() bool { return len(e.keys(t)) == 0 })
+}
+
+// A fenced lock handed over locally gives its receiver a new token, greater
+// than the releaser's: a handoff is a first acquisition.
+func TestCohortHandoffFenced(t *testing.T) {
+	e := realEnv(t)
+	var handed atomic.Int64
+	c := e.client(t, WithObserver(&Observer{Acquired: func(ev HoldEvent) {
+		if ev.Handoff {
+			handed.Add(1)
+		}
+	}}))
+	m := c.Mutex("cohort-fenced", WithFencing())
+	var mu sync.Mutex
+	last := int64(0)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 50 {
+				ctx, err := m.Lock(context.Background())
+				if !assert.NoError(t, err) {
+					return
+				}
+				tok, ok := m.Token(ctx)
+				assert.True(t, ok)
+				mu.Lock()
+				assert.Greater(t, tok, last, "tokens increase across handoffs")
+				last = tok
+				mu.Unlock()
+				n, err := e.rdb(t).Get(context.Background(), fenceKey(m.Name())).Int64()
+				assert.NoError(t, err)
+				assert.Equal(t, tok, n, "the holder's token is the counter's value")
+				assert.NoError(t, m.Unlock(ctx))
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d of 200 acquisitions handed over", handed.Load())
+	assert.Greater(t, handed.Load(), int64(20))
+	assert.Equal(t, int64(200), last)
+}

@@ -1,0 +1,62 @@
+-- Hands a reentrant lock from the owner releasing its last hold straight to
+-- a waiter of the same process (cohort handoff): the lock is never free in
+-- between (the key is never even empty), and nothing is published. At the end of a run of such handoffs
+-- (ARGV[4] set), the lock is released for real instead, with its unlock
+-- message, if another client waits for it: some other subscriber listens
+-- on its channel.
+--
+-- KEYS[1]  the lock's hash
+-- KEYS[2]  optional: the fencing counter (WithFencing); the receiver's is a
+--          first hold, so it is incremented and returned
+-- ARGV[1]  the releasing owner's field
+-- ARGV[2]  the receiving owner's field
+-- ARGV[3]  the receiving owner's lease in milliseconds
+-- ARGV[4]  "" within the run's bound; at its end, how to count the
+--          channel's subscribers: "numsub", "shardnumsub", or "any" when
+--          they cannot be counted here (then others are assumed to wait)
+-- ARGV[5]  channel
+-- ARGV[6]  unlock message
+-- ARGV[7]  the releasing client's own subscriptions to the channel (0 or 1)
+-- ARGV[8]  publish command: "publish" or "spublish"
+--
+-- A releasing owner whose field is gone (its lease was lost) has nothing to
+-- hand over: the receiver gets the lock only if it is free, as its own
+-- attempt would. A resent call finds the receiver holding and reports it.
+--
+-- Returns {1, 1} when the receiver holds the lock with one hold ({1, 1,
+-- token} with KEYS[2]; a resent call reads the counter, which nobody else
+-- can have incremented since, as the receiver holds the lock), {2, 0}
+-- when the lock was released for other clients, {0, pttl} when another
+-- owner holds it (nothing changed). A key of another type fails with
+-- WRONGTYPE and is not touched.
+local pttl = redis.call('pttl', KEYS[1])
+local received = pttl ~= -2 and redis.call('hexists', KEYS[1], ARGV[2]) == 1
+if pttl ~= -2 and not received and redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+  return {0, pttl}
+end
+if ARGV[4] ~= '' and not received then
+  local others = 1
+  if ARGV[4] ~= 'any' then
+    others = redis.call('pubsub', ARGV[4], ARGV[5])[2] - tonumber(ARGV[7])
+  end
+  if others > 0 then
+    redis.call('del', KEYS[1])
+    redis.call(ARGV[8], ARGV[5], ARGV[6])
+    return {2, 0}
+  end
+end
+local token
+if KEYS[2] then
+  if received then
+    token = tonumber(redis.call('get', KEYS[2]))
+  else
+    token = redis.call('incr', KEYS[2])
+  end
+end
+redis.call('hset', KEYS[1], ARGV[2], 1)
+redis.call('hdel', KEYS[1], ARGV[1])
+redis.call('pexpire', KEYS[1], ARGV[3])
+if token then
+  return {1, 1, token}
+end
+return {1, 1}
