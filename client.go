@@ -25,6 +25,7 @@ type Client struct {
 	rdb   redis.UniversalClient
 	id    string // identifies this client's owners: "<id>:<n>"
 	lease time.Duration
+	ack   replicaAck // WithReplicaAck; zero: off
 
 	wd *watchdog
 	ps *pubsub
@@ -79,6 +80,9 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		if err := opt(c); err != nil {
 			return nil, err
 		}
+	}
+	if err := c.checkAck(); err != nil {
+		return nil, err
 	}
 	c.wd = newWatchdog(c, c.lease)
 	c.ps = newPubSub(rdb, c.closed, c.log)

@@ -219,7 +219,7 @@ func (f *FairMutex) script(ctx context.Context, field string, count int, queue b
 	if queue {
 		waiterMs = f.waiter.Milliseconds()
 	}
-	return lua.FairLock.Run(context.WithoutCancel(ctx), f.c.rdb, f.keys(), f.spec.lease.Milliseconds(), field, count, waiterMs, f.prefix).Int64Slice()
+	return f.c.runScript(context.WithoutCancel(ctx), lua.FairLock, f.keys(), f.spec.lease.Milliseconds(), field, count, waiterMs, f.prefix)
 }
 
 // leave takes field out of the queue after a wait that ended without the

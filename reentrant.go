@@ -198,7 +198,7 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 // call. It runs to completion even if ctx ends meanwhile: a lock taken in
 // Redis but abandoned here would stay taken for a whole lease.
 func (m *Mutex) script(ctx context.Context, field string, count int) ([]int64, error) {
-	return lua.Lock.Run(context.WithoutCancel(ctx), m.c.rdb, []string{m.name}, m.spec.lease.Milliseconds(), field, count).Int64Slice()
+	return m.c.runScript(context.WithoutCancel(ctx), lua.Lock, []string{m.name}, m.spec.lease.Milliseconds(), field, count)
 }
 
 // Unlock releases one hold of the lock that ctx carries; the lock is freed,

@@ -293,7 +293,7 @@ func (r *RWMutex) script(ctx context.Context, script *lua.Script, field, writer 
 	if wait {
 		waiterMs = r.waiter.Milliseconds()
 	}
-	return script.Run(context.WithoutCancel(ctx), r.c.rdb, r.keys, r.wspec.lease.Milliseconds(), field, count, waiterMs, writer).Int64Slice()
+	return r.c.runScript(context.WithoutCancel(ctx), script, r.keys, r.wspec.lease.Milliseconds(), field, count, waiterMs, writer)
 }
 
 // leave takes field out of the waiting sets after a wait that ended without
