@@ -302,3 +302,60 @@ func TestReplicaAckInvalid(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, c.Close())
 }
+
+// On a Cluster, WAIT goes to the lock's own master: with the replica of
+// one master frozen, only acquisitions on that master fail, and renewals
+// (one WAIT per node) lose only that master's holds.
+func TestReplicaAckCluster(t *testing.T) {
+	rc := redistest.StartClusterWithReplicas(t, 3)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: rc.Addrs(), ReadTimeout: 5 * time.Second})
+	t.Cleanup(func() { _ = rdb.Close() })
+	const lease = 1500 * time.Millisecond
+	c := newClient(t, rdb, WithWatchdogTimeout(lease), WithReplicaAck(1, 200*time.Millisecond))
+	bg := context.Background()
+
+	// Two lock names served by each master.
+	names := make([][]string, len(rc.Masters))
+	for i := 0; len(names[0]) < 2 || len(names[1]) < 2 || len(names[2]) < 2; i++ {
+		name := fmt.Sprintf("ack-%d", i)
+		node, err := rdb.MasterForKey(bg, name)
+		require.NoError(t, err)
+		for j, m := range rc.Masters {
+			if node.Options().Addr == m.Addr() && len(names[j]) < 2 {
+				names[j] = append(names[j], name)
+			}
+		}
+	}
+	holds := make([]context.Context, len(rc.Masters))
+	for i := range rc.Masters {
+		var err error
+		holds[i], err = c.Mutex(names[i][0]).Lock(bg)
+		require.NoError(t, err, "master %d", i)
+	}
+
+	rc.Replicas[0].Pause()
+	t.Cleanup(rc.Replicas[0].Resume)
+	_, err := c.Mutex(names[0][1]).TryLock(bg)
+	require.ErrorIs(t, err, ErrNotReplicated, "the frozen replica's master")
+	n, err := rc.Masters[0].Client(t).Exists(bg, names[0][1]).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "nothing left on that master")
+	for i := 1; i < len(rc.Masters); i++ {
+		m := c.Mutex(names[i][1])
+		ctx, err := m.TryLock(bg)
+		require.NoError(t, err, "master %d, whose replica runs", i)
+		require.NoError(t, m.Unlock(ctx))
+	}
+
+	select {
+	case <-holds[0].Done():
+	case <-time.After(5 * lease):
+		t.Fatal("the hold on the master whose replica is frozen was not lost")
+	}
+	require.ErrorIs(t, context.Cause(holds[0]), ErrLeaseLost)
+	time.Sleep(lease)
+	for i := 1; i < len(rc.Masters); i++ {
+		require.NoError(t, holds[i].Err(), "master %d's hold, renewed and acknowledged", i)
+		require.NoError(t, c.Mutex(names[i][0]).Unlock(holds[i]))
+	}
+}
