@@ -56,13 +56,22 @@ func (a *acquisition) all(field string) []call { return append(a.left(field), a.
 func (a *acquisition) send(script func(field string) ([]int64, error)) (string, []int64, time.Duration, error) {
 	field := a.owner
 	a.st = a.c.stamp(a.s.ref)
-	r, err := abandonable(a.wctx, func() ([]int64, error) { return script(field) }, nil, func(r []int64, err error) {
+	r, err := abandonable(a.wctx, func() ([]int64, error) {
+		r, err := script(field)
+		if notReplicated(err) != nil { // WithReplicaAck: give it back before failing
+			a.c.undo(a.release(field))
+		}
+		return r, err
+	}, nil, func(r []int64, err error) {
 		calls := a.left(field)
 		if err == nil && r[0] == 1 {
 			calls = append(calls, a.release(field))
 		}
 		a.c.undo(calls...)
 	})
+	if errors.Is(err, ErrNotReplicated) {
+		return field, nil, 0, err // given back: the call fails
+	}
 	if err != nil {
 		d, err := a.c.unsure(err, a.wait, &a.dirty)
 		return field, nil, d, err

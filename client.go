@@ -25,6 +25,7 @@ type Client struct {
 	rdb   redis.UniversalClient
 	id    string // identifies this client's owners: "<id>:<n>"
 	lease time.Duration
+	ack   replicaAck // WithReplicaAck; zero: off
 
 	wd *watchdog
 	ps *pubsub
@@ -91,6 +92,9 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	c.countSubs = "numsub"
 	if _, ok := rdb.(*redis.ClusterClient); ok {
 		c.countSubs = "any"
+	}
+	if err := c.checkAck(); err != nil {
+		return nil, err
 	}
 	c.wd = newWatchdog(c, c.lease)
 	c.ps = newPubSub(rdb, c.closed, c.log)

@@ -2,6 +2,7 @@ package redisync
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -179,6 +180,8 @@ func (w *waiter) dropHandoff() *handoff {
 // at once when it was granted, by a sweep when its outcome is unknown.
 func (c *Client) giveBackHandoff(h *handoff, granted bool, err error) {
 	switch {
+	case errors.Is(err, ErrNotReplicated):
+		// given back already
 	case err != nil:
 		c.sweep(h.lease, h.release)
 	case granted:

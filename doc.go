@@ -112,6 +112,9 @@
 // holder is told (its renewals fail, its context is cancelled with
 // ErrLeaseLost before its lease would have run out), but it may be told late
 // for work already under way. Where that matters, make the protected resource
-// check a fencing token, or run Redis with replica acknowledgement
-// (min-replicas-to-write) so a write the replicas did not see is refused.
+// check a fencing token, or use WithReplicaAck: an acquisition then counts
+// only once k replicas acknowledged it (WAIT), and is undone with
+// ErrNotReplicated otherwise; WAIT is not consensus, so a failover to a
+// replica that did not acknowledge can still lose the lock (see
+// WithReplicaAck for what it does and does not guarantee).
 package redisync

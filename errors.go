@@ -33,6 +33,12 @@ var (
 	// ErrInvalid is wrapped by every error about bad input: an empty name, a
 	// non-positive lease, timeout, wait or count, a nil client or option.
 	ErrInvalid = errors.New("redisync: invalid argument")
+
+	// ErrNotReplicated is returned, with WithReplicaAck, by an acquisition
+	// or re-entry that fewer than the required replicas acknowledged within
+	// the timeout: it was undone in Redis, and no hold was handed out. It
+	// also matches the error a renewal logs when it was not acknowledged.
+	ErrNotReplicated = errors.New("redisync: not replicated")
 )
 
 // lockError is an error about one named lock, latch or semaphore.

@@ -229,7 +229,7 @@ func (f *FairMutex) script(ctx context.Context, field string, count int, queue b
 	if f.fence != "" {
 		keys = append(keys, f.fence)
 	}
-	return lua.FairLock.Run(context.WithoutCancel(ctx), f.c.rdb, keys, f.spec.lease.Milliseconds(), field, count, waiterMs, f.prefix).Int64Slice()
+	return f.c.runScript(context.WithoutCancel(ctx), lua.FairLock, keys, f.spec.lease.Milliseconds(), field, count, waiterMs, f.prefix)
 }
 
 // leave takes field out of the queue after a wait that ended without the

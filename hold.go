@@ -246,6 +246,9 @@ func (c *Client) reenter(ctx, wctx context.Context, s *spec, h *hold,
 		}
 		sent := time.Now()
 		n, lost, err := run(h.count)
+		if nr := notReplicated(err); nr != nil { // WithReplicaAck: take it back
+			undo(nr.count())
+		}
 		return outcome{n, lost, sent}, err
 	}, func(o outcome) {
 		if o.lost {

@@ -201,6 +201,8 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 		release: a.release,
 		take: func(h *handoff) (bool, time.Duration, error) {
 			switch {
+			case errors.Is(h.err, ErrNotReplicated):
+				return false, 0, h.err // given back by the releaser
 			case h.err != nil:
 				a.dirty = true // it may hold the lock: the next try adopts it
 				return false, 0, nil
@@ -229,7 +231,7 @@ func (m *Mutex) script(ctx context.Context, field string, count int) ([]int64, e
 	if m.fence != "" {
 		keys = append(keys, m.fence)
 	}
-	return lua.Lock.Run(context.WithoutCancel(ctx), m.c.rdb, keys, m.spec.lease.Milliseconds(), field, count).Int64Slice()
+	return m.c.runScript(context.WithoutCancel(ctx), lua.Lock, keys, m.spec.lease.Milliseconds(), field, count)
 }
 
 // Unlock releases one hold of the lock that ctx carries; the lock is freed,
@@ -281,12 +283,19 @@ func (m *Mutex) handOver(ctx context.Context, h *hold, ho *handoff, mine int) (i
 	if ho.fence != "" {
 		keys = append(keys, ho.fence)
 	}
-	r, err := lua.Handoff.Run(ctx, m.c.rdb, keys, h.field, ho.field, ho.lease.Milliseconds(),
-		count, m.channel, unlockMessage, mine, "publish").Int64Slice()
+	r, err := m.c.runScript(ctx, lua.Handoff, keys, h.field, ho.field, ho.lease.Milliseconds(),
+		count, m.channel, unlockMessage, mine, "publish")
+	if notReplicated(err) != nil {
+		// WithReplicaAck: the receiver's grant was not acknowledged;
+		// take it back, and the receiver's call fails as its own
+		// attempt would have.
+		m.c.undo(ho.release)
+		r = nil
+	}
 	if !m.c.ps.settle(ho, r, err) {
 		m.c.giveBackHandoff(ho, err == nil && r[0] == 1, err)
 	}
-	if err != nil {
+	if err != nil && notReplicated(err) == nil {
 		return 0, err
 	}
 	return 2, nil

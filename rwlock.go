@@ -303,7 +303,7 @@ func (r *RWMutex) script(ctx context.Context, script *lua.Script, field, writer 
 	if script == lua.RWLock && r.fence != "" {
 		keys = append(keys[:len(keys):len(keys)], r.fence)
 	}
-	return script.Run(context.WithoutCancel(ctx), r.c.rdb, keys, r.wspec.lease.Milliseconds(), field, count, waiterMs, writer).Int64Slice()
+	return r.c.runScript(context.WithoutCancel(ctx), script, keys, r.wspec.lease.Milliseconds(), field, count, waiterMs, writer)
 }
 
 // leave takes field out of the waiting sets after a wait that ended without

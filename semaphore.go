@@ -264,8 +264,8 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 	send := func(field string, prev int) ([]int64, error) {
 		// The script runs to completion even if ctx ends meanwhile: its
 		// result is given back when nobody takes it (abandonable).
-		return lua.SemAcquire.Run(context.WithoutCancel(parent), s.c.rdb, s.keys,
-			field, n, prev, leaseMs, s.channel, semReclaimLimit).Int64Slice()
+		return s.c.runScript(context.WithoutCancel(parent), lua.SemAcquire, s.keys,
+			field, n, prev, leaseMs, s.channel, semReclaimLimit)
 	}
 	// more adds n permits to h, the hold ctx carries.
 	more := func() (bool, time.Duration, error) {
@@ -282,6 +282,9 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 			}
 			sent := time.Now()
 			r, err := send(h.field, h.count)
+			if nr := notReplicated(err); nr != nil { // WithReplicaAck: take the n back
+				s.c.undo(call{lua.SemRelease, s.keys, []any{h.field, n, nr.count(), s.channel, semReclaimLimit}})
+			}
 			return outcome{r, sent}, err
 		}, func(o outcome) {
 			switch o.r[0] {

@@ -217,7 +217,7 @@ func (w *watchdog) renewBatch(hs []*hold, r *RenewalEvent) error {
 	for i := range sent {
 		sent[i] = start
 	}
-	cmds := w.exec(ctx, hs, false)
+	cmds, nacks := w.exec(ctx, hs, false)
 	r.RoundTrips++
 	var retry []int
 	for i, cmd := range cmds {
@@ -234,15 +234,22 @@ func (w *watchdog) renewBatch(hs []*hold, r *RenewalEvent) error {
 		}
 		resent := time.Now()
 		r.RoundTrips++
-		for j, cmd := range w.exec(ctx, again, true) {
+		cmds2, nacks2 := w.exec(ctx, again, true)
+		for j, cmd := range cmds2 {
 			cmds[retry[j]] = cmd
 			sent[retry[j]] = resent
+			if nacks != nil {
+				nacks[retry[j]] = nacks2[j]
+			}
 		}
 	}
 	var failed error
 	for i, cmd := range cmds {
 		h := hs[i]
 		n, err := cmd.Int64()
+		if err == nil && n == 1 && nacks != nil && nacks[i] != nil {
+			err = nacks[i] // renewed, but not acknowledged: a failed renewal
+		}
 		switch {
 		case err == nil && n == 1:
 			w.extend(h, sent[i])
@@ -259,15 +266,20 @@ func (w *watchdog) renewBatch(hs []*hold, r *RenewalEvent) error {
 	return failed
 }
 
-// exec pipelines the renewal of hs, as EVALSHA or, with eval, as EVAL.
-func (w *watchdog) exec(ctx context.Context, hs []*hold, eval bool) []*redis.Cmd {
+// exec pipelines the renewal of hs, as EVALSHA or, with eval, as EVAL. With
+// WithReplicaAck it also returns, per hold, why its renewal was not
+// acknowledged (nil when it was; see renewAcked); without, nil.
+func (w *watchdog) exec(ctx context.Context, hs []*hold, eval bool) ([]*redis.Cmd, []error) {
+	if w.c.ack.on() {
+		return w.renewAcked(ctx, hs, eval)
+	}
 	pipe := w.c.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(hs))
 	for i, h := range hs {
 		cmds[i] = h.renew.pipe(ctx, pipe, eval)
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command
-	return cmds
+	return cmds, nil
 }
 
 func (k call) pipe(ctx context.Context, p redis.Pipeliner, eval bool) *redis.Cmd {

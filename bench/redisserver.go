@@ -52,7 +52,7 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-func startRedis(bin string) (*redisServer, error) {
+func startRedis(bin string, extra ...string) (*redisServer, error) {
 	dir, err := os.MkdirTemp("", "redisync-bench-")
 	if err != nil {
 		return nil, err
@@ -69,6 +69,7 @@ func startRedis(bin string) (*redisServer, error) {
 			"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 			"--save", "", "--appendonly", "no",
 			"--dir", dir, "--logfile", logPath, "--daemonize", "no")
+		s.cmd.Args = append(s.cmd.Args, extra...)
 		s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 		if err := s.cmd.Start(); err != nil {
 			return nil, err

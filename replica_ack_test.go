@@ -1,0 +1,386 @@
+package redisync
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisync-go/redisync/internal/redistest"
+)
+
+// ackRDB is a go-redis client whose ReadTimeout leaves room for WAIT.
+func ackRDB(t testing.TB, addr string) *redis.Client {
+	rdb := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: time.Second})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+// ackReplica starts a replica of e's server and waits until it
+// acknowledges writes: after a diskless sync, the master streams writes to
+// a new replica only once that replica has sent its first ACK, up to a
+// second after its link is up.
+func ackReplica(t *testing.T, e *testEnv) *redistest.Server {
+	t.Helper()
+	replica := redistestReplica(t, e)
+	rdb := e.rdb(t)
+	bg := context.Background()
+	eventually(t, 10*time.Second, "the replica acknowledging writes", func() bool {
+		p := rdb.Pipeline()
+		p.Set(bg, "ack-probe", 1, 0)
+		p.Del(bg, "ack-probe")
+		w := p.Do(bg, "wait", 1, 50)
+		_, _ = p.Exec(bg)
+		n, _ := w.Int64()
+		return n == 1
+	})
+	return replica
+}
+
+// returnsAfterResume pauses replica, starts acquire, resumes the replica
+// after a while and returns acquire's context: it fails the test unless
+// acquire returned after the replica was running again.
+func returnsAfterResume(t *testing.T, replica *redistest.Server, acquire func() (context.Context, error)) context.Context {
+	t.Helper()
+	type result struct {
+		ctx context.Context
+		err error
+		at  time.Time
+	}
+	replica.Pause()
+	got := make(chan result, 1)
+	go func() {
+		ctx, err := acquire()
+		got <- result{ctx, err, time.Now()}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	resumed := time.Now()
+	replica.Resume()
+	select {
+	case r := <-got:
+		require.NoError(t, r.err)
+		assert.True(t, r.at.After(resumed), "returned %v before the replica was resumed", resumed.Sub(r.at))
+		return r.ctx
+	case <-time.After(5 * time.Second):
+		t.Fatal("the acquisition did not return after the replica was resumed")
+		return nil
+	}
+}
+
+// With WithReplicaAck, Lock and a re-entry return only once the replica has
+// them: with the replica paused they wait for it, and right after they
+// return the replica has the hash.
+func TestReplicaAckLockIsOnTheReplica(t *testing.T) {
+	e := realEnv(t)
+	replica := ackReplica(t, e)
+	rr := replica.Client(t)
+	c := newClient(t, ackRDB(t, e.addr), WithReplicaAck(1, 3*time.Second))
+	m := c.Mutex("ack")
+	bg := context.Background()
+
+	lctx := returnsAfterResume(t, replica, func() (context.Context, error) { return m.Lock(bg) })
+	field := lctx.Value(m.spec.ref).(*hold).field
+	got, err := rr.HGetAll(bg, "ack").Result()
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{field: "1"}, got, "the replica has the lock when Lock returns")
+
+	returnsAfterResume(t, replica, func() (context.Context, error) { return m.Lock(lctx) })
+	got, err = rr.HGetAll(bg, "ack").Result()
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{field: "2"}, got, "the replica has the re-entry when Lock returns")
+
+	f := c.FairMutex("ack-fair")
+	fctx := returnsAfterResume(t, replica, func() (context.Context, error) { return f.Lock(bg) })
+	n, err := rr.Exists(bg, "ack-fair").Result()
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, n, "the replica has the fair lock when Lock returns")
+
+	require.NoError(t, m.Unlock(lctx))
+	require.NoError(t, m.Unlock(lctx))
+	require.NoError(t, f.Unlock(fctx))
+}
+
+// With the replica frozen, every kind of acquisition and re-entry fails
+// with ErrNotReplicated within about the timeout, naming the lock, hands
+// out no hold and leaves nothing behind on the primary.
+func TestReplicaAckPausedReplicaFails(t *testing.T) {
+	e := realEnv(t)
+	replica := ackReplica(t, e)
+	const timeout = 200 * time.Millisecond
+	c := newClient(t, ackRDB(t, e.addr), WithReplicaAck(1, timeout))
+	bg := context.Background()
+
+	sem := c.Semaphore("ack-sem")
+	require.NoError(t, sem.SetPermits(bg, 3))
+	held := c.Mutex("ack-held")
+	hctx, err := held.Lock(bg)
+	require.NoError(t, err)
+	sctx, err := sem.Acquire(bg, 1)
+	require.NoError(t, err)
+	baseline := e.keys(t)
+
+	replica.Pause()
+	t.Cleanup(replica.Resume)
+
+	cases := []struct {
+		name    string
+		ctx     context.Context
+		acquire func(context.Context) (context.Context, error)
+	}{
+		{"Mutex.Lock ack-m", bg, c.Mutex("ack-m").Lock},
+		{"Mutex.TryLock ack-m", bg, c.Mutex("ack-m").TryLock},
+		{"Mutex.TryLockFor ack-m", bg, func(ctx context.Context) (context.Context, error) {
+			return c.Mutex("ack-m").TryLockFor(ctx, 5*time.Second)
+		}},
+		{"FairMutex.Lock ack-f", bg, c.FairMutex("ack-f").Lock},
+		{"FairMutex.TryLock ack-f", bg, c.FairMutex("ack-f").TryLock},
+		{"RWMutex.Lock ack-rw", bg, c.RWMutex("ack-rw").Lock},
+		{"RWMutex.RLock ack-rw", bg, c.RWMutex("ack-rw").RLock},
+		{"Semaphore.Acquire ack-sem", bg, func(ctx context.Context) (context.Context, error) { return sem.Acquire(ctx, 2) }},
+		{"Semaphore.TryAcquire ack-sem", bg, func(ctx context.Context) (context.Context, error) { return sem.TryAcquire(ctx, 1) }},
+		{"Mutex re-entry ack-held", hctx, held.Lock},
+		{"Semaphore re-entry ack-sem", sctx, func(ctx context.Context) (context.Context, error) { return sem.Acquire(ctx, 1) }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(tc.ctx, 5*time.Second) // fail, not hang, without the option
+			defer cancel()
+			start := time.Now()
+			got, err := tc.acquire(ctx)
+			took := time.Since(start)
+			require.ErrorIs(t, err, ErrNotReplicated)
+			assert.Contains(t, err.Error(), fmt.Sprintf("%q", tc.name[strings.LastIndex(tc.name, " ")+1:]), "the error names the lock")
+			assert.Contains(t, err.Error(), "0 of 1 replicas acknowledged")
+			assert.Equal(t, ctx, got, "no hold is handed out")
+			assert.Less(t, took, timeout+3*time.Second, "it fails within about the timeout")
+			assert.Equal(t, baseline, e.keys(t), "nothing is left behind on the primary")
+		})
+	}
+
+	n, err := held.HoldCount(hctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "the failed re-entry was taken back")
+	require.NoError(t, hctx.Err(), "the hold itself stays")
+	avail, err := sem.Available(bg)
+	require.NoError(t, err)
+	assert.Equal(t, 2, avail, "the failed permits were given back")
+
+	// A wait bound shorter than WAIT's timeout: the call ends at its bound,
+	// and what the script took is given back once WAIT answers.
+	m := c.Mutex("ack-short")
+	_, err = m.TryLockFor(bg, 20*time.Millisecond)
+	require.ErrorIs(t, err, ErrNotAcquired)
+	eventually(t, 3*time.Second, "the abandoned acquisition given back", func() bool {
+		n, _ := e.rdb(t).Exists(bg, "ack-short").Result()
+		return n == 0
+	})
+
+	// Releases do not wait for the replica.
+	require.NoError(t, held.Unlock(hctx))
+	require.NoError(t, sem.Release(sctx, 1))
+	avail, err = sem.Available(bg)
+	require.NoError(t, err)
+	assert.Equal(t, 3, avail)
+}
+
+// A renewal that is not acknowledged counts as failed: with the replica
+// frozen, the holder is told (ErrLeaseLost) within the lease, counted from
+// before the freeze, and the lock is then released on the primary.
+func TestReplicaAckRenewalNotAcknowledged(t *testing.T) {
+	e := realEnv(t)
+	replica := ackReplica(t, e)
+	const lease = 900 * time.Millisecond
+	c := newClient(t, ackRDB(t, e.addr), WithWatchdogTimeout(lease), WithReplicaAck(1, 100*time.Millisecond))
+	m := c.Mutex("ack-renew")
+	lctx, err := m.Lock(context.Background())
+	require.NoError(t, err)
+
+	time.Sleep(2 * lease)
+	require.NoError(t, lctx.Err(), "acknowledged renewals keep the hold")
+
+	paused := time.Now()
+	replica.Pause()
+	t.Cleanup(replica.Resume)
+	select {
+	case <-lctx.Done():
+	case <-time.After(5 * lease):
+		t.Fatal("the holder was not told its renewals are not replicated")
+	}
+	told := time.Since(paused)
+	require.ErrorIs(t, context.Cause(lctx), ErrLeaseLost)
+	assert.Less(t, told, lease, "told before the lease of the last acknowledged renewal ran out")
+	eventually(t, 3*time.Second, "the lost hold released on the primary", func() bool {
+		n, _ := e.rdb(t).Exists(context.Background(), "ack-renew").Result()
+		return n == 0
+	})
+}
+
+// A Sentinel failover right after Lock returned keeps the lock with its
+// holder: the acknowledged replica that is promoted has it. The replica is
+// frozen while Lock runs, so without the acknowledgement Lock would return
+// before the replica had the lock, and the failover would lose it.
+func TestReplicaAckSentinelFailover(t *testing.T) {
+	e := realEnv(t)
+	replica := ackReplica(t, e)
+	s := redistestSentinel(t, e, 1)
+	newFailover := func() *redis.Client {
+		rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: []string{s.Addr()},
+			MaxRetries: -1, DialTimeout: 300 * time.Millisecond, ReadTimeout: 3 * time.Second})
+		t.Cleanup(func() { rdb.Close() })
+		return rdb
+	}
+	const lease = 10 * time.Second
+	m := newClient(t, newFailover(), WithWatchdogTimeout(lease), WithReplicaAck(1, 2*time.Second)).Mutex("sentinel")
+	other := newClient(t, newFailover(), WithWatchdogTimeout(lease)).Mutex("sentinel")
+
+	ctx := returnsAfterResume(t, replica, func() (context.Context, error) { return m.Lock(context.Background()) })
+	e.srv.Kill() // at once: the replica has only what it acknowledged
+
+	rr := replica.Client(t)
+	eventually(t, 15*time.Second, "the replica promoted", func() bool {
+		info, _ := rr.Info(context.Background(), "replication").Result()
+		return strings.Contains(info, "role:master")
+	})
+	var err error
+	eventually(t, 5*time.Second, "the failover clients to follow the new master", func() bool {
+		_, err = other.TryLock(context.Background())
+		return !strings.Contains(fmt.Sprint(err), "connection refused")
+	})
+	assert.ErrorIs(t, err, ErrNotAcquired, "the promoted replica keeps the lock")
+	require.NoError(t, context.Cause(ctx), "the holder kept its hold through the failover")
+	require.NoError(t, m.Unlock(ctx))
+	octx, err := other.TryLock(context.Background())
+	require.NoError(t, err, "free once its holder released it")
+	require.NoError(t, other.Unlock(octx))
+}
+
+// With no replica at all, an acquisition cannot be acknowledged: it fails
+// with ErrNotReplicated and leaves no lock.
+func TestReplicaAckNoReplica(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		c := newClient(t, ackRDB(t, e.addr), WithReplicaAck(1, 50*time.Millisecond))
+		m := c.Mutex("ack-none")
+		_, err := m.Lock(context.Background())
+		require.ErrorIs(t, err, ErrNotReplicated)
+		assert.EqualError(t, err, `redisync: lock "ack-none": not replicated: 0 of 1 replicas acknowledged within 50ms; the acquisition was undone`)
+		assert.Empty(t, e.keys(t))
+	})
+}
+
+func TestReplicaAckInvalid(t *testing.T) {
+	e := miniEnv(t)
+	rdb := e.rdb(t) // ReadTimeout 1s
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": e.addr}})
+	t.Cleanup(func() { _ = ring.Close() })
+	for _, tc := range []struct {
+		name string
+		rdb  redis.UniversalClient
+		opt  Option
+		want string
+	}{
+		{"zero replicas", rdb, WithReplicaAck(0, time.Second/2), "0 replicas is not positive"},
+		{"negative replicas", rdb, WithReplicaAck(-1, time.Second/2), "-1 replicas is not positive"},
+		{"zero timeout", rdb, WithReplicaAck(1, 0), "timeout 0s is not positive"},
+		{"negative timeout", rdb, WithReplicaAck(1, -time.Second), "timeout -1s is not positive"},
+		{"sub-millisecond timeout", rdb, WithReplicaAck(1, time.Microsecond), "below WAIT's resolution"},
+		{"timeout not below ReadTimeout", rdb, WithReplicaAck(1, time.Second), "not below the redis client's ReadTimeout 1s"},
+		{"a ring", ring, WithReplicaAck(1, time.Second/2), "*redis.Ring"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := New(tc.rdb, tc.opt)
+			require.ErrorIs(t, err, ErrInvalid)
+			assert.Nil(t, c)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+	c, err := New(rdb, WithReplicaAck(1, time.Second/2))
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+}
+
+// On a Cluster, WAIT goes to the lock's own master: with the replica of
+// one master frozen, only acquisitions on that master fail, and renewals
+// (one WAIT per node) lose only that master's holds.
+func TestReplicaAckCluster(t *testing.T) {
+	rc := redistest.StartClusterWithReplicas(t, 3)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: rc.Addrs(), ReadTimeout: 5 * time.Second})
+	t.Cleanup(func() { _ = rdb.Close() })
+	const lease = 1500 * time.Millisecond
+	c := newClient(t, rdb, WithWatchdogTimeout(lease), WithReplicaAck(1, 200*time.Millisecond))
+	bg := context.Background()
+
+	// Two lock names served by each master.
+	names := make([][]string, len(rc.Masters))
+	for i := 0; len(names[0]) < 2 || len(names[1]) < 2 || len(names[2]) < 2; i++ {
+		name := fmt.Sprintf("ack-%d", i)
+		node, err := rdb.MasterForKey(bg, name)
+		require.NoError(t, err)
+		for j, m := range rc.Masters {
+			if node.Options().Addr == m.Addr() && len(names[j]) < 2 {
+				names[j] = append(names[j], name)
+			}
+		}
+	}
+	holds := make([]context.Context, len(rc.Masters))
+	for i := range rc.Masters {
+		var err error
+		holds[i], err = c.Mutex(names[i][0]).Lock(bg)
+		require.NoError(t, err, "master %d", i)
+	}
+
+	rc.Replicas[0].Pause()
+	t.Cleanup(rc.Replicas[0].Resume)
+	_, err := c.Mutex(names[0][1]).TryLock(bg)
+	require.ErrorIs(t, err, ErrNotReplicated, "the frozen replica's master")
+	n, err := rc.Masters[0].Client(t).Exists(bg, names[0][1]).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "nothing left on that master")
+	for i := 1; i < len(rc.Masters); i++ {
+		m := c.Mutex(names[i][1])
+		ctx, err := m.TryLock(bg)
+		require.NoError(t, err, "master %d, whose replica runs", i)
+		require.NoError(t, m.Unlock(ctx))
+	}
+
+	select {
+	case <-holds[0].Done():
+	case <-time.After(5 * lease):
+		t.Fatal("the hold on the master whose replica is frozen was not lost")
+	}
+	require.ErrorIs(t, context.Cause(holds[0]), ErrLeaseLost)
+	time.Sleep(lease)
+	for i := 1; i < len(rc.Masters); i++ {
+		require.NoError(t, holds[i].Err(), "master %d's hold, renewed and acknowledged", i)
+		require.NoError(t, c.Mutex(names[i][0]).Unlock(holds[i]))
+	}
+}
+
+// A cohort handoff (a Mutex's last Unlock handing the lock to a waiter of
+// the same Client) is an acquisition for its receiver: with the replica
+// frozen, the receiver's Lock fails with ErrNotReplicated, the releaser's
+// Unlock succeeds, and no lock is left behind.
+func TestReplicaAckCohortHandoff(t *testing.T) {
+	e := realEnv(t)
+	replica := ackReplica(t, e)
+	const timeout = 200 * time.Millisecond
+	c := newClient(t, ackRDB(t, e.addr), WithReplicaAck(1, timeout))
+	m := c.Mutex("ack-handoff")
+	hctx, err := m.Lock(context.Background())
+	require.NoError(t, err)
+	w := faultLockAsync(context.Background(), m)
+	eventually(t, 2*time.Second, "the waiter queued", func() bool { return localWaiters(c, m.channel) == 1 })
+	time.Sleep(20 * time.Millisecond) // waiting, not trying
+
+	replica.Pause()
+	t.Cleanup(replica.Resume)
+	require.NoError(t, m.Unlock(hctx))
+	got := <-w
+	require.ErrorIs(t, got.err, ErrNotReplicated)
+	assert.Contains(t, got.err.Error(), `"ack-handoff"`)
+	assert.Empty(t, e.keys(t), "the handed lock was taken back")
+}
