@@ -135,7 +135,7 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 			}
 			return int(r[1]), r[0] != 1, nil
 		}, func(n int) {
-			m.c.undo(call{lua.Unlock, []string{m.name}, []any{h.field, n, h.lease.Milliseconds(), m.channel, unlockMessage}})
+			m.c.undo(call{lua.Unlock, []string{m.name, m.channel}, []any{h.field, n, h.lease.Milliseconds(), m.c.pubCmd(parent), unlockMessage}})
 		})
 		if err != nil {
 			return parent, err
@@ -146,7 +146,7 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 	keys := []string{m.name}
 	leaseMs := m.spec.lease.Milliseconds()
 	a := m.c.acquisition(&m.spec, parent, wctx, wait, nil, func(field string) call {
-		return call{lua.Drop, keys, []any{field, m.channel, unlockMessage}}
+		return call{lua.Drop, []string{m.name, m.channel}, []any{field, m.c.pubCmd(parent), unlockMessage}}
 	})
 	defer a.finish()
 	try := func() (bool, time.Duration, error) {
@@ -219,7 +219,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		return err
 	}
 	return m.c.release(ctx, &m.spec, 1, func(ctx context.Context, h *hold, count int) (int64, error) {
-		return lua.Unlock.Run(ctx, m.c.rdb, []string{m.name}, h.field, count, h.lease.Milliseconds(), m.channel, unlockMessage).Int64()
+		return lua.Unlock.Run(ctx, m.c.rdb, []string{m.name, m.channel}, h.field, count, h.lease.Milliseconds(), m.c.pubCmd(ctx), unlockMessage).Int64()
 	})
 }
 
@@ -294,7 +294,7 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	m.c.wd.force(m.spec.ref)
-	n, err := lua.ForceUnlock.Run(ctx, m.c.rdb, []string{m.name}, m.channel, unlockMessage).Int64()
+	n, err := lua.ForceUnlock.Run(ctx, m.c.rdb, []string{m.name, m.channel}, m.c.pubCmd(ctx), unlockMessage).Int64()
 	if err != nil {
 		return false, m.wrap(err)
 	}
