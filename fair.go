@@ -171,8 +171,12 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (cont
 
 	leaseMs := f.spec.lease.Milliseconds()
 	a := f.c.acquisition(&f.spec, parent, wctx, wait,
-		func(field string) []call { return []call{{lua.FairLeave, f.keys(), []any{field, f.prefix, f.c.pubCmd(parent)}}} },
-		func(field string) call { return call{lua.FairDrop, f.keys(), []any{field, f.prefix, f.c.pubCmd(parent)}} })
+		func(field string) []call {
+			return []call{{lua.FairLeave, f.keys(), []any{field, f.prefix, f.c.pubCmd(parent)}}}
+		},
+		func(field string) call {
+			return call{lua.FairDrop, f.keys(), []any{field, f.prefix, f.c.pubCmd(parent)}}
+		})
 	a.restart = true // a new owner queues, and listens, as itself
 	defer a.finish()
 	try := func() (bool, time.Duration, error) {

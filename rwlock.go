@@ -219,10 +219,14 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		func(field string) []call { return []call{{lua.RWLeave, r.pkeys(), []any{field, r.c.pubCmd(parent)}}} }, nil)
 	leaseMs := s.lease.Milliseconds()
 	renew := func(field string) call { return call{lua.RWRenewWrite, r.keys[:1], []any{field, leaseMs}} }
-	a.release = func(field string) call { return call{lua.RWUnlock, r.pkeys(), []any{field, 1, leaseMs, r.c.pubCmd(parent)}} }
+	a.release = func(field string) call {
+		return call{lua.RWUnlock, r.pkeys(), []any{field, 1, leaseMs, r.c.pubCmd(parent)}}
+	}
 	if read {
 		renew = func(field string) call { return call{lua.RWRenewRead, r.keys[:2], []any{field, leaseMs}} }
-		a.release = func(field string) call { return call{lua.RWRUnlock, r.pkeys(), []any{field, 1, leaseMs, r.c.pubCmd(parent)}} }
+		a.release = func(field string) call {
+			return call{lua.RWRUnlock, r.pkeys(), []any{field, 1, leaseMs, r.c.pubCmd(parent)}}
+		}
 	}
 	writer := "" // a downgrade's write hold's field
 	var ends []func() bool
