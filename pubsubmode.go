@@ -89,9 +89,11 @@ const (
 	detectEvery   = time.Second
 )
 
-// init resolves the mode when it needs no look-up, and otherwise tries a
-// detection bounded by detectTimeout: when the cluster cannot be reached,
-// New still succeeds and the mode is detected later, when first needed.
+// init resolves the mode when it needs no look-up, and otherwise starts a
+// detection and waits for it at most detectTimeout: when the cluster cannot
+// be reached, New still succeeds and the mode is detected later, when first
+// needed (go-redis honours a command's context only with
+// ContextTimeoutEnabled, so the wait is bounded here).
 func (m *pubMode) init() {
 	switch {
 	case m.want != PubSubAuto:
@@ -101,9 +103,19 @@ func (m *pubMode) init() {
 		m.got.Store(uint32(PubSubClassic))
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), detectTimeout)
-	defer cancel()
-	m.resolve(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), detectTimeout)
+		defer cancel()
+		m.resolve(ctx, true)
+	}()
+	t := time.NewTimer(detectTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 func isCluster(rdb redis.UniversalClient) bool {
@@ -113,12 +125,16 @@ func isCluster(rdb redis.UniversalClient) bool {
 
 // resolve returns the mode, detecting it if it is not known yet (at most
 // once per detectEvery while detection fails); ok is false when it is
-// still unknown.
-func (m *pubMode) resolve(ctx context.Context) (mode PubSubMode, ok bool) {
+// still unknown. Unless block, it does not wait for a detection under way.
+func (m *pubMode) resolve(ctx context.Context, block bool) (mode PubSubMode, ok bool) {
 	if got := PubSubMode(m.got.Load()); got != PubSubAuto {
 		return got, true
 	}
-	m.mu.Lock()
+	if block {
+		m.mu.Lock()
+	} else if !m.mu.TryLock() {
+		return PubSubAuto, false
+	}
 	defer m.mu.Unlock()
 	if got := PubSubMode(m.got.Load()); got != PubSubAuto {
 		return got, true
@@ -141,15 +157,15 @@ func (m *pubMode) resolve(ctx context.Context) (mode PubSubMode, ok bool) {
 
 // sharded is resolve for the subscription.
 func (m *pubMode) sharded(ctx context.Context) (sharded, ok bool) {
-	mode, ok := m.resolve(ctx)
+	mode, ok := m.resolve(ctx, true)
 	return mode == PubSubSharded, ok
 }
 
-// cmd returns the command the scripts publish with: "spublish" in sharded
-// mode, "publish" in classic mode and while the mode is unknown (the cluster
-// was unreachable when last asked).
+// pubCmd returns the command the scripts publish with: "spublish" in
+// sharded mode, "publish" in classic mode and while the mode is unknown (the
+// cluster was unreachable when last asked, or a detection is under way).
 func (c *Client) pubCmd(ctx context.Context) string {
-	if mode, _ := c.mode.resolve(ctx); mode == PubSubSharded {
+	if mode, _ := c.mode.resolve(ctx, false); mode == PubSubSharded {
 		return "spublish"
 	}
 	return "publish"
