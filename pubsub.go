@@ -3,6 +3,7 @@ package redisync
 import (
 	"context"
 	"errors"
+	"strings"
 	"log/slog"
 	"sync"
 	"time"
@@ -104,6 +105,11 @@ const resendAfter = time.Second
 // be reloaded.
 const rerouteAfter = 100 * time.Millisecond
 
+// avoidFor is how long a node that said it no longer serves a channel is
+// taken not to, whatever the cluster client's slot map says: long enough
+// for the cluster to agree on the change.
+const avoidFor = 5 * time.Second
+
 // channel is the local state of one subscribed channel.
 type channel struct {
 	name    string
@@ -115,6 +121,11 @@ type channel struct {
 	until   time.Time                // when the holder's lease runs out, as last seen
 	conn    *subConn                 // where it is subscribed; nil until routed
 	routing bool                     // queued for the router
+	// avoid is a connection whose node said it no longer serves the
+	// channel: until avoidUntil, a route to it is taken for a stale slot
+	// map, and the channel is routed again after a reload.
+	avoid      *subConn
+	avoidUntil time.Time
 }
 
 // mark is a channel's state seen before an attempt: see pubsub.mark.
@@ -333,6 +344,12 @@ func (p *pubsub) routeLoop() {
 				p.mu.Unlock()
 				continue // the retry timer routes it again
 			}
+			if ch.avoid != nil && ch.avoid.addr == addr && time.Now().Before(ch.avoidUntil) {
+				p.reroute(ch.avoid, name, false) // the slot map is stale: reload it first
+				p.mu.Unlock()
+				continue
+			}
+			ch.avoid = nil
 			if !p.stopped {
 				p.attach(ch, p.conn(addr, node))
 			}
@@ -366,8 +383,10 @@ func (p *pubsub) nodeFor(name string) (string, redis.UniversalClient, error) {
 
 // reroute routes again, after rerouteAfter, the channels of c (only name
 // when it is not empty) after asking the cluster client to reload its slot
-// map: c's node no longer serves them, or may not. Called with p.mu held.
-func (p *pubsub) reroute(c *subConn, name string) {
+// map: c's node no longer serves them (gone is set: a route back to it
+// within avoidFor is taken for a stale map), or may not. Called with p.mu
+// held.
+func (p *pubsub) reroute(c *subConn, name string, gone bool) {
 	cc, ok := p.rdb.(*redis.ClusterClient)
 	if !c.sharded || !ok || p.stopped {
 		return
@@ -386,7 +405,10 @@ func (p *pubsub) reroute(c *subConn, name string) {
 			c.moving = false
 		}
 		for _, ch := range p.chans {
-			if ch.conn == c && (name == "" || ch.name == name) {
+			if (ch.conn == c || ch.avoid == c) && (name == "" || ch.name == name) {
+				if gone && ch.avoid != c {
+					ch.avoid, ch.avoidUntil = c, time.Now().Add(avoidFor)
+				}
 				p.route(ch)
 			}
 		}
@@ -716,7 +738,7 @@ func (p *pubsub) read(c *subConn) {
 			if errors.As(err, &re) && !errors.Is(err, redis.ErrClosed) {
 				p.log.Warn("redisync: subscription refused; routing its channels again", "node", c.addr, "error", err)
 				p.mu.Lock()
-				p.reroute(c, "")
+				p.reroute(c, "", isMoved(err))
 				p.mu.Unlock()
 				continue
 			}
@@ -769,7 +791,7 @@ func (p *pubsub) connLost(c *subConn) (retired bool) {
 			p.retire(c)
 			return true
 		}
-		p.reroute(c, "")
+		p.reroute(c, "", false)
 	}
 	if len(p.chans) > 0 {
 		p.armRetry()
@@ -810,7 +832,7 @@ func (p *pubsub) ack(c *subConn, kind, name string) {
 			s.unsubs--
 		} else if ch != nil && c.sharded {
 			p.log.Warn("redisync: the node stopped serving a channel; routing it again", "channel", name, "node", c.addr)
-			p.reroute(c, name)
+			p.reroute(c, name, true)
 		}
 	default:
 		return
@@ -836,6 +858,12 @@ func (p *pubsub) confirm(ch *channel) {
 	default:
 		close(ch.ready) // the first confirmation: its waiters try once it comes
 	}
+}
+
+// isMoved reports a MOVED (or ASK) reply: the node does not serve the slot.
+func isMoved(err error) bool {
+	msg := err.Error()
+	return strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ")
 }
 
 // close ends the subscription and waits for its goroutines.

@@ -103,6 +103,23 @@ func (cl *Cluster) Client(tb testing.TB) *redis.ClusterClient {
 	return c
 }
 
+// waitUntil polls cond until it reports true (true) or d has passed (false).
+func waitUntil(d time.Duration, cond func(context.Context) bool) bool {
+	deadline := time.Now().Add(d)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		ok := cond(ctx)
+		cancel()
+		if ok {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // waitFor polls cond until it reports true, failing tb after readyTimeout.
 func waitFor(tb testing.TB, what string, cond func(context.Context) (bool, error)) {
 	tb.Helper()
@@ -224,10 +241,26 @@ func (cl *ReplicatedCluster) Failover(tb testing.TB, i int, force bool) *Server 
 	if force {
 		args = append(args, "FORCE")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
-	defer cancel()
-	if err := r.Client(tb).Do(ctx, args...).Err(); err != nil {
-		tb.Fatalf("redistest: CLUSTER FAILOVER on %s: %v", r.Addr(), err)
+	rc := r.Client(tb)
+	// A manual failover that does not complete within its own timeout
+	// (the replica could not catch up in time on a loaded machine) is
+	// abandoned by Redis: ask again.
+	for attempt := 0; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+		err := rc.Do(ctx, args...).Err()
+		cancel()
+		if err != nil {
+			tb.Fatalf("redistest: CLUSTER FAILOVER on %s: %v", r.Addr(), err)
+		}
+		if waitUntil(5*time.Second, func(ctx context.Context) bool {
+			role, err := rc.Do(ctx, "ROLE").Slice()
+			return err == nil && len(role) > 0 && role[0] == "master"
+		}) {
+			break
+		}
+		if attempt == 2 {
+			tb.Fatalf("redistest: %s did not become master after 3 CLUSTER FAILOVERs", r.Addr())
+		}
 	}
 	cl.Masters[i], cl.Replicas[i][0] = r, old
 	cl.waitOwner(tb, slot, r)
