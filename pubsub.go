@@ -3,8 +3,8 @@ package redisync
 import (
 	"context"
 	"errors"
-	"strings"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
