@@ -362,3 +362,66 @@ func TestClusterAutoDetectedLater(t *testing.T) {
 	handoffs(t, []*Client{c, other}, []string{"later"})
 	assert.Equal(t, PubSubSharded, c.PubSub())
 }
+
+// TestClusterShardedSubscriptionKilled: when every sharded subscription
+// connection is killed, with channels of several slots on each, the
+// channels are subscribed again (go-redis's own re-subscription of them
+// all in one SSUBSCRIBE is refused across slots: redisync subscribes each
+// again) and the next unlocks wake the waiters at once.
+func TestClusterShardedSubscriptionKilled(t *testing.T) {
+	cl := redistestCluster(t)
+	cc := cl.Client(t)
+	holder := newClient(t, cl.Client(t))
+	c := newClient(t, cc)
+	bg := context.Background()
+	names := namesOnEveryShard(t, cc, 4)
+	var holds []context.Context
+	for _, name := range names {
+		h, err := holder.Mutex(name).Lock(bg)
+		require.NoError(t, err)
+		holds = append(holds, h)
+	}
+	ctx, cancel := context.WithTimeout(bg, 20*time.Second)
+	defer cancel()
+	done := make(chan error, len(names))
+	for _, name := range names {
+		go func() {
+			h, err := c.Mutex(name).Lock(ctx)
+			if err == nil {
+				err = c.Mutex(name).Unlock(h)
+			}
+			done <- err
+		}()
+	}
+	allConfirmed := func() bool {
+		c.ps.mu.Lock()
+		defer c.ps.mu.Unlock()
+		n := 0
+		for _, ch := range c.ps.chans {
+			if c.ps.confirmed(ch) {
+				n++
+			}
+		}
+		return n == len(names)
+	}
+	eventually(t, 5*time.Second, "every channel confirmed", allConfirmed)
+	for _, m := range cl.Masters {
+		n, err := m.Client(t).ClientKillByFilter(bg, "TYPE", "pubsub").Result()
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n, "one subscription connection killed on %s", m.Addr())
+	}
+	eventually(t, 5*time.Second, "every channel confirmed again", allConfirmed)
+	start := time.Now()
+	for i, name := range names {
+		require.NoError(t, holder.Mutex(name).Unlock(holds[i]))
+	}
+	for range names {
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(5 * time.Second):
+			t.Fatal("a waiter was not woken by its unlock after its subscription was killed")
+		}
+	}
+	t.Logf("%d unlocks after the kill heard in %v", len(names), time.Since(start))
+}
