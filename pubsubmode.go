@@ -176,11 +176,15 @@ func (c *Client) pubCmd(ctx context.Context) string {
 // master that refuses it (Redis below 7) makes the answer no; a network
 // error, or a cluster not ready, is returned.
 func detectSharded(ctx context.Context, cc *redis.ClusterClient) (bool, error) {
+	var masters atomic.Int32
 	err := cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		masters.Add(1)
 		return node.Do(ctx, "PUBSUB", "SHARDNUMSUB").Err()
 	})
 	var re redis.Error
 	switch {
+	case err == nil && masters.Load() == 0:
+		return false, errors.New("redisync: the cluster has no master yet")
 	case err == nil:
 		return true, nil
 	case errors.As(err, &re) && !transientReply(err):

@@ -425,3 +425,17 @@ func TestClusterShardedSubscriptionKilled(t *testing.T) {
 	}
 	t.Logf("%d unlocks after the kill heard in %v", len(names), time.Since(start))
 }
+
+// TestClusterAutoClassicWhenRefused: AUTO picks classic pub/sub on a
+// cluster whose masters refuse PUBSUB SHARDNUMSUB (as Redis below 7 does;
+// here an ACL refuses it), and the Client works in that mode.
+func TestClusterAutoClassicWhenRefused(t *testing.T) {
+	cl := redistestCluster(t)
+	bg := context.Background()
+	for _, m := range cl.Masters {
+		require.NoError(t, m.Client(t).Do(bg, "ACL", "SETUSER", "default", "-pubsub|shardnumsub").Err())
+	}
+	c := newClient(t, cl.Client(t))
+	require.Equal(t, PubSubClassic, c.PubSub())
+	redissonPeer(t, cl.Client(t), c, "refused", false)
+}
