@@ -4,6 +4,8 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -438,4 +440,59 @@ func TestClusterAutoClassicWhenRefused(t *testing.T) {
 	c := newClient(t, cl.Client(t))
 	require.Equal(t, PubSubClassic, c.PubSub())
 	redissonPeer(t, cl.Client(t), c, "refused", false)
+}
+
+// TestClusterShardedRotation: under contention the clients rotate on the
+// lock's sharded channel (SUNSUBSCRIBE and SSUBSCRIBE again on the owning
+// node) so they take turns, and no unlock is lost on the way.
+func TestClusterShardedRotation(t *testing.T) {
+	cl := redistestCluster(t)
+	cc := cl.Client(t)
+	cs := []*Client{newClient(t, cl.Client(t)), newClient(t, cl.Client(t))}
+	bg := context.Background()
+	const name = "rotating"
+	node, err := cc.MasterForKey(bg, name)
+	require.NoError(t, err)
+	ssubs := func() int64 {
+		info, err := node.Info(bg, "commandstats").Result()
+		require.NoError(t, err)
+		for _, line := range strings.Split(info, "\n") {
+			if rest, ok := strings.CutPrefix(line, "cmdstat_ssubscribe:calls="); ok {
+				n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+				return n
+			}
+		}
+		return 0
+	}
+	before := ssubs()
+	ctx, cancel := context.WithTimeout(bg, 30*time.Second)
+	defer cancel()
+	var wins [2]atomic.Int64
+	var inside atomic.Bool
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 40 {
+					h, err := c.Mutex(name).Lock(ctx)
+					if !assert.NoError(t, err) {
+						return
+					}
+					assert.False(t, inside.Swap(true), "two holders at once")
+					wins[i].Add(1)
+					time.Sleep(200 * time.Microsecond)
+					inside.Store(false)
+					assert.NoError(t, c.Mutex(name).Unlock(h))
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	rotations := ssubs() - before
+	t.Logf("wins %d/%d, SSUBSCRIBEs on the owning node %d", wins[0].Load(), wins[1].Load(), rotations)
+	assert.EqualValues(t, 160, wins[0].Load())
+	assert.EqualValues(t, 160, wins[1].Load())
+	assert.Greater(t, rotations, int64(4), "the clients re-subscribed (rotated) on the sharded channel")
 }
