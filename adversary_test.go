@@ -589,7 +589,6 @@ func TestAdvDowngradeOutlivesItsContext(t *testing.T) {
 // the redisync waiter is not woken — it sleeps out the holder's lease
 // (still waiting when its 2s context ends).
 func TestAdvClusterShardedUnlockMessages(t *testing.T) {
-	t.Skip("sharded pub/sub on Redis Cluster is issue 10, not yet built: this test shows the gap")
 	cl := redistestCluster(t)
 	bg := context.Background()
 	cc := cl.Client(t)

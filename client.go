@@ -27,8 +27,9 @@ type Client struct {
 	lease time.Duration
 	ack   replicaAck // WithReplicaAck; zero: off
 
-	wd *watchdog
-	ps *pubsub
+	wd   *watchdog
+	ps   *pubsub
+	mode pubMode
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -40,10 +41,6 @@ type Client struct {
 	obs Observer
 	log *slog.Logger
 
-	// countSubs is how a script counts a channel's subscribers, as
-	// lua/handoff.lua takes it: "numsub", or "any" on a Cluster, where
-	// a classic subscriber may be on another node.
-	countSubs string
 	// noCohort turns cohort handoff off, for tests of what it bypasses
 	// (the race after an unlock message, the rotation).
 	noCohort bool
@@ -70,6 +67,11 @@ func WithWatchdogTimeout(d time.Duration) Option {
 // New returns a Client on rdb, which may be a single node, a Sentinel
 // (failover) client or a Cluster client. It fails on a nil rdb or a bad
 // option. Close the Client to stop its goroutines; rdb stays open.
+//
+// On a Cluster client with PubSubAuto (the default), New asks the masters
+// whether they support sharded pub/sub (see PubSubMode), waiting at most 2
+// seconds; when they cannot be reached, New still succeeds and the Client
+// asks again when it first needs to know.
 func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if rdb == nil {
 		return nil, fmt.Errorf("%w: nil redis client", ErrInvalid)
@@ -89,15 +91,16 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 			return nil, err
 		}
 	}
-	c.countSubs = "numsub"
-	if _, ok := rdb.(*redis.ClusterClient); ok {
-		c.countSubs = "any"
-	}
 	if err := c.checkAck(); err != nil {
 		return nil, err
 	}
+	c.mode.rdb = rdb
+	c.mode.init()
 	c.wd = newWatchdog(c, c.lease)
-	c.ps = newPubSub(rdb, c.closed, c.log)
+	c.ps = newPubSub(rdb, c.closed, c.log, c.mode.sharded)
+	if mode := c.PubSub(); mode != PubSubAuto {
+		c.ps.setMode(mode == PubSubSharded)
+	}
 	return c, nil
 }
 

@@ -80,7 +80,7 @@ func (p *pubsub) claim(name string) (h *handoff, mine int) {
 		field := w.acc.field()
 		w.h = &handoff{w: w, field: field, lease: w.acc.lease, fence: w.acc.fence, release: w.acc.release(field),
 			bounded: ch.run > cohortRun || time.Since(ch.runStart) >= cohortTime}
-		if p.state(name).confirmed() {
+		if p.confirmed(ch) {
 			mine = 1
 		}
 		return w.h, mine
@@ -203,4 +203,18 @@ func (w *waiter) waitIdle(ctx context.Context, d time.Duration) (bool, error) {
 	}
 	w.setIdle(true)
 	return w.wait(ctx, d)
+}
+
+// subCounter names how lua/handoff.lua counts the subscribers of a channel
+// published with pub: on the lock's node for sharded pub/sub and on a
+// single node; not at all ("any": others are assumed to wait) for classic
+// pub/sub on a Cluster, whose subscribers may be on any node.
+func (c *Client) subCounter(pub string) string {
+	switch {
+	case pub == "spublish":
+		return "shardnumsub"
+	case isCluster(c.rdb):
+		return "any"
+	}
+	return "numsub"
 }

@@ -23,8 +23,8 @@ import (
 // runHandoff runs lua/handoff.lua as the Mutex does.
 func runHandoff(t *testing.T, rdb *redis.Client, name, from, to string, leaseMs int64, count string, mine int) ([]int64, error) {
 	t.Helper()
-	return lua.Handoff.Run(context.Background(), rdb, []string{name}, from, to, leaseMs,
-		count, faultMutexChannel(name), unlockMessage, mine, "publish").Int64Slice()
+	return lua.Handoff.Run(context.Background(), rdb, []string{name, faultMutexChannel(name)}, from, to, leaseMs,
+		count, "publish", unlockMessage, mine).Int64Slice()
 }
 
 // The script's contract, case by case, on a real Redis.
@@ -198,7 +198,7 @@ func TestCohortRunIsBounded(t *testing.T) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		ch := p.chans[b.channel]
-		return ch != nil && len(ch.waiters) > 0 && p.state(b.channel).confirmed()
+		return ch != nil && len(ch.waiters) > 0 && p.confirmed(ch)
 	}
 	record := func(i int) {
 		mu.Lock()
@@ -457,4 +457,52 @@ func TestCohortHandoffFenced(t *testing.T) {
 	t.Logf("%d of 200 acquisitions handed over", handed.Load())
 	assert.Greater(t, handed.Load(), int64(20))
 	assert.Equal(t, int64(200), last)
+}
+
+// On a Cluster in each pub/sub mode, handoffs happen within a client, and
+// the end of a run frees the lock for the other client (counted with
+// PUBSUB SHARDNUMSUB on the lock's node in sharded mode, assumed in
+// classic mode).
+func TestCohortOnCluster(t *testing.T) {
+	cl := redistestCluster(t)
+	for _, mode := range []PubSubMode{PubSubSharded, PubSubClassic} {
+		t.Run(mode.String(), func(t *testing.T) {
+			var handed atomic.Int64
+			wins := make([]atomic.Int64, 2)
+			var inside atomic.Int32
+			var next atomic.Int64
+			const total = 600
+			var wg sync.WaitGroup
+			for i := range 2 {
+				c := newClient(t, cl.Client(t), WithPubSub(mode), WithObserver(&Observer{Acquired: func(ev HoldEvent) {
+					if ev.Handoff {
+						handed.Add(1)
+					}
+				}}))
+				require.Equal(t, mode, c.PubSub())
+				m := c.Mutex("{cohort}:" + mode.String())
+				for range 4 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for next.Add(1) <= total {
+							ctx, err := m.TryLockFor(context.Background(), 10*time.Second)
+							if !assert.NoError(t, err) {
+								return
+							}
+							assert.Equal(t, int32(1), inside.Add(1), "two holders at once")
+							wins[i].Add(1)
+							inside.Add(-1)
+							assert.NoError(t, m.Unlock(ctx))
+						}
+					}()
+				}
+			}
+			wg.Wait()
+			t.Logf("wins %d / %d, %d handed over", wins[0].Load(), wins[1].Load(), handed.Load())
+			assert.Greater(t, handed.Load(), int64(total/4))
+			assert.Greater(t, wins[0].Load(), int64(total/10))
+			assert.Greater(t, wins[1].Load(), int64(total/10))
+		})
+	}
 }

@@ -50,8 +50,10 @@
 //
 // # Waiting
 //
-// A waiter subscribes to the lock's channel through its Client's one shared
-// subscription and is woken by the unlock message; every wait is also bounded
+// A waiter subscribes to the lock's channel through its Client's shared
+// subscription (one connection; on a Cluster in sharded mode, one per
+// master, each channel on the master that owns its slot) and is woken by
+// the unlock message; every wait is also bounded
 // by the holder's remaining lease, so a lost message costs a delay, never a
 // hang. Waits end when their context ends, returning an error that wraps
 // the context's error and names the lock, even while Redis does not answer,
@@ -101,8 +103,10 @@
 // final unlock publishes "0" on "redisson_lock__channel:{name}" (on
 // "redisson_lock__channel:name" when the name contains "{", as Redisson
 // does). Go services and Java services using Redisson can guard the same
-// resource on a single node or Sentinel; on a Redis 7 Cluster, Redisson
-// uses sharded pub/sub, which redisync does not speak yet.
+// resource on every topology: on a Redis 7 Cluster both use sharded pub/sub
+// (SPUBLISH, SSUBSCRIBE) by default, detected the same way, and
+// WithPubSub matches a Redisson client configured otherwise (see
+// PubSubMode).
 //
 // # What a lock cannot promise
 //

@@ -166,7 +166,7 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (cont
 			}
 			return int(r[1]), r[0] != 1, nil
 		}, func(n int) {
-			f.c.undo(call{lua.FairUnlock, f.keys(), []any{h.field, n, h.lease.Milliseconds(), f.prefix}})
+			f.c.undo(call{lua.FairUnlock, f.keys(), []any{h.field, n, h.lease.Milliseconds(), f.prefix, f.c.pubCmd(parent)}})
 		})
 		if err != nil {
 			return parent, err
@@ -176,8 +176,12 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (cont
 
 	leaseMs := f.spec.lease.Milliseconds()
 	a := f.c.acquisition(&f.spec, parent, wctx, wait,
-		func(field string) []call { return []call{{lua.FairLeave, f.keys(), []any{field, f.prefix}}} },
-		func(field string) call { return call{lua.FairDrop, f.keys(), []any{field, f.prefix}} })
+		func(field string) []call {
+			return []call{{lua.FairLeave, f.keys(), []any{field, f.prefix, f.c.pubCmd(parent)}}}
+		},
+		func(field string) call {
+			return call{lua.FairDrop, f.keys(), []any{field, f.prefix, f.c.pubCmd(parent)}}
+		})
 	a.restart = true // a new owner queues, and listens, as itself
 	defer a.finish()
 	try := func() (bool, time.Duration, error) {
@@ -229,14 +233,14 @@ func (f *FairMutex) script(ctx context.Context, field string, count int, queue b
 	if f.fence != "" {
 		keys = append(keys, f.fence)
 	}
-	return f.c.runScript(context.WithoutCancel(ctx), lua.FairLock, keys, f.spec.lease.Milliseconds(), field, count, waiterMs, f.prefix)
+	return f.c.runScript(context.WithoutCancel(ctx), lua.FairLock, keys, f.spec.lease.Milliseconds(), field, count, waiterMs, f.prefix, f.c.pubCmd(ctx))
 }
 
 // leave takes field out of the queue after a wait that ended without the
 // lock, best-effort: an entry left behind expires with its deadline.
 func (f *FairMutex) leave(ctx context.Context, field string) {
 	cleanup(ctx, func(ctx context.Context) {
-		_ = lua.FairLeave.Run(ctx, f.c.rdb, f.keys(), field, f.prefix).Err()
+		_ = lua.FairLeave.Run(ctx, f.c.rdb, f.keys(), field, f.prefix, f.c.pubCmd(ctx)).Err()
 	})
 }
 
@@ -249,7 +253,7 @@ func (f *FairMutex) Unlock(ctx context.Context) error {
 		return err
 	}
 	return f.c.release(ctx, &f.spec, 1, func(ctx context.Context, h *hold, count int) (int64, error) {
-		return lua.FairUnlock.Run(ctx, f.c.rdb, f.keys(), h.field, count, h.lease.Milliseconds(), f.prefix).Int64()
+		return lua.FairUnlock.Run(ctx, f.c.rdb, f.keys(), h.field, count, h.lease.Milliseconds(), f.prefix, f.c.pubCmd(ctx)).Int64()
 	})
 }
 
@@ -291,7 +295,7 @@ func (f *FairMutex) ForceUnlock(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	f.c.wd.force(f.spec.ref)
-	n, err := lua.FairForceUnlock.Run(ctx, f.c.rdb, []string{f.name, f.queue}, f.prefix).Int64()
+	n, err := lua.FairForceUnlock.Run(ctx, f.c.rdb, []string{f.name, f.queue}, f.prefix, f.c.pubCmd(ctx)).Int64()
 	if err != nil {
 		return false, f.wrap(err)
 	}

@@ -317,7 +317,7 @@ func TestFairMutexLeavingHeadOfFreeLockWakesNext(t *testing.T) {
 		b := lockAsync(ctx, bf.Lock)
 		waitQueued(t, rdb, bf, 2)
 		noLock(t, b, 100*time.Millisecond, "waiter behind the head")
-		require.NoError(t, lua.FairLeave.Run(ctx, rdb, bf.keys(), "ghost", bf.prefix).Err())
+		require.NoError(t, lua.FairLeave.Run(ctx, rdb, bf.keys(), "ghost", bf.prefix, "publish").Err())
 		rb := recvLock(t, b, time.Second, "next waiter")
 		require.NoError(t, rb.err)
 		require.NoError(t, bf.Unlock(rb.ctx))
@@ -624,9 +624,9 @@ func TestFairMutexRefusesForeignKeys(t *testing.T) {
 		wrongType(err, "TryLock on a string")
 		_, err = f.Lock(ctx)
 		wrongType(err, "Lock on a string")
-		err = lua.FairUnlock.Run(ctx, rdb, f.keys(), "someone:1", 1, 30000, f.prefix).Err()
+		err = lua.FairUnlock.Run(ctx, rdb, f.keys(), "someone:1", 1, 30000, f.prefix, "publish").Err()
 		wrongType(err, "unlock of a string")
-		err = lua.FairUnlock.Run(ctx, rdb, f.keys(), "someone:1", 2, 30000, f.prefix).Err()
+		err = lua.FairUnlock.Run(ctx, rdb, f.keys(), "someone:1", 2, 30000, f.prefix, "publish").Err()
 		wrongType(err, "unlock of one re-entry of a string")
 		v, err := rdb.Get(ctx, f.name).Result()
 		require.NoError(t, err)
@@ -670,13 +670,13 @@ func TestFairMutexResentScriptsCountOnce(t *testing.T) {
 		ks := f.keys()
 		lock := func(field string, count int, waiterMs int64) []int64 {
 			t.Helper()
-			r, err := lua.FairLock.Run(ctx, rdb, ks, 30000, field, count, waiterMs, f.prefix).Int64Slice()
+			r, err := lua.FairLock.Run(ctx, rdb, ks, 30000, field, count, waiterMs, f.prefix, "publish").Int64Slice()
 			require.NoError(t, err)
 			return r
 		}
 		unlock := func(field string, count int) int64 {
 			t.Helper()
-			r, err := lua.FairUnlock.Run(ctx, rdb, ks, field, count, 30000, f.prefix).Int64()
+			r, err := lua.FairUnlock.Run(ctx, rdb, ks, field, count, 30000, f.prefix, "publish").Int64()
 			require.NoError(t, err)
 			return r
 		}

@@ -97,7 +97,7 @@ func redisyncGoroutines() int {
 	buf = buf[:runtime.Stack(buf, true)]
 	n := 0
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "redisync.(*watchdog).run") || strings.Contains(g, "redisync.(*pubsub).read") || strings.Contains(g, "redisync.(*pubsub).write") {
+		if strings.Contains(g, "redisync.(*watchdog).run") || strings.Contains(g, "redisync.(*pubsub).read") || strings.Contains(g, "redisync.(*pubsub).write") || strings.Contains(g, "redisync.(*pubsub).routeLoop") {
 			n++
 		}
 	}

@@ -82,7 +82,7 @@ func (l *CountDownLatch) CountDown(ctx context.Context) error {
 	if err := l.check(ctx); err != nil {
 		return err
 	}
-	if err := lua.LatchCountDown.Run(ctx, l.c.rdb, []string{l.name}, l.channel).Err(); err != nil {
+	if err := lua.LatchCountDown.Run(ctx, l.c.rdb, []string{l.name, l.channel}, l.c.pubCmd(ctx)).Err(); err != nil {
 		return l.wrap(err)
 	}
 	return nil
@@ -96,7 +96,7 @@ func (l *CountDownLatch) Delete(ctx context.Context) (bool, error) {
 	if err := l.check(ctx); err != nil {
 		return false, err
 	}
-	n, err := lua.LatchDelete.Run(ctx, l.c.rdb, []string{l.name}, l.channel).Int64()
+	n, err := lua.LatchDelete.Run(ctx, l.c.rdb, []string{l.name, l.channel}, l.c.pubCmd(ctx)).Int64()
 	if err != nil {
 		return false, l.wrap(err)
 	}

@@ -2,53 +2,90 @@ package redisync
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// pubsub is a Client's one subscription to Redis. Waiters of every lock share
+// pubsub is a Client's subscription to Redis. Waiters of every lock share
 // it: a channel is subscribed while at least one local waiter needs it, and a
 // message wakes as many local waiters of that channel as its policy says.
 //
-// What Redis has subscribed is read from its own replies, never assumed from
-// what was sent: a SUBSCRIBE counts once Redis confirmed it, one whose write
-// failed or whose confirmation does not come is sent again until it is, and
-// a lost connection unconfirms every channel until go-redis's reconnection
-// has subscribed it afresh. Whenever a channel becomes subscribed again
-// while waiters wait on it (a reconnection, a rotation), a message may have
-// been missed meanwhile, so its waiters look again. Messages can still be
-// lost, so no wait relies on them alone: every wait also has a bound.
+// In classic mode (PUBLISH/SUBSCRIBE) it is one connection. In sharded mode
+// (SPUBLISH/SSUBSCRIBE, see PubSubMode) it is one connection per shard node
+// that owns the slot of a channel with local waiters; each channel is
+// subscribed on the connection to the node that owns its slot, as the
+// cluster's slot map says. When the map changes (a failover, a slot
+// migrated: Redis then unsubscribes the channels of the slot itself, or
+// answers MOVED; or a connection error), the channel is routed again, moves
+// to the right node's connection, and counts as unconfirmed until it is
+// confirmed there.
 //
-// Commands are written by one writer goroutine, in the order of the state
-// changes that queue them, so no waiter ever blocks on the network to
+// What Redis has subscribed is read from its own replies, never assumed from
+// what was sent: a SUBSCRIBE counts once Redis confirmed it on the channel's
+// connection, one whose write failed or whose confirmation does not come is
+// sent again until it is, and a lost connection unconfirms every channel on
+// it until it has been subscribed afresh. Whenever a channel becomes
+// subscribed again while waiters wait on it (a reconnection, a rotation, a
+// move to another node), a message may have been missed meanwhile, so its
+// waiters look again. Messages can still be lost, so no wait relies on them
+// alone: every wait also has a bound.
+//
+// Commands are written by one writer goroutine per connection, in the order
+// of the state changes that queue them, and channels are routed to nodes by
+// one router goroutine, so no waiter ever blocks on the network to
 // subscribe or to leave.
 type pubsub struct {
 	rdb    redis.UniversalClient
 	closed <-chan struct{}
 	log    *slog.Logger
+	// mode resolves the pub/sub mode (sharded or not); ok is false while
+	// it cannot be told (the cluster unreachable). It may block.
+	mode func(ctx context.Context) (sharded, ok bool)
 
 	mu      sync.Mutex
-	ps      *redis.PubSub        // nil until the first subscription
-	chans   map[string]*channel  // channels with local waiters
+	decided bool                // the mode is known (sharded says which)
+	sharded bool                // SSUBSCRIBE, one connection per node
+	conns   map[string]*subConn // by node address ("" for the one connection)
+	chans   map[string]*channel // channels with local waiters
+	routes  []string            // channels to route to a node, in order
+	rkick   chan struct{}       // buffered 1: routes are queued
+	router  bool                // the router goroutine runs
+	retry   *time.Timer         // re-sends unconfirmed subscriptions
+	armed   bool                // retry is pending
+	stopped bool
+	wg      sync.WaitGroup // readers, writers and the router
+}
+
+// subConn is one subscription connection: the only one in classic mode,
+// or the one to one shard node.
+type subConn struct {
+	addr    string
+	node    redis.UniversalClient // what it was opened on
+	sharded bool
+	ps      *redis.PubSub
 	subs    map[string]*subState // what Redis's replies say of each channel
 	ops     []subOp              // to write, in order
 	kick    chan struct{}        // buffered 1: ops are queued
-	retry   *time.Timer          // re-sends unconfirmed subscriptions
-	armed   bool                 // retry is pending
-	stopped bool
-	wg      sync.WaitGroup // the reader and the writer
+	gone    chan struct{}        // closed when it is retired
+	retired bool
+	moving  bool // its channels are about to be routed again
 }
 
-// subOp is a SUBSCRIBE (sub) or UNSUBSCRIBE to write.
+// subOp is a SUBSCRIBE (sub) or UNSUBSCRIBE to write. An UNSUBSCRIBE that
+// is not counted (forget) drops a channel that moved to another node: no
+// state waits for its confirmation.
 type subOp struct {
-	sub  bool
-	name string
+	sub    bool
+	forget bool
+	name   string
 }
 
-// subState is a channel's state on the connection, as its replies tell it.
+// subState is a channel's state on a connection, as its replies tell it.
 type subState struct {
 	live   bool      // the newest reply about it confirmed a subscription
 	unsubs int       // UNSUBSCRIBEs queued and not yet confirmed
@@ -63,19 +100,36 @@ func (s *subState) confirmed() bool { return s.live && s.unsubs == 0 }
 // again.
 const resendAfter = time.Second
 
+// rerouteAfter is how long a channel whose node stopped serving it waits
+// before it is routed again: the time for the cluster client's slot map to
+// be reloaded.
+const rerouteAfter = 100 * time.Millisecond
+
+// avoidFor is how long a node that said it no longer serves a channel is
+// taken not to, whatever the cluster client's slot map says: long enough
+// for the cluster to agree on the change.
+const avoidFor = 5 * time.Second
+
 // channel is the local state of one subscribed channel.
 type channel struct {
-	name       string
-	wake       func(payload string) int // waiters to wake per message; < 0 for all
-	waiters    []*waiter                // in arrival order
-	wins       int                      // local waiters that won since the last rotation
-	ready      chan struct{}            // closed at the channel's first confirmation
-	seq        uint64                   // wake-ups so far (messages and re-subscriptions)
-	until      time.Time                // when the holder's lease runs out, as last seen
-	run        int                      // local handoffs in a row (cohort.go)
-	runStart   time.Time                // when the run's first was claimed
-	yieldUntil time.Time                // waiters hold back until then (cohort.go)
-	deferred   bool                     // a wake-up is due when the yield ends
+	name    string
+	wake    func(payload string) int // waiters to wake per message; < 0 for all
+	waiters []*waiter                // in arrival order
+	wins    int                      // local waiters that won since the last rotation
+	ready   chan struct{}            // closed at the channel's first confirmation
+	seq     uint64                   // wake-ups so far (messages and re-subscriptions)
+	until   time.Time                // when the holder's lease runs out, as last seen
+	conn    *subConn                 // where it is subscribed; nil until routed
+	routing bool                     // queued for the router
+	// avoid is a connection whose node said it no longer serves the
+	// channel: until avoidUntil, a route to it is taken for a stale slot
+	// map, and the channel is routed again after a reload.
+	avoid      *subConn
+	avoidUntil time.Time
+	run        int       // local handoffs in a row (cohort.go)
+	runStart   time.Time // when the run's first was claimed
+	yieldUntil time.Time // waiters hold back until then (cohort.go)
+	deferred   bool      // a wake-up is due when the yield ends
 }
 
 // mark is a channel's state seen before an attempt: see pubsub.mark.
@@ -96,12 +150,24 @@ type waiter struct {
 	h    *handoff  // the handoff it is reserved for
 }
 
-func newPubSub(rdb redis.UniversalClient, closed <-chan struct{}, log *slog.Logger) *pubsub {
+// newPubSub returns the subscription of a client on rdb. mode resolves
+// whether it is sharded; it is called by the router goroutine only, and
+// first at the first subscription.
+func newPubSub(rdb redis.UniversalClient, closed <-chan struct{}, log *slog.Logger,
+	mode func(context.Context) (sharded, ok bool)) *pubsub {
 	return &pubsub{
-		rdb: rdb, closed: closed, log: log,
-		chans: map[string]*channel{}, subs: map[string]*subState{},
-		kick: make(chan struct{}, 1),
+		rdb: rdb, closed: closed, log: log, mode: mode,
+		conns: map[string]*subConn{}, chans: map[string]*channel{},
+		rkick: make(chan struct{}, 1),
 	}
+}
+
+// setMode fixes the mode before any subscription, when it is known when the
+// Client is made.
+func (p *pubsub) setMode(sharded bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.decided, p.sharded = true, sharded
 }
 
 // Wake policies for subscribe.
@@ -124,10 +190,10 @@ func (p *pubsub) subscribe(name string, wake func(string) int, acc *acceptor) (*
 	if ch == nil {
 		ch = &channel{name: name, wake: wake, ready: make(chan struct{})}
 		p.chans[name] = ch
-		if p.state(name).confirmed() {
-			close(ch.ready)
+		if p.decided && !p.sharded {
+			p.attach(ch, p.conn("", p.rdb))
 		} else {
-			p.queueSub(name)
+			p.route(ch)
 		}
 	}
 	w := &waiter{p: p, ch: ch, c: make(chan struct{}, 1), acc: acc}
@@ -135,45 +201,251 @@ func (p *pubsub) subscribe(name string, wake func(string) int, acc *acceptor) (*
 	return w, nil
 }
 
-// state returns name's subscription state, creating it. Called with p.mu held.
-func (p *pubsub) state(name string) *subState {
-	s := p.subs[name]
+// confirmed reports whether ch is subscribed, as its connection's replies
+// say. Called with p.mu held.
+func (p *pubsub) confirmed(ch *channel) bool {
+	return ch.conn != nil && ch.conn.state(ch.name).confirmed()
+}
+
+// state returns name's subscription state on c, creating it. Called with
+// p.mu held.
+func (c *subConn) state(name string) *subState {
+	s := c.subs[name]
 	if s == nil {
 		s = &subState{}
-		p.subs[name] = s
+		c.subs[name] = s
 	}
 	return s
 }
 
-// queueSub queues a SUBSCRIBE of name and makes sure it is sent again if
-// it goes unconfirmed. Called with p.mu held.
-func (p *pubsub) queueSub(name string) {
-	p.state(name).sent = time.Now()
-	p.queue(subOp{sub: true, name: name})
+// conn returns the connection to addr (made on node), opening it (its
+// reader and writer) on first use. A connection to addr made on another
+// node client (the cluster client replaced it) is retired first. Called
+// with p.mu held.
+func (p *pubsub) conn(addr string, node redis.UniversalClient) *subConn {
+	if c := p.conns[addr]; c != nil {
+		if c.node == node {
+			return c
+		}
+		p.retire(c)
+	}
+	c := &subConn{
+		addr: addr, node: node, sharded: p.sharded, subs: map[string]*subState{},
+		kick: make(chan struct{}, 1), gone: make(chan struct{}),
+	}
+	if c.sharded {
+		c.ps = node.SSubscribe(context.Background())
+	} else {
+		c.ps = node.Subscribe(context.Background())
+	}
+	p.conns[addr] = c
+	p.wg.Add(2)
+	go p.read(c)
+	go p.write(c)
+	return c
+}
+
+// retire closes c; its channels are routed again. Called with p.mu held.
+func (p *pubsub) retire(c *subConn) {
+	if c.retired {
+		return
+	}
+	c.retired = true
+	close(c.gone)
+	if p.conns[c.addr] == c {
+		delete(p.conns, c.addr)
+	}
+	for _, ch := range p.chans {
+		if ch.conn == c {
+			ch.conn = nil
+			p.route(ch)
+		}
+	}
+	go func() { _ = c.ps.Close() }()
+}
+
+// attach subscribes ch on c, where Redis delivers its messages. A channel
+// that moves there from another connection is dropped from that one and
+// subscribed afresh. Called with p.mu held.
+func (p *pubsub) attach(ch *channel, c *subConn) {
+	old := ch.conn
+	if old == c {
+		if !c.state(ch.name).confirmed() {
+			p.queueSub(c, ch.name)
+		}
+		return
+	}
+	ch.conn = c
+	if old == nil {
+		if c.state(ch.name).confirmed() {
+			p.confirm(ch)
+		} else {
+			p.queueSub(c, ch.name)
+		}
+		return
+	}
+	delete(old.subs, ch.name)
+	p.queueOp(old, subOp{forget: true, name: ch.name})
+	c.state(ch.name).live = false
+	p.queueSub(c, ch.name)
+}
+
+// route queues ch for the router, which finds the node that owns its slot
+// (or, until the mode is known, whether it has one). Called with p.mu held.
+func (p *pubsub) route(ch *channel) {
+	if p.stopped || ch.routing {
+		return
+	}
+	ch.routing = true
+	p.routes = append(p.routes, ch.name)
+	if !p.router {
+		p.router = true
+		p.wg.Add(1)
+		go p.routeLoop()
+	}
+	select {
+	case p.rkick <- struct{}{}:
+	default:
+	}
 	p.armRetry()
 }
 
-// queueUnsub queues an UNSUBSCRIBE of name. Called with p.mu held.
-func (p *pubsub) queueUnsub(name string) {
-	p.state(name).unsubs++
-	p.queue(subOp{name: name})
+// routeLoop is the router goroutine: it resolves the mode, then routes each
+// queued channel to its node's connection. Channels it cannot route now
+// (the cluster unreachable) are routed again by the retry timer.
+func (p *pubsub) routeLoop() {
+	defer p.wg.Done()
+	for {
+		select {
+		case <-p.rkick:
+		case <-p.closed:
+			return
+		}
+		p.mu.Lock()
+		decided := p.decided
+		p.mu.Unlock()
+		if !decided {
+			ctx, cancel := context.WithTimeout(context.Background(), routeTimeout)
+			sharded, ok := p.mode(ctx)
+			cancel()
+			if !ok {
+				continue // the retry timer kicks again
+			}
+			p.mu.Lock()
+			p.decided, p.sharded = true, sharded
+			p.mu.Unlock()
+		}
+		p.mu.Lock()
+		names := p.routes
+		p.routes = nil
+		p.mu.Unlock()
+		for _, name := range names {
+			addr, node, err := p.nodeFor(name)
+			p.mu.Lock()
+			ch := p.chans[name]
+			if ch == nil || !ch.routing {
+				p.mu.Unlock()
+				continue
+			}
+			ch.routing = false
+			if err != nil {
+				p.log.Warn("redisync: cannot tell which node serves a channel; retrying", "channel", name, "error", err)
+				p.mu.Unlock()
+				continue // the retry timer routes it again
+			}
+			if ch.avoid != nil && ch.avoid.addr == addr && time.Now().Before(ch.avoidUntil) {
+				p.reroute(ch.avoid, name, false) // the slot map is stale: reload it first
+				p.mu.Unlock()
+				continue
+			}
+			ch.avoid = nil
+			if !p.stopped {
+				p.attach(ch, p.conn(addr, node))
+			}
+			p.mu.Unlock()
+		}
+	}
 }
 
-// queue hands op to the writer, starting the subscription (its connection,
-// reader and writer) on first use. Called with p.mu held.
-func (p *pubsub) queue(op subOp) {
-	if p.stopped {
+// routeTimeout bounds one look-up of the mode or of a channel's node.
+const routeTimeout = 2 * time.Second
+
+// nodeFor returns the node that serves channel name, and its address: the
+// master that owns its slot on a Cluster in sharded mode, else the client
+// itself.
+func (p *pubsub) nodeFor(name string) (string, redis.UniversalClient, error) {
+	p.mu.Lock()
+	sharded := p.sharded
+	p.mu.Unlock()
+	cc, ok := p.rdb.(*redis.ClusterClient)
+	if !sharded || !ok {
+		return "", p.rdb, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), routeTimeout)
+	defer cancel()
+	node, err := cc.MasterForKey(ctx, name)
+	if err != nil {
+		return "", nil, err
+	}
+	return node.Options().Addr, node, nil
+}
+
+// reroute routes again, after rerouteAfter, the channels of c (only name
+// when it is not empty) after asking the cluster client to reload its slot
+// map: c's node no longer serves them (gone is set: a route back to it
+// within avoidFor is taken for a stale map), or may not. Called with p.mu
+// held.
+func (p *pubsub) reroute(c *subConn, name string, gone bool) {
+	cc, ok := p.rdb.(*redis.ClusterClient)
+	if !c.sharded || !ok || p.stopped {
 		return
 	}
-	if p.ps == nil {
-		p.ps = p.rdb.Subscribe(context.Background())
-		p.wg.Add(2)
-		go p.read(p.ps)
-		go p.write(p.ps)
+	if name == "" {
+		if c.moving {
+			return
+		}
+		c.moving = true
 	}
-	p.ops = append(p.ops, op)
+	cc.ReloadState(context.Background())
+	time.AfterFunc(rerouteAfter, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if name == "" {
+			c.moving = false
+		}
+		for _, ch := range p.chans {
+			if (ch.conn == c || ch.avoid == c) && (name == "" || ch.name == name) {
+				if gone && ch.avoid != c {
+					ch.avoid, ch.avoidUntil = c, time.Now().Add(avoidFor)
+				}
+				p.route(ch)
+			}
+		}
+	})
+}
+
+// queueSub queues a SUBSCRIBE of name on c and makes sure it is sent again
+// if it goes unconfirmed. Called with p.mu held.
+func (p *pubsub) queueSub(c *subConn, name string) {
+	c.state(name).sent = time.Now()
+	p.queueOp(c, subOp{sub: true, name: name})
+	p.armRetry()
+}
+
+// queueUnsub queues an UNSUBSCRIBE of name on c. Called with p.mu held.
+func (p *pubsub) queueUnsub(c *subConn, name string) {
+	c.state(name).unsubs++
+	p.queueOp(c, subOp{name: name})
+}
+
+// queueOp hands op to c's writer. Called with p.mu held.
+func (p *pubsub) queueOp(c *subConn, op subOp) {
+	if p.stopped || c.retired {
+		return
+	}
+	c.ops = append(c.ops, op)
 	select {
-	case p.kick <- struct{}{}:
+	case c.kick <- struct{}{}:
 	default:
 	}
 }
@@ -194,21 +466,40 @@ func (p *pubsub) armRetry() {
 // resend sends again every SUBSCRIBE that has gone unconfirmed for
 // resendAfter: its write may have failed after go-redis recorded the
 // channel, and a reconnection within that write re-subscribes only the
-// channels it had before.
+// channels it had before. In sharded mode the channel is routed again
+// instead: its node may no longer serve it. Channels not yet routed are
+// queued for the router again.
 func (p *pubsub) resend() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.armed = false
 	pending := false
-	for name := range p.chans {
-		s := p.state(name)
-		if s.confirmed() {
+	kick := false
+	for name, ch := range p.chans {
+		if p.confirmed(ch) {
 			continue
 		}
 		pending = true
-		if time.Since(s.sent) >= resendAfter {
+		switch {
+		case ch.conn == nil:
+			kick = true
+			if !ch.routing {
+				p.route(ch)
+			}
+		case time.Since(ch.conn.state(name).sent) >= resendAfter:
 			p.log.Warn("redisync: subscription not confirmed; sending it again", "channel", name)
-			p.queueSub(name)
+			if ch.conn.sharded {
+				ch.conn.state(name).sent = time.Now()
+				p.route(ch)
+			} else {
+				p.queueSub(ch.conn, name)
+			}
+		}
+	}
+	if kick {
+		select {
+		case p.rkick <- struct{}{}:
+		default:
 		}
 	}
 	if pending {
@@ -216,43 +507,52 @@ func (p *pubsub) resend() {
 	}
 }
 
-// write is the writer goroutine: it writes the queued commands in order
-// until the client closes.
-func (p *pubsub) write(ps *redis.PubSub) {
+// write is c's writer goroutine: it writes the queued commands in order
+// until the client closes or c is retired.
+func (p *pubsub) write(c *subConn) {
 	defer p.wg.Done()
 	ctx := context.Background()
+	sub, unsub := c.ps.Subscribe, c.ps.Unsubscribe
+	if c.sharded {
+		sub, unsub = c.ps.SSubscribe, c.ps.SUnsubscribe
+	}
 	for {
 		select {
-		case <-p.kick:
+		case <-c.kick:
+		case <-c.gone:
+			return
 		case <-p.closed:
 			return
 		}
 		for {
 			p.mu.Lock()
-			if len(p.ops) == 0 || p.stopped {
+			if len(c.ops) == 0 || p.stopped || c.retired {
 				p.mu.Unlock()
 				break
 			}
-			op := p.ops[0]
-			p.ops = p.ops[1:]
+			op := c.ops[0]
+			c.ops = c.ops[1:]
 			p.mu.Unlock()
-			if op.sub {
+			switch {
+			case op.sub:
 				// A failed write may have made go-redis reconnect and
 				// re-subscribe its channels without this one: write it
 				// again at once (the retry timer covers the rest).
-				if ps.Subscribe(ctx, op.name) != nil {
-					_ = ps.Subscribe(ctx, op.name)
+				if sub(ctx, op.name) != nil {
+					_ = sub(ctx, op.name)
 				}
-				continue
-			}
-			if ps.Unsubscribe(ctx, op.name) != nil {
-				// No confirmation will come: the connection is gone,
-				// and go-redis does not re-subscribe the channel.
-				p.mu.Lock()
-				if s := p.subs[op.name]; s != nil && s.unsubs > 0 {
-					s.unsubs--
+			case op.forget:
+				_ = unsub(ctx, op.name)
+			default:
+				if unsub(ctx, op.name) != nil {
+					// No confirmation will come: the connection is gone,
+					// and go-redis does not re-subscribe the channel.
+					p.mu.Lock()
+					if s := c.subs[op.name]; s != nil && s.unsubs > 0 {
+						s.unsubs--
+					}
+					p.mu.Unlock()
 				}
-				p.mu.Unlock()
 			}
 		}
 	}
@@ -277,7 +577,7 @@ func (p *pubsub) mark(name string) (m mark, queued bool, until time.Time) {
 	if y, ok := ch.yielding(time.Now()); ok {
 		queued, until = true, y
 	}
-	if !p.state(name).confirmed() {
+	if !p.confirmed(ch) {
 		return mark{}, queued, until
 	}
 	select {
@@ -313,9 +613,10 @@ const rotateEvery = 4
 // rotate records a win by one of this client's waiters and, every
 // rotateEvery wins while it has other local waiters, moves the client to the
 // back of the channel's subscribers. Redis delivers a message to a channel's
-// subscribers in the order they subscribed, and the first client to hear an
-// unlock usually wins the race for the lock; a client that keeps winning
-// goes last, so the clients take turns and none starves.
+// subscribers in the order they subscribed (sharded channels too), and the
+// first client to hear an unlock usually wins the race for the lock; a
+// client that keeps winning goes last, so the clients take turns and none
+// starves.
 //
 // An unlock published between the UNSUBSCRIBE and the SUBSCRIBE is not
 // heard; the waiters look again once the SUBSCRIBE is confirmed.
@@ -323,15 +624,15 @@ func (p *pubsub) rotate(name string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ch := p.chans[name]
-	if ch == nil || len(ch.waiters) == 0 || !p.state(name).confirmed() {
+	if ch == nil || len(ch.waiters) == 0 || !p.confirmed(ch) {
 		return
 	}
 	if ch.wins++; ch.wins < rotateEvery {
 		return
 	}
 	ch.wins = 0
-	p.queueUnsub(name)
-	p.queueSub(name)
+	p.queueUnsub(ch.conn, name)
+	p.queueSub(ch.conn, name)
 }
 
 // leave removes w from its channel, passing on a wake-up it did not take and
@@ -357,7 +658,10 @@ func (p *pubsub) leave(w *waiter) (untaken *handoff) {
 		return untaken
 	}
 	delete(p.chans, ch.name)
-	p.queueUnsub(ch.name)
+	ch.routing = false
+	if ch.conn != nil {
+		p.queueUnsub(ch.conn, ch.name)
+	}
 	return untaken
 }
 
@@ -427,25 +731,40 @@ func wake(ws []*waiter, n int) {
 	}
 }
 
-// read is the reader goroutine: it dispatches messages and confirmations
-// until the client closes. go-redis reconnects and re-subscribes the
-// channels it knows by itself after a connection error; read only paces
-// its retries.
-func (p *pubsub) read(ps *redis.PubSub) {
+// read is c's reader goroutine: it dispatches messages and confirmations
+// until the client closes or c is retired. go-redis reconnects and
+// re-subscribes the channels it knows by itself after a connection error;
+// read only paces its retries. An error reply (MOVED: the node no longer
+// serves a channel's slot) routes c's channels again.
+func (p *pubsub) read(c *subConn) {
 	defer p.wg.Done()
 	backoff := 10 * time.Millisecond
 	for {
-		msg, err := ps.Receive(context.Background())
+		msg, err := c.ps.Receive(context.Background())
 		if err != nil {
 			select {
 			case <-p.closed:
 				return
+			case <-c.gone:
+				return
 			default:
 			}
-			p.log.Warn("redisync: subscription connection lost; re-subscribing", "error", err)
-			p.connLost()
+			var re redis.Error
+			if errors.As(err, &re) && !errors.Is(err, redis.ErrClosed) {
+				p.log.Warn("redisync: subscription refused; routing its channels again", "node", c.addr, "error", err)
+				p.mu.Lock()
+				p.reroute(c, "", isMoved(err))
+				p.mu.Unlock()
+				continue
+			}
+			p.log.Warn("redisync: subscription connection lost; re-subscribing", "node", c.addr, "error", err)
+			if p.connLost(c) {
+				return
+			}
 			select {
 			case <-p.closed:
+				return
+			case <-c.gone:
 				return
 			case <-time.After(backoff):
 			}
@@ -457,28 +776,42 @@ func (p *pubsub) read(ps *redis.PubSub) {
 		case *redis.Message:
 			p.deliver(m.Channel, m.Payload)
 		case *redis.Subscription:
-			p.ack(m.Kind, m.Channel)
+			p.ack(c, m.Kind, m.Channel)
 		}
 	}
 }
 
-// connLost records that the connection, and every subscription on it, is
+// connLost records that c's connection, and every subscription on it, is
 // gone: go-redis subscribes the channels it knows again on a new one, and
-// the confirmations it gets there count afresh.
-func (p *pubsub) connLost() {
+// the confirmations it gets there count afresh. In sharded mode its
+// channels are routed again (the node may be gone for good, and go-redis
+// re-subscribes them all in one command, which Redis refuses when they are
+// in different slots); a node connection left without channels is retired
+// (retired reports it).
+func (p *pubsub) connLost(c *subConn) (retired bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
-	for name, s := range p.subs {
-		if p.chans[name] == nil {
-			delete(p.subs, name)
+	used := false
+	for name, s := range c.subs {
+		if ch := p.chans[name]; ch == nil || ch.conn != c {
+			delete(c.subs, name)
 			continue
 		}
+		used = true
 		s.live, s.unsubs, s.sent = false, 0, now
+	}
+	if c.sharded && c.addr != "" {
+		if !used {
+			p.retire(c)
+			return true
+		}
+		p.reroute(c, "", false)
 	}
 	if len(p.chans) > 0 {
 		p.armRetry()
 	}
+	return false
 }
 
 func (p *pubsub) deliver(name, payload string) {
@@ -511,36 +844,49 @@ func (p *pubsub) wakeDeferred(ch *channel, payload string) {
 	}
 }
 
-// ack applies a confirmation (kind "subscribe" or "unsubscribe"). When it
-// makes a channel with waiters subscribed again, messages may have been
-// missed while it was not: its waiters look again, as a message would have
-// woken them.
-func (p *pubsub) ack(kind, name string) {
+// ack applies a confirmation on c (kind "subscribe", "unsubscribe", or
+// their sharded forms). When it makes a channel with waiters subscribed
+// again, messages may have been missed while it was not: its waiters look
+// again, as a message would have woken them. An unsubscription nobody asked
+// for is Redis's own, when the node stops serving the channel's slot: the
+// channel is routed again.
+func (p *pubsub) ack(c *subConn, kind, name string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := p.state(name)
-	was := s.confirmed()
+	s := c.state(name)
+	ch := p.chans[name]
+	if ch != nil && ch.conn != c {
+		ch = nil // a late reply from a connection it moved away from
+	}
+	was := ch != nil && s.confirmed()
 	switch kind {
-	case "subscribe":
+	case "subscribe", "ssubscribe":
 		s.live = true
-	case "unsubscribe":
+	case "unsubscribe", "sunsubscribe":
 		s.live = false
 		if s.unsubs > 0 {
 			s.unsubs--
+		} else if ch != nil && c.sharded {
+			p.log.Warn("redisync: the node stopped serving a channel; routing it again", "channel", name, "node", c.addr)
+			p.reroute(c, name, true)
 		}
 	default:
 		return
 	}
-	ch := p.chans[name]
 	if ch == nil {
 		if !s.live && s.unsubs == 0 {
-			delete(p.subs, name)
+			delete(c.subs, name)
 		}
 		return
 	}
 	if was || !s.confirmed() {
 		return
 	}
+	p.confirm(ch)
+}
+
+// confirm records that ch has become subscribed. Called with p.mu held.
+func (p *pubsub) confirm(ch *channel) {
 	select {
 	case <-ch.ready:
 		ch.seq++
@@ -550,16 +896,25 @@ func (p *pubsub) ack(kind, name string) {
 	}
 }
 
+// isMoved reports a MOVED (or ASK) reply: the node does not serve the slot.
+func isMoved(err error) bool {
+	msg := err.Error()
+	return strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ")
+}
+
 // close ends the subscription and waits for its goroutines.
 func (p *pubsub) close() {
 	p.mu.Lock()
-	ps := p.ps
 	p.stopped = true
 	if p.retry != nil {
 		p.retry.Stop()
 	}
+	var pss []*redis.PubSub
+	for _, c := range p.conns {
+		pss = append(pss, c.ps)
+	}
 	p.mu.Unlock()
-	if ps != nil {
+	for _, ps := range pss {
 		_ = ps.Close()
 	}
 	p.wg.Wait()

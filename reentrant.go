@@ -141,7 +141,7 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 			}
 			return int(r[1]), r[0] != 1, nil
 		}, func(n int) {
-			m.c.undo(call{lua.Unlock, []string{m.name}, []any{h.field, n, h.lease.Milliseconds(), m.channel, unlockMessage}})
+			m.c.undo(call{lua.Unlock, []string{m.name, m.channel}, []any{h.field, n, h.lease.Milliseconds(), m.c.pubCmd(parent), unlockMessage}})
 		})
 		if err != nil {
 			return parent, err
@@ -152,7 +152,7 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 	keys := []string{m.name}
 	leaseMs := m.spec.lease.Milliseconds()
 	a := m.c.acquisition(&m.spec, parent, wctx, wait, nil, func(field string) call {
-		return call{lua.Drop, keys, []any{field, m.channel, unlockMessage}}
+		return call{lua.Drop, []string{m.name, m.channel}, []any{field, m.c.pubCmd(parent), unlockMessage}}
 	})
 	defer a.finish()
 	try := func() (bool, time.Duration, error) {
@@ -264,7 +264,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 				return m.handOver(ctx, h, ho, mine)
 			}
 		}
-		return lua.Unlock.Run(ctx, m.c.rdb, []string{m.name}, h.field, count, h.lease.Milliseconds(), m.channel, unlockMessage).Int64()
+		return lua.Unlock.Run(ctx, m.c.rdb, []string{m.name, m.channel}, h.field, count, h.lease.Milliseconds(), m.c.pubCmd(ctx), unlockMessage).Int64()
 	})
 }
 
@@ -275,16 +275,17 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 func (m *Mutex) handOver(ctx context.Context, h *hold, ho *handoff, mine int) (int64, error) {
 	ho.st = m.c.stamp(m.spec.ref)
 	ho.st.handoff = true
+	pub := m.c.pubCmd(ctx)
 	count := ""
 	if ho.bounded {
-		count = m.c.countSubs
+		count = m.c.subCounter(pub)
 	}
-	keys := []string{m.name}
+	keys := []string{m.name, m.channel}
 	if ho.fence != "" {
 		keys = append(keys, ho.fence)
 	}
 	r, err := m.c.runScript(ctx, lua.Handoff, keys, h.field, ho.field, ho.lease.Milliseconds(),
-		count, m.channel, unlockMessage, mine, "publish")
+		count, pub, unlockMessage, mine)
 	if notReplicated(err) != nil {
 		// WithReplicaAck: the receiver's grant was not acknowledged;
 		// take it back, and the receiver's call fails as its own
@@ -372,7 +373,7 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	m.c.wd.force(m.spec.ref)
-	n, err := lua.ForceUnlock.Run(ctx, m.c.rdb, []string{m.name}, m.channel, unlockMessage).Int64()
+	n, err := lua.ForceUnlock.Run(ctx, m.c.rdb, []string{m.name, m.channel}, m.c.pubCmd(ctx), unlockMessage).Int64()
 	if err != nil {
 		return false, m.wrap(err)
 	}

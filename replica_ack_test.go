@@ -307,7 +307,7 @@ func TestReplicaAckInvalid(t *testing.T) {
 // one master frozen, only acquisitions on that master fail, and renewals
 // (one WAIT per node) lose only that master's holds.
 func TestReplicaAckCluster(t *testing.T) {
-	rc := redistest.StartClusterWithReplicas(t, 3)
+	rc := redistest.StartClusterWithReplicas(t, 3, 1)
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: rc.Addrs(), ReadTimeout: 5 * time.Second})
 	t.Cleanup(func() { _ = rdb.Close() })
 	const lease = 1500 * time.Millisecond
@@ -333,8 +333,8 @@ func TestReplicaAckCluster(t *testing.T) {
 		require.NoError(t, err, "master %d", i)
 	}
 
-	rc.Replicas[0].Pause()
-	t.Cleanup(rc.Replicas[0].Resume)
+	rc.Replicas[0][0].Pause()
+	t.Cleanup(rc.Replicas[0][0].Resume)
 	_, err := c.Mutex(names[0][1]).TryLock(bg)
 	require.ErrorIs(t, err, ErrNotReplicated, "the frozen replica's master")
 	n, err := rc.Masters[0].Client(t).Exists(bg, names[0][1]).Result()

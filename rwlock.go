@@ -202,9 +202,9 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		}, func(n int) {
 			leaseMs := h.lease.Milliseconds()
 			if read {
-				r.c.undo(call{lua.RWRUnlock, r.keys, []any{h.field, n, leaseMs, r.wchan}})
+				r.c.undo(call{lua.RWRUnlock, r.pkeys(), []any{h.field, n, leaseMs, r.c.pubCmd(parent)}})
 			} else {
-				r.c.undo(call{lua.RWUnlock, r.keys, []any{h.field, n, leaseMs, r.rchan, r.wchan}})
+				r.c.undo(call{lua.RWUnlock, r.pkeys(), []any{h.field, n, leaseMs, r.c.pubCmd(parent)}})
 			}
 		})
 		if err != nil {
@@ -221,13 +221,17 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 	}
 
 	a := r.c.acquisition(s, parent, wctx, wait,
-		func(field string) []call { return []call{{lua.RWLeave, r.keys, []any{field, r.rchan, r.wchan}}} }, nil)
+		func(field string) []call { return []call{{lua.RWLeave, r.pkeys(), []any{field, r.c.pubCmd(parent)}}} }, nil)
 	leaseMs := s.lease.Milliseconds()
 	renew := func(field string) call { return call{lua.RWRenewWrite, r.keys[:1], []any{field, leaseMs}} }
-	a.release = func(field string) call { return call{lua.RWUnlock, r.keys, []any{field, 1, leaseMs, r.rchan, r.wchan}} }
+	a.release = func(field string) call {
+		return call{lua.RWUnlock, r.pkeys(), []any{field, 1, leaseMs, r.c.pubCmd(parent)}}
+	}
 	if read {
 		renew = func(field string) call { return call{lua.RWRenewRead, r.keys[:2], []any{field, leaseMs}} }
-		a.release = func(field string) call { return call{lua.RWRUnlock, r.keys, []any{field, 1, leaseMs, r.wchan}} }
+		a.release = func(field string) call {
+			return call{lua.RWRUnlock, r.pkeys(), []any{field, 1, leaseMs, r.c.pubCmd(parent)}}
+		}
 	}
 	writer := "" // a downgrade's write hold's field
 	var ends []func() bool
@@ -306,11 +310,17 @@ func (r *RWMutex) script(ctx context.Context, script *lua.Script, field, writer 
 	return r.c.runScript(context.WithoutCancel(ctx), script, keys, r.wspec.lease.Milliseconds(), field, count, waiterMs, writer)
 }
 
+// pkeys are the keys of the scripts that publish: r.keys, then the
+// readers' and the writers' channels (KEYS[6..7]).
+func (r *RWMutex) pkeys() []string {
+	return append(r.keys[:len(r.keys):len(r.keys)], r.rchan, r.wchan)
+}
+
 // leave takes field out of the waiting sets after a wait that ended without
 // the lock, best-effort: a registration left behind expires with its deadline.
 func (r *RWMutex) leave(ctx context.Context, field string) {
 	cleanup(ctx, func(ctx context.Context) {
-		_ = lua.RWLeave.Run(ctx, r.c.rdb, r.keys, field, r.rchan, r.wchan).Err()
+		_ = lua.RWLeave.Run(ctx, r.c.rdb, r.pkeys(), field, r.c.pubCmd(ctx)).Err()
 	})
 }
 
@@ -323,7 +333,7 @@ func (r *RWMutex) RUnlock(ctx context.Context) error {
 		return err
 	}
 	return r.c.release(ctx, &r.rspec, 1, func(ctx context.Context, h *hold, count int) (int64, error) {
-		return lua.RWRUnlock.Run(ctx, r.c.rdb, r.keys, h.field, count, h.lease.Milliseconds(), r.wchan).Int64()
+		return lua.RWRUnlock.Run(ctx, r.c.rdb, r.pkeys(), h.field, count, h.lease.Milliseconds(), r.c.pubCmd(ctx)).Int64()
 	})
 }
 
@@ -336,7 +346,7 @@ func (r *RWMutex) Unlock(ctx context.Context) error {
 		return err
 	}
 	return r.c.release(ctx, &r.wspec, 1, func(ctx context.Context, h *hold, count int) (int64, error) {
-		return lua.RWUnlock.Run(ctx, r.c.rdb, r.keys, h.field, count, h.lease.Milliseconds(), r.rchan, r.wchan).Int64()
+		return lua.RWUnlock.Run(ctx, r.c.rdb, r.pkeys(), h.field, count, h.lease.Milliseconds(), r.c.pubCmd(ctx)).Int64()
 	})
 }
 
@@ -413,7 +423,7 @@ func (r *RWMutex) ForceUnlock(ctx context.Context) (bool, error) {
 	}
 	r.c.wd.force(r.rspec.ref)
 	r.c.wd.force(r.wspec.ref)
-	n, err := lua.RWForce.Run(ctx, r.c.rdb, r.keys[:2], r.rchan, r.wchan).Int64()
+	n, err := lua.RWForce.Run(ctx, r.c.rdb, []string{r.name, r.keys[1], r.rchan, r.wchan}, r.c.pubCmd(ctx)).Int64()
 	if err != nil {
 		return false, r.wrap(err)
 	}

@@ -63,10 +63,10 @@ type Semaphore struct {
 // WithLease gives the permits a fixed lease that the watchdog does not
 // renew: they come free that long after the owner's latest Acquire.
 func (c *Client) Semaphore(name string, opts ...LockOption) *Semaphore {
-	s := &Semaphore{c: c, name: name, keys: []string{name, "", ""}}
+	s := &Semaphore{c: c, name: name, keys: []string{name, "", "", ""}}
 	if keys.Taggable(name) {
-		s.keys = []string{name, keys.Companion(name, "sem-holders"), keys.Companion(name, "sem-expiry")}
 		s.channel = keys.Companion(name, "sem-wake")
+		s.keys = []string{name, keys.Companion(name, "sem-holders"), keys.Companion(name, "sem-expiry"), s.channel}
 	}
 	s.spec.wrap = wrapFor(c, "semaphore", name, keyType{name, "hash"}, keyType{s.keys[1], "hash"}, keyType{s.keys[2], "zset"})
 	if c == nil {
@@ -161,7 +161,7 @@ func (s *Semaphore) AddPermits(ctx context.Context, n int) error {
 }
 
 func (s *Semaphore) set(ctx context.Context, mode string, n int) (bool, error) {
-	r, err := lua.SemSet.Run(ctx, s.c.rdb, s.keys, mode, n, s.channel, semReclaimLimit).Int64Slice()
+	r, err := lua.SemSet.Run(ctx, s.c.rdb, s.keys, mode, n, s.c.pubCmd(ctx), semReclaimLimit).Int64Slice()
 	if err != nil {
 		return false, s.wrap(err)
 	}
@@ -179,7 +179,7 @@ func (s *Semaphore) Available(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	for {
-		r, err := lua.SemAvailable.Run(ctx, s.c.rdb, s.keys, s.channel, semReclaimLimit).Int64Slice()
+		r, err := lua.SemAvailable.Run(ctx, s.c.rdb, s.keys, s.c.pubCmd(ctx), semReclaimLimit).Int64Slice()
 		if err != nil {
 			return 0, s.wrap(err)
 		}
@@ -256,7 +256,7 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 	}
 	leaseMs := s.spec.lease.Milliseconds()
 	a := s.c.acquisition(&s.spec, parent, wctx, wait, nil, func(field string) call {
-		return call{lua.SemDrop, s.keys, []any{field, s.channel, semReclaimLimit}}
+		return call{lua.SemDrop, s.keys, []any{field, s.c.pubCmd(parent), semReclaimLimit}}
 	})
 	defer a.finish()
 	var hctx context.Context // a hold added to
@@ -265,7 +265,7 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 		// The script runs to completion even if ctx ends meanwhile: its
 		// result is given back when nobody takes it (abandonable).
 		return s.c.runScript(context.WithoutCancel(parent), lua.SemAcquire, s.keys,
-			field, n, prev, leaseMs, s.channel, semReclaimLimit)
+			field, n, prev, leaseMs, s.c.pubCmd(parent), semReclaimLimit)
 	}
 	// more adds n permits to h, the hold ctx carries.
 	more := func() (bool, time.Duration, error) {
@@ -296,7 +296,7 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 			}
 		}, func(o outcome) {
 			if o.r[0] == 1 {
-				s.c.undo(call{lua.SemRelease, s.keys, []any{h.field, n, o.r[1], s.channel, semReclaimLimit}})
+				s.c.undo(call{lua.SemRelease, s.keys, []any{h.field, n, o.r[1], s.c.pubCmd(parent), semReclaimLimit}})
 			}
 		})
 		switch {
@@ -326,7 +326,7 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 			neverSet = r[2] == 0
 			return false, semBound(r[1]), nil
 		}
-		return a.grant(field, int(r[1]), call{lua.SemRenew, s.keys, []any{field, leaseMs, s.channel, semReclaimLimit}})
+		return a.grant(field, int(r[1]), call{lua.SemRenew, s.keys, []any{field, leaseMs, s.c.pubCmd(parent), semReclaimLimit}})
 	}
 	result := func() context.Context {
 		if h != nil {
@@ -406,7 +406,7 @@ func (s *Semaphore) Release(ctx context.Context, n int) error {
 		return err
 	}
 	return s.c.release(ctx, &s.spec, n, func(ctx context.Context, h *hold, count int) (int64, error) {
-		return lua.SemRelease.Run(ctx, s.c.rdb, s.keys, h.field, n, count, s.channel, semReclaimLimit).Int64()
+		return lua.SemRelease.Run(ctx, s.c.rdb, s.keys, h.field, n, count, s.c.pubCmd(ctx), semReclaimLimit).Int64()
 	})
 }
 

@@ -52,6 +52,8 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// startRedis starts a redis-server with the extra arguments (e.g. cluster
+// mode) added to the defaults.
 func startRedis(bin string, extra ...string) (*redisServer, error) {
 	dir, err := os.MkdirTemp("", "redisync-bench-")
 	if err != nil {
@@ -65,11 +67,10 @@ func startRedis(bin string, extra ...string) (*redisServer, error) {
 		}
 		s := &redisServer{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir, done: make(chan struct{})}
 		logPath := filepath.Join(dir, "redis.log")
-		s.cmd = exec.Command(bin,
-			"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		args := []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 			"--save", "", "--appendonly", "no",
-			"--dir", dir, "--logfile", logPath, "--daemonize", "no")
-		s.cmd.Args = append(s.cmd.Args, extra...)
+			"--dir", dir, "--logfile", logPath, "--daemonize", "no"}
+		s.cmd = exec.Command(bin, append(args, extra...)...)
 		s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 		if err := s.cmd.Start(); err != nil {
 			return nil, err

@@ -6,7 +6,9 @@
 -- KEYS[2]  the queue zset
 -- KEYS[3]  the waiters' deadlines zset
 -- ARGV[1]  owner field
--- ARGV[2]  channel prefix
+-- ARGV[2]  channel prefix (it begins with the lock's hash tag: every
+--          waiter's channel is in KEYS[1]'s slot)
+-- ARGV[3]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded)
 --
 -- Returns 1 when the owner's holds were released, 0 when it held none.
 if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
@@ -17,7 +19,7 @@ if redis.call('hlen', KEYS[1]) == 0 then
   redis.call('del', KEYS[1])
   local head = redis.call('zrange', KEYS[2], 0, 0)[1]
   if head then
-    redis.call('publish', ARGV[2] .. head, '1')
+    redis.call(ARGV[3], ARGV[2] .. head, '1')
   end
 end
 return 1

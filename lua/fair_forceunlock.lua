@@ -2,7 +2,9 @@
 --
 -- KEYS[1]  the lock's hash
 -- KEYS[2]  the queue zset
--- ARGV[1]  channel prefix
+-- ARGV[1]  channel prefix (it begins with the lock's hash tag: every
+--          waiter's channel is in KEYS[1]'s slot)
+-- ARGV[2]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded)
 --
 -- Returns 1 when a lock was freed, 0 when it was free. A key of another type
 -- is refused with WRONGTYPE and kept.
@@ -21,6 +23,6 @@ end
 redis.call('del', KEYS[1])
 local head = redis.call('zrange', KEYS[2], 0, 0)[1]
 if head then
-  redis.call('publish', ARGV[1] .. head, '1')
+  redis.call(ARGV[2], ARGV[1] .. head, '1')
 end
 return 1

@@ -5,7 +5,9 @@
 -- KEYS[2]  the queue zset
 -- KEYS[3]  the waiters' deadlines zset
 -- ARGV[1]  waiter field
--- ARGV[2]  channel prefix
+-- ARGV[2]  channel prefix (it begins with the lock's hash tag: every
+--          waiter's channel is in KEYS[1]'s slot)
+-- ARGV[3]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded)
 --
 -- Returns 1 when the waiter was queued, 0 when it was not.
 local head0 = redis.call('zrange', KEYS[2], 0, 0)[1]
@@ -14,7 +16,7 @@ redis.call('zrem', KEYS[3], ARGV[1])
 if head0 == ARGV[1] and redis.call('exists', KEYS[1]) == 0 then
   local head = redis.call('zrange', KEYS[2], 0, 0)[1]
   if head then
-    redis.call('publish', ARGV[2] .. head, '1')
+    redis.call(ARGV[3], ARGV[2] .. head, '1')
   end
 end
 return n

@@ -11,7 +11,9 @@
 -- ARGV[3]  hold count the caller had before this call (0 for a first hold)
 -- ARGV[4]  waiter timeout in ms: the caller joins the queue (or refreshes its
 --          place) with a deadline that far ahead; 0 = do not queue (TryLock)
--- ARGV[5]  channel prefix: a waiter is woken on prefix .. field
+-- ARGV[5]  channel prefix: a waiter is woken on prefix .. field (the prefix
+--          begins with the lock's hash tag: in KEYS[1]'s slot)
+-- ARGV[6]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded)
 --
 -- The lock is taken when it is free and the caller heads the queue (or the
 -- queue is empty). When a free lock is promised to another waiter, waiters
@@ -131,7 +133,7 @@ end
 -- Wake the head if the drop above made it the head, and try again at the
 -- latest when its deadline passes.
 if moved then
-  redis.call('publish', ARGV[5] .. head, '1')
+  redis.call(ARGV[6], ARGV[5] .. head, '1')
 end
 local s = redis.call('zscore', KEYS[3], head)
 local d = 1

@@ -7,7 +7,9 @@
 -- ARGV[1]  owner field
 -- ARGV[2]  hold count the caller had before this call (>= 1)
 -- ARGV[3]  lease in milliseconds, kept while holds remain
--- ARGV[4]  channel prefix
+-- ARGV[4]  channel prefix (it begins with the lock's hash tag: every
+--          waiter's channel is in KEYS[1]'s slot)
+-- ARGV[5]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded)
 --
 -- The count is set to ARGV[2] - 1 rather than decremented, so a call that
 -- go-redis resends after a network error cannot leave twice. The lock's hash
@@ -51,6 +53,6 @@ if #dead > 0 then
   head = redis.call('zrange', KEYS[2], 0, 0)[1]
 end
 if head then
-  redis.call('publish', ARGV[4] .. head, '1')
+  redis.call(ARGV[5], ARGV[4] .. head, '1')
 end
 return 2

@@ -6,7 +6,8 @@
 -- on its channel.
 --
 -- KEYS[1]  the lock's hash
--- KEYS[2]  optional: the fencing counter (WithFencing); the receiver's is a
+-- KEYS[2]  the lock's channel (in the lock's slot)
+-- KEYS[3]  optional: the fencing counter (WithFencing); the receiver's is a
 --          first hold, so it is incremented and returned
 -- ARGV[1]  the releasing owner's field
 -- ARGV[2]  the receiving owner's field
@@ -14,17 +15,16 @@
 -- ARGV[4]  "" within the run's bound; at its end, how to count the
 --          channel's subscribers: "numsub", "shardnumsub", or "any" when
 --          they cannot be counted here (then others are assumed to wait)
--- ARGV[5]  channel
+-- ARGV[5]  publish command: "publish" or "spublish"
 -- ARGV[6]  unlock message
 -- ARGV[7]  the releasing client's own subscriptions to the channel (0 or 1)
--- ARGV[8]  publish command: "publish" or "spublish"
 --
 -- A releasing owner whose field is gone (its lease was lost) has nothing to
 -- hand over: the receiver gets the lock only if it is free, as its own
 -- attempt would. A resent call finds the receiver holding and reports it.
 --
 -- Returns {1, 1} when the receiver holds the lock with one hold ({1, 1,
--- token} with KEYS[2]; a resent call reads the counter, which nobody else
+-- token} with KEYS[3]; a resent call reads the counter, which nobody else
 -- can have incremented since, as the receiver holds the lock), {2, 0}
 -- when the lock was released for other clients, {0, pttl} when another
 -- owner holds it (nothing changed). A key of another type fails with
@@ -37,20 +37,20 @@ end
 if ARGV[4] ~= '' and not received then
   local others = 1
   if ARGV[4] ~= 'any' then
-    others = redis.call('pubsub', ARGV[4], ARGV[5])[2] - tonumber(ARGV[7])
+    others = redis.call('pubsub', ARGV[4], KEYS[2])[2] - tonumber(ARGV[7])
   end
   if others > 0 then
     redis.call('del', KEYS[1])
-    redis.call(ARGV[8], ARGV[5], ARGV[6])
+    redis.call(ARGV[5], KEYS[2], ARGV[6])
     return {2, 0}
   end
 end
 local token
-if KEYS[2] then
+if KEYS[3] then
   if received then
-    token = tonumber(redis.call('get', KEYS[2]))
+    token = tonumber(redis.call('get', KEYS[3]))
   else
-    token = redis.call('incr', KEYS[2])
+    token = redis.call('incr', KEYS[3])
   end
 end
 redis.call('hset', KEYS[1], ARGV[2], 1)

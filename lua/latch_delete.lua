@@ -2,7 +2,8 @@
 -- reaching zero does.
 --
 -- KEYS[1]  the latch's count (a string)
--- ARGV[1]  channel
+-- KEYS[2]  channel (in KEYS[1]'s slot)
+-- ARGV[1]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded)
 --
 -- Returns 1 when the latch was counting, 0 when it was not. A key of
 -- another type fails with WRONGTYPE and is kept.
@@ -14,5 +15,5 @@ if t ~= 'string' then
   return redis.error_reply('WRONGTYPE key is not a latch')
 end
 redis.call('del', KEYS[1])
-redis.call('publish', ARGV[1], '0')
+redis.call(ARGV[1], KEYS[2], '0')
 return 1

@@ -1,12 +1,12 @@
 -- Acquires n more permits of a semaphore for one owner (sem_prelude.lua
 -- describes the keys and is prepended).
 --
--- KEYS[1..3]  name, {name}:holders, {name}:expiry
+-- KEYS[1..4]  name, {name}:holders, {name}:expiry, {name}:sem-wake channel
 -- ARGV[1]     owner field "<client uuid>:<n>"
 -- ARGV[2]     n, permits to acquire (> 0)
 -- ARGV[3]     permits the owner held before this call, as its process knows
 -- ARGV[4]     lease in milliseconds
--- ARGV[5]     channel told how many permits come free
+-- ARGV[5]     publish command ('publish' or 'spublish') for KEYS[4]
 -- ARGV[6]     most expired holders to reclaim in this call
 --
 -- The owner's count is set to ARGV[3] + ARGV[2] rather than incremented, so

@@ -1,8 +1,8 @@
 -- Reports a semaphore's permits after reclaiming expired holders
 -- (sem_prelude.lua describes the keys and is prepended).
 --
--- KEYS[1..3]  name, {name}:holders, {name}:expiry
--- ARGV[1]     channel told how many permits came free
+-- KEYS[1..4]  name, {name}:holders, {name}:expiry, {name}:sem-wake channel
+-- ARGV[1]     publish command ('publish' or 'spublish') for KEYS[4]
 -- ARGV[2]     most expired holders to reclaim in this call
 --
 -- Returns {total, used, more}: total is -1 when the permits were never set;

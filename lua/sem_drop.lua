@@ -1,9 +1,9 @@
 -- Releases every permit one owner holds (used by Client.Close and when a
 -- hold cannot be registered). sem_prelude.lua is prepended.
 --
--- KEYS[1..3]  name, {name}:holders, {name}:expiry
+-- KEYS[1..4]  name, {name}:holders, {name}:expiry, {name}:sem-wake channel
 -- ARGV[1]     owner field
--- ARGV[2]     channel told how many permits came free
+-- ARGV[2]     publish command ('publish' or 'spublish') for KEYS[4]
 -- ARGV[3]     most expired holders to reclaim in this call
 --
 -- Returns the number of permits released (0 when the owner held none).

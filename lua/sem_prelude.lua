@@ -8,6 +8,7 @@
 -- KEYS[2]  {name}:holders: a hash of owner field -> permits it holds
 -- KEYS[3]  {name}:expiry: a sorted set of owner field -> lease expiry, in
 --          milliseconds of Redis's own clock (TIME)
+-- KEYS[4]  the channel told how many permits came free (same slot)
 --
 -- Every script first reclaims the permits of holders whose lease has run
 -- out (at most ARGV's limit of them per call, so one call's work is
@@ -109,9 +110,10 @@ local function sem_bound(now, more)
   return math.max(tonumber(first[2]) - now, 0)
 end
 
--- sem_finish stores used if it changed and tells waiters on channel how
--- many permits came free.
-local function sem_finish(used, stored, freed, channel)
+-- sem_finish stores used if it changed and tells waiters on KEYS[4] how
+-- many permits came free, with publish command pub ('publish' or
+-- 'spublish').
+local function sem_finish(used, stored, freed, pub)
   if used ~= stored then
     if used > 0 then
       redis.call('hset', KEYS[1], 'used', used)
@@ -120,6 +122,6 @@ local function sem_finish(used, stored, freed, channel)
     end
   end
   if freed > 0 then
-    redis.call('publish', channel, freed)
+    redis.call(pub, KEYS[4], freed)
   end
 end

@@ -1,11 +1,11 @@
 -- Releases n of the permits one owner holds (sem_prelude.lua describes the
 -- keys and is prepended).
 --
--- KEYS[1..3]  name, {name}:holders, {name}:expiry
+-- KEYS[1..4]  name, {name}:holders, {name}:expiry, {name}:sem-wake channel
 -- ARGV[1]     owner field
 -- ARGV[2]     n, permits to release (> 0, at most ARGV[3])
 -- ARGV[3]     permits the owner held before this call, as its process knows
--- ARGV[4]     channel told how many permits came free
+-- ARGV[4]     publish command ('publish' or 'spublish') for KEYS[4]
 -- ARGV[5]     most expired holders to reclaim in this call
 --
 -- The owner's count is set to ARGV[3] - ARGV[2] (never raised) rather than

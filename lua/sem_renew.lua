@@ -1,10 +1,10 @@
 -- Extends the lease of one owner's permits while it still holds them
 -- (sem_prelude.lua describes the keys and is prepended).
 --
--- KEYS[1..3]  name, {name}:holders, {name}:expiry
+-- KEYS[1..4]  name, {name}:holders, {name}:expiry, {name}:sem-wake channel
 -- ARGV[1]     owner field
 -- ARGV[2]     lease in milliseconds
--- ARGV[3]     channel told how many permits come free
+-- ARGV[3]     publish command ('publish' or 'spublish') for KEYS[4]
 -- ARGV[4]     most expired holders to reclaim in this call
 --
 -- Returns 1 when renewed, 0 when the owner holds no permits (a lease that

@@ -1,12 +1,12 @@
 -- Sets or changes the total permits of a semaphore (sem_prelude.lua
 -- describes the keys and is prepended).
 --
--- KEYS[1..3]  name, {name}:holders, {name}:expiry
+-- KEYS[1..4]  name, {name}:holders, {name}:expiry, {name}:sem-wake channel
 -- ARGV[1]     mode: "set" (always), "try" (only if never set), "add"
 --             (add ARGV[2], which may be negative, to the total; a
 --             semaphore never set counts as 0)
 -- ARGV[2]     n
--- ARGV[3]     channel told how many permits are free
+-- ARGV[3]     publish command ('publish' or 'spublish') for KEYS[4]
 -- ARGV[4]     most expired holders to reclaim in this call
 --
 -- Returns {1, total} when the total was set; {0, total} when mode "try"

@@ -103,6 +103,23 @@ func (cl *Cluster) Client(tb testing.TB) *redis.ClusterClient {
 	return c
 }
 
+// waitUntil polls cond until it reports true (true) or d has passed (false).
+func waitUntil(d time.Duration, cond func(context.Context) bool) bool {
+	deadline := time.Now().Add(d)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		ok := cond(ctx)
+		cancel()
+		if ok {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // waitFor polls cond until it reports true, failing tb after readyTimeout.
 func waitFor(tb testing.TB, what string, cond func(context.Context) (bool, error)) {
 	tb.Helper()
@@ -119,4 +136,280 @@ func waitFor(tb testing.TB, what string, cond func(context.Context) (bool, error
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// ReplicatedCluster is a Redis Cluster whose masters each have replicas,
+// owned by a test.
+type ReplicatedCluster struct {
+	*Cluster
+	// Replicas[i] are the replicas of the shard Masters[i] served when the
+	// cluster started. Failover swaps a master with one of its replicas in
+	// Masters and Replicas.
+	Replicas [][]*Server
+}
+
+// StartClusterWithReplicas starts a cluster of masters (3 if masters <= 0)
+// as StartCluster does, adds replicasPerMaster replicas to each master
+// (CLUSTER REPLICATE), and waits until every replica's link to its master is
+// up and every node knows every other. It is stopped when tb's test ends.
+func StartClusterWithReplicas(tb testing.TB, masters, replicasPerMaster int) *ReplicatedCluster {
+	tb.Helper()
+	cl := &ReplicatedCluster{Cluster: StartCluster(tb, masters)}
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	first := cl.Masters[0].Client(tb)
+	busPort, err := first.ConfigGet(ctx, "cluster-port").Result()
+	if err != nil {
+		tb.Fatalf("redistest: CONFIG GET cluster-port: %v", err)
+	}
+	confDir := tb.TempDir()
+	for _, m := range cl.Masters {
+		mc := m.Client(tb)
+		if err := mc.ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err(); err != nil {
+			tb.Fatalf("redistest: configure master %s: %v", m.Addr(), err)
+		}
+		id := NodeID(tb, m)
+		var rs []*Server
+		for range replicasPerMaster {
+			r := start(tb, func(port int) []string {
+				return []string{"--cluster-enabled", "yes",
+					"--cluster-config-file", filepath.Join(confDir, fmt.Sprintf("nodes-%d.conf", port)),
+					"--cluster-node-timeout", "2000", "--cluster-port", strconv.Itoa(freePort(tb))}
+			})
+			rc := r.Client(tb)
+			if err := rc.Do(ctx, "CLUSTER", "MEET", "127.0.0.1", cl.Masters[0].Port(), busPort["cluster-port"]).Err(); err != nil {
+				tb.Fatalf("redistest: CLUSTER MEET: %v", err)
+			}
+			waitFor(tb, "replica "+r.Addr()+" to learn of master "+m.Addr(), func(ctx context.Context) (bool, error) {
+				err := rc.Do(ctx, "CLUSTER", "REPLICATE", id).Err()
+				return err == nil, err
+			})
+			waitFor(tb, "replica "+r.Addr()+" link up", func(ctx context.Context) (bool, error) {
+				info, err := rc.Info(ctx, "replication").Result()
+				return strings.Contains(info, "master_link_status:up"), err
+			})
+			rs = append(rs, r)
+		}
+		cl.Replicas = append(cl.Replicas, rs)
+		// After a diskless sync, a master streams writes to a new
+		// replica only after its first ACK: until then WAIT counts
+		// none. Wait until every replica acknowledges a write.
+		key := ownKey(ctx, tb, mc)
+		waitFor(tb, "master "+m.Addr()+" streaming to its replicas", func(ctx context.Context) (bool, error) {
+			p := mc.Pipeline()
+			p.Set(ctx, key, 1, 0)
+			p.Del(ctx, key)
+			w := p.Do(ctx, "wait", len(rs), 100)
+			_, _ = p.Exec(ctx)
+			n, err := w.Int64()
+			return n == int64(len(rs)), err
+		})
+	}
+	want := fmt.Sprintf("cluster_known_nodes:%d\r", len(cl.Masters)*(1+replicasPerMaster))
+	for _, s := range cl.all() {
+		c := s.Client(tb)
+		waitFor(tb, "cluster node "+s.Addr()+" to know every node", func(ctx context.Context) (bool, error) {
+			info, err := c.ClusterInfo(ctx).Result()
+			return strings.Contains(info, "cluster_state:ok\r") && strings.Contains(info, want), err
+		})
+	}
+	return cl
+}
+
+// all returns every node, masters first.
+func (cl *ReplicatedCluster) all() []*Server {
+	all := append([]*Server(nil), cl.Masters...)
+	for _, rs := range cl.Replicas {
+		all = append(all, rs...)
+	}
+	return all
+}
+
+// NodeID returns s's cluster node id (CLUSTER MYID).
+func NodeID(tb testing.TB, s *Server) string {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	id, err := s.Client(tb).Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		tb.Fatalf("redistest: CLUSTER MYID on %s: %v", s.Addr(), err)
+	}
+	return id
+}
+
+// Failover promotes the first replica of shard i with CLUSTER FAILOVER
+// (the master agrees, so no write acknowledged before it is lost; with
+// force, CLUSTER FAILOVER FORCE, which does not wait for the master to
+// catch the replica up), waits until every node sees the replica as the
+// master of the shard's slots, swaps the two in Masters and Replicas, and
+// returns the new master.
+func (cl *ReplicatedCluster) Failover(tb testing.TB, i int, force bool) *Server {
+	tb.Helper()
+	if len(cl.Replicas[i]) == 0 {
+		tb.Fatalf("redistest: shard %d has no replica", i)
+	}
+	old, r := cl.Masters[i], cl.Replicas[i][0]
+	slot := cl.slotOf(tb, old)
+	args := []any{"CLUSTER", "FAILOVER"}
+	if force {
+		args = append(args, "FORCE")
+	}
+	rc := r.Client(tb)
+	// A manual failover that does not complete within its own timeout
+	// (the replica could not catch up in time on a loaded machine) is
+	// abandoned by Redis: ask again.
+	for attempt := 0; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+		err := rc.Do(ctx, args...).Err()
+		cancel()
+		if err != nil {
+			tb.Fatalf("redistest: CLUSTER FAILOVER on %s: %v", r.Addr(), err)
+		}
+		if waitUntil(5*time.Second, func(ctx context.Context) bool {
+			role, err := rc.Do(ctx, "ROLE").Slice()
+			return err == nil && len(role) > 0 && role[0] == "master"
+		}) {
+			break
+		}
+		if attempt == 2 {
+			tb.Fatalf("redistest: %s did not become master after 3 CLUSTER FAILOVERs", r.Addr())
+		}
+	}
+	cl.Masters[i], cl.Replicas[i][0] = r, old
+	cl.waitOwner(tb, slot, r)
+	return r
+}
+
+// slotOf returns a slot that m serves.
+func (cl *ReplicatedCluster) slotOf(tb testing.TB, m *Server) int {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	ranges, err := m.Client(tb).ClusterSlots(ctx).Result()
+	if err != nil {
+		tb.Fatalf("redistest: CLUSTER SLOTS: %v", err)
+	}
+	for _, r := range ranges {
+		if len(r.Nodes) > 0 && r.Nodes[0].Addr == m.Addr() {
+			return int(r.Start)
+		}
+	}
+	tb.Fatalf("redistest: %s serves no slot", m.Addr())
+	return 0
+}
+
+// SlotOf returns key's hash slot (CLUSTER KEYSLOT on s).
+func SlotOf(tb testing.TB, s *Server, key string) int {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	n, err := s.Client(tb).Do(ctx, "CLUSTER", "KEYSLOT", key).Int()
+	if err != nil {
+		tb.Fatalf("redistest: CLUSTER KEYSLOT: %v", err)
+	}
+	return n
+}
+
+// Owner returns the master that serves slot, as s's CLUSTER SLOTS says.
+func (cl *ReplicatedCluster) Owner(tb testing.TB, slot int) *Server {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	ranges, err := cl.Masters[0].Client(tb).ClusterSlots(ctx).Result()
+	if err != nil {
+		tb.Fatalf("redistest: CLUSTER SLOTS: %v", err)
+	}
+	for _, r := range ranges {
+		if slot >= int(r.Start) && slot <= int(r.End) && len(r.Nodes) > 0 {
+			for _, s := range cl.all() {
+				if s.Addr() == r.Nodes[0].Addr {
+					return s
+				}
+			}
+		}
+	}
+	tb.Fatalf("redistest: no owner of slot %d", slot)
+	return nil
+}
+
+// waitOwner waits until every node says owner serves slot.
+func (cl *ReplicatedCluster) waitOwner(tb testing.TB, slot int, owner *Server) {
+	tb.Helper()
+	for _, s := range cl.all() {
+		c := s.Client(tb)
+		waitFor(tb, fmt.Sprintf("node %s to see %s serve slot %d", s.Addr(), owner.Addr(), slot), func(ctx context.Context) (bool, error) {
+			ranges, err := c.ClusterSlots(ctx).Result()
+			if err != nil {
+				return false, err
+			}
+			for _, r := range ranges {
+				if slot >= int(r.Start) && slot <= int(r.End) && len(r.Nodes) > 0 {
+					return r.Nodes[0].Addr == owner.Addr(), nil
+				}
+			}
+			return false, nil
+		})
+	}
+}
+
+// MigrateSlot moves slot, with its keys, from its master to the master to
+// the way redis-cli --cluster reshard does: CLUSTER SETSLOT IMPORTING on
+// to, MIGRATING on the owner, MIGRATE of every key, then SETSLOT NODE on
+// to, the old owner and every other master; it waits until every node
+// agrees.
+func (cl *ReplicatedCluster) MigrateSlot(tb testing.TB, slot int, to *Server) {
+	tb.Helper()
+	from := cl.Owner(tb, slot)
+	if from == to {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	fc, tc := from.Client(tb), to.Client(tb)
+	fromID, toID := NodeID(tb, from), NodeID(tb, to)
+	must := func(what string, err error) {
+		if err != nil {
+			tb.Fatalf("redistest: %s: %v", what, err)
+		}
+	}
+	must("SETSLOT IMPORTING", tc.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID).Err())
+	must("SETSLOT MIGRATING", fc.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID).Err())
+	for {
+		keys, err := fc.ClusterGetKeysInSlot(ctx, slot, 100).Result()
+		must("GETKEYSINSLOT", err)
+		if len(keys) == 0 {
+			break
+		}
+		args := []any{"MIGRATE", "127.0.0.1", to.Port(), "", 0, 5000, "KEYS"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		must("MIGRATE", fc.Do(ctx, args...).Err())
+	}
+	must("SETSLOT NODE (target)", tc.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", toID).Err())
+	must("SETSLOT NODE (source)", fc.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", toID).Err())
+	for _, m := range cl.Masters {
+		if m != from && m != to {
+			must("SETSLOT NODE", m.Client(tb).Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", toID).Err())
+		}
+	}
+	cl.waitOwner(tb, slot, to)
+}
+
+// ownKey returns a key of one of the slots the master c is connected to
+// serves.
+func ownKey(ctx context.Context, tb testing.TB, c *redis.Client) string {
+	tb.Helper()
+	for i := range 10000 {
+		key := "redistest:probe:" + strconv.Itoa(i)
+		err := c.Get(ctx, key).Err()
+		if err == nil || err == redis.Nil {
+			return key
+		}
+		if !strings.HasPrefix(err.Error(), "MOVED") {
+			tb.Fatalf("redistest: GET %s: %v", key, err)
+		}
+	}
+	tb.Fatal("redistest: no key of the master's slots found")
+	return ""
 }

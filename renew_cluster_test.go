@@ -1,0 +1,111 @@
+package redisync
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// pipeCounter counts the pipelines one cluster node is sent.
+type pipeCounter struct {
+	mu    sync.Mutex
+	pipes map[string]int // by node address
+	cmds  map[string]int
+}
+
+func (p *pipeCounter) hook(addr string) redis.Hook { return pipeHook{p, addr} }
+
+type pipeHook struct {
+	p    *pipeCounter
+	addr string
+}
+
+func (h pipeHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h pipeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h pipeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.p.mu.Lock()
+		h.p.pipes[h.addr]++
+		h.p.cmds[h.addr] += len(cmds)
+		h.p.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+func (p *pipeCounter) take() (pipes, cmds map[string]int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pipes, cmds = p.pipes, p.cmds
+	p.pipes, p.cmds = map[string]int{}, map[string]int{}
+	return pipes, cmds
+}
+
+// TestClusterRenewalPipelinesPerNode: renewing 10,000 held locks spread
+// over a 3-master cluster costs each node at most 5 pipelines per tick
+// (batches of 2,000 renewals, each split by node): a few round trips per
+// node, not one per lock.
+func TestClusterRenewalPipelinesPerNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("10,000 locks")
+	}
+	cl := redistestCluster(t)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), PoolSize: 64})
+	t.Cleanup(func() { _ = cc.Close() })
+	pc := &pipeCounter{pipes: map[string]int{}, cmds: map[string]int{}}
+	cc.OnNewNode(func(rdb *redis.Client) { rdb.AddHook(pc.hook(rdb.Options().Addr)) })
+	var rounds atomic.Int64
+	var holdsSeen atomic.Int64
+	const lease = 9 * time.Second // renewed every 3s
+	c := newClient(t, cc, WithWatchdogTimeout(lease), WithObserver(&Observer{Renewed: func(r RenewalEvent) {
+		rounds.Add(1)
+		holdsSeen.Store(int64(r.Holds))
+	}}))
+
+	const n = 10000
+	bg := context.Background()
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	next := atomic.Int64{}
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= n {
+					return
+				}
+				if _, err := c.Mutex("renew:" + strconv.Itoa(int(i))).Lock(bg); err != nil {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.Zero(t, failed.Load())
+
+	// Count over whole rounds that renewed all 10,000.
+	eventually(t, 2*lease, "a round of all holds", func() bool { return holdsSeen.Load() == n })
+	r0 := rounds.Load()
+	pc.take()
+	eventually(t, 3*lease, "two more rounds", func() bool { return rounds.Load() >= r0+2 })
+	time.Sleep(500 * time.Millisecond) // let the second round's pipelines finish counting
+	ticks := rounds.Load() - r0
+	pipes, cmds := pc.take()
+	require.Len(t, pipes, 3, "every master renews its share")
+	total := 0
+	for addr, p := range pipes {
+		perTick := float64(p) / float64(ticks)
+		t.Logf("%s: %d pipelines, %d commands over %d ticks (%.1f pipelines per tick)", addr, p, cmds[addr], ticks, perTick)
+		assert.LessOrEqual(t, perTick, 5.0+1.0/float64(ticks), "%s: pipelines per tick", addr)
+		total += cmds[addr]
+	}
+	assert.GreaterOrEqual(t, total, n*int(ticks), "every hold renewed every tick")
+}
