@@ -29,10 +29,17 @@
 -- when the lock was released for other clients, {0, pttl} when another
 -- owner holds it (nothing changed). A key of another type fails with
 -- WRONGTYPE and is not touched.
-local pttl = redis.call('pttl', KEYS[1])
-local received = pttl ~= -2 and redis.call('hexists', KEYS[1], ARGV[2]) == 1
-if pttl ~= -2 and not received and redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
-  return {0, pttl}
+
+-- The common case, the releaser still holding, costs one read.
+local received = false
+if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+  received = redis.call('hexists', KEYS[1], ARGV[2]) == 1
+  if not received then
+    local pttl = redis.call('pttl', KEYS[1])
+    if pttl ~= -2 then
+      return {0, pttl}
+    end
+  end
 end
 if ARGV[4] ~= '' and not received then
   local others = 1
