@@ -29,6 +29,7 @@ const (
 
 // acceptor is what a waiter that can be handed the lock tells the releaser.
 type acceptor struct {
+	key     string // the lock's: a channel may be shared by two names
 	lease   time.Duration
 	fence   string                  // the fencing counter's key, or "" (WithFencing)
 	field   func() string           // the waiter's owner
@@ -41,6 +42,8 @@ type acceptor struct {
 // the pubsub's lock.
 type handoff struct {
 	w       *waiter
+	acc     *acceptor // the waiter's; set release from it outside p.mu
+	key     string
 	field   string
 	lease   time.Duration
 	fence   string
@@ -57,35 +60,62 @@ type handoff struct {
 	abandoned bool // the waiter left before the outcome came
 }
 
-// claim picks the first waiter of channel name that can be handed the lock
-// now (it takes handoffs and is waiting, not trying), and reserves it: the
-// waiter does not try again until the outcome is settled. It returns nil
-// when there is none. mine is how many subscriptions of this client Redis
-// counts on the channel now (0 or 1).
-func (p *pubsub) claim(name string) (h *handoff, mine int) {
+// handoffRun is one lock's run of local handoffs in this client. It is kept
+// by lock key, not on the channel: a channel's local state goes when its
+// last waiter leaves, which a run of handoffs between two goroutines does
+// every time; and two names may share a channel. It lives while the run
+// does, and then as long as the client's waiters yield.
+type handoffRun struct {
+	n          int       // handoffs in a row
+	start      time.Time // when the run's first was claimed
+	yieldUntil time.Time // this client's waiters hold back until then
+}
+
+// endRun ends key's run: the lock was released, not handed over. Called
+// with p.mu held.
+func (p *pubsub) endRun(key string) {
+	if r := p.runs[key]; r != nil && !time.Now().Before(r.yieldUntil) {
+		delete(p.runs, key)
+	} else if r != nil {
+		r.n = 0
+	}
+}
+
+// claim picks the first waiter of lock key on channel name that can be
+// handed the lock now (it takes handoffs and is waiting, not trying), and
+// reserves it: the waiter does not try again until the outcome is settled.
+// It returns nil when there is none. mine is how many subscriptions of this
+// client Redis counts on the channel now (0 or 1).
+func (p *pubsub) claim(name, key string) (h *handoff, mine int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ch := p.chans[name]
 	if ch == nil {
+		p.endRun(key)
 		return nil, 0
 	}
 	for _, w := range ch.waiters {
-		if w.acc == nil || !w.idle || w.h != nil {
+		if w.acc == nil || w.acc.key != key || !w.idle || w.h != nil {
 			continue
 		}
-		if ch.run == 0 {
-			ch.runStart = time.Now()
+		r := p.runs[key]
+		if r == nil {
+			r = &handoffRun{}
+			p.runs[key] = r
 		}
-		ch.run++
+		if r.n == 0 {
+			r.start = time.Now()
+		}
+		r.n++
 		field := w.acc.field()
-		w.h = &handoff{w: w, field: field, lease: w.acc.lease, fence: w.acc.fence, release: w.acc.release(field),
-			bounded: ch.run > cohortRun || time.Since(ch.runStart) >= cohortTime}
+		w.h = &handoff{w: w, key: key, field: field, lease: w.acc.lease, fence: w.acc.fence, acc: w.acc,
+			bounded: r.n > cohortRun || time.Since(r.start) >= cohortTime}
 		if p.confirmed(ch) {
 			mine = 1
 		}
 		return w.h, mine
 	}
-	ch.run = 0
+	p.endRun(key)
 	return nil, 0
 }
 
@@ -95,12 +125,22 @@ func (p *pubsub) claim(name string) (h *handoff, mine int) {
 func (p *pubsub) settle(h *handoff, r []int64, err error) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	ch := h.w.ch
-	if err != nil || r[0] != 1 || h.bounded {
-		ch.run = 0 // a new run starts
-	}
 	if err == nil && r[0] == 2 {
-		ch.yieldUntil = time.Now().Add(cohortYield)
+		y := time.Now().Add(cohortYield)
+		h.w.ch.yieldUntil = y
+		if run := p.runs[h.key]; run != nil {
+			run.yieldUntil = y
+			time.AfterFunc(cohortYield, func() {
+				p.mu.Lock()
+				defer p.mu.Unlock()
+				if p.runs[h.key] == run && run.n == 0 {
+					p.endRun(h.key)
+				}
+			})
+		}
+	}
+	if err != nil || r[0] != 1 || h.bounded {
+		p.endRun(h.key) // a new run starts
 	}
 	if h.abandoned {
 		return false
@@ -125,6 +165,15 @@ func (p *pubsub) settle(h *handoff, r []int64, err error) bool {
 // p.mu held.
 func (ch *channel) yielding(now time.Time) (time.Time, bool) {
 	return ch.yieldUntil, now.Before(ch.yieldUntil)
+}
+
+// yielding reports until when this client's callers of lock key hold back
+// (see channel.yielding). Called with p.mu held.
+func (p *pubsub) yielding(key string, now time.Time) (time.Time, bool) {
+	if r := p.runs[key]; r != nil && now.Before(r.yieldUntil) {
+		return r.yieldUntil, true
+	}
+	return time.Time{}, false
 }
 
 // setIdle marks w as waiting (it may be handed the lock) or as trying, and

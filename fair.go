@@ -294,7 +294,7 @@ func (f *FairMutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := f.check(ctx); err != nil {
 		return false, err
 	}
-	f.c.wd.force(f.spec.ref)
+	defer f.c.wd.force(f.spec.ref)()
 	n, err := lua.FairForceUnlock.Run(ctx, f.c.rdb, []string{f.name, f.queue}, f.prefix, f.c.pubCmd(ctx)).Int64()
 	if err != nil {
 		return false, f.wrap(err)

@@ -336,7 +336,7 @@ func (c *Client) release(ctx context.Context, s *spec, n int, send func(ctx cont
 	switch {
 	case err != nil:
 		if last {
-			c.giveBack(h) // try again in the background; else Redis frees it at the lease's end
+			c.giveBackFrom(h, true) // try again in the background; else Redis frees it at the lease's end
 		}
 		return s.wrap(err)
 	case reply == 0:
@@ -395,22 +395,34 @@ func (c *Client) undo(calls ...call) {
 	}
 }
 
-// giveBack releases h in Redis in the background, bounded by
-// releaseTimeout: h ended while Redis may still keep it.
-func (c *Client) giveBack(h *hold) {
-	if !c.bgStart() {
-		return // Close releases every hold itself
-	}
-	go func() {
-		defer c.bg.Done()
-		h.mu.Lock()
-		defer h.mu.Unlock()
+// giveBack releases h in Redis in the background (once the Client is
+// closing, at once), bounded by releaseTimeout: h ended while Redis may
+// still keep it.
+func (c *Client) giveBack(h *hold) { c.giveBackFrom(h, false) }
+
+// giveBackFrom is giveBack for a caller that holds h.mu when locked.
+func (c *Client) giveBackFrom(h *hold, locked bool) {
+	give := func(lock bool) {
+		if lock {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 		defer cancel()
 		if err := h.release.run(ctx, c.rdb).Err(); err != nil {
 			c.log.Warn("redisync: could not release a hold that ended; Redis frees it when its lease ends",
 				"kind", h.ref.kind, "name", h.ref.name, "owner", h.field, "error", err)
 		}
+	}
+	if !c.bgStart() {
+		// Closing: Close releases the holds that were live; this one
+		// ended before, so it is released here, once, now.
+		give(!locked)
+		return
+	}
+	go func() {
+		defer c.bg.Done()
+		give(true)
 	}()
 }
 

@@ -48,15 +48,16 @@ type pubsub struct {
 	mode func(ctx context.Context) (sharded, ok bool)
 
 	mu      sync.Mutex
-	decided bool                // the mode is known (sharded says which)
-	sharded bool                // SSUBSCRIBE, one connection per node
-	conns   map[string]*subConn // by node address ("" for the one connection)
-	chans   map[string]*channel // channels with local waiters
-	routes  []string            // channels to route to a node, in order
-	rkick   chan struct{}       // buffered 1: routes are queued
-	router  bool                // the router goroutine runs
-	retry   *time.Timer         // re-sends unconfirmed subscriptions
-	armed   bool                // retry is pending
+	decided bool                   // the mode is known (sharded says which)
+	sharded bool                   // SSUBSCRIBE, one connection per node
+	conns   map[string]*subConn    // by node address ("" for the one connection)
+	chans   map[string]*channel    // channels with local waiters
+	runs    map[string]*handoffRun // by lock key: runs of local handoffs (cohort.go)
+	routes  []string               // channels to route to a node, in order
+	rkick   chan struct{}          // buffered 1: routes are queued
+	router  bool                   // the router goroutine runs
+	retry   *time.Timer            // re-sends unconfirmed subscriptions
+	armed   bool                   // retry is pending
 	stopped bool
 	wg      sync.WaitGroup // readers, writers and the router
 }
@@ -126,8 +127,6 @@ type channel struct {
 	// map, and the channel is routed again after a reload.
 	avoid      *subConn
 	avoidUntil time.Time
-	run        int       // local handoffs in a row (cohort.go)
-	runStart   time.Time // when the run's first was claimed
 	yieldUntil time.Time // waiters hold back until then (cohort.go)
 	deferred   bool      // a wake-up is due when the yield ends
 }
@@ -157,7 +156,7 @@ func newPubSub(rdb redis.UniversalClient, closed <-chan struct{}, log *slog.Logg
 	mode func(context.Context) (sharded, ok bool)) *pubsub {
 	return &pubsub{
 		rdb: rdb, closed: closed, log: log, mode: mode,
-		conns: map[string]*subConn{}, chans: map[string]*channel{},
+		conns: map[string]*subConn{}, chans: map[string]*channel{}, runs: map[string]*handoffRun{},
 		rkick: make(chan struct{}, 1),
 	}
 }
@@ -566,15 +565,17 @@ func (p *pubsub) write(c *subConn) {
 // queued reports whether local waiters are already waiting on the channel,
 // and until when the lock's holder keeps it at most without renewing, as
 // the latest attempt saw.
-func (p *pubsub) mark(name string) (m mark, queued bool, until time.Time) {
+func (p *pubsub) mark(name, key string) (m mark, queued bool, until time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	now := time.Now()
+	y, yielding := p.yielding(key, now)
 	ch := p.chans[name]
 	if ch == nil {
-		return mark{}, false, time.Time{}
+		return mark{}, yielding, y
 	}
 	queued, until = len(ch.waiters) > 0, ch.until
-	if y, ok := ch.yielding(time.Now()); ok {
+	if yielding {
 		queued, until = true, y
 	}
 	if !p.confirmed(ch) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redisync-go/redisync/internal/keys"
 	"github.com/redisync-go/redisync/lua"
 )
 
@@ -47,6 +48,9 @@ func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
 	if err = fencingSetup(name, lc, err); err == nil && lc.fence {
 		m.fence, m.spec.fenced = fenceKey(name), true
 		m.spec.wrap = wrapFor(c, "lock", name, keyType{name, "hash"}, keyType{m.fence, "string"})
+	}
+	if err == nil && isCluster(c.rdb) && keys.Tag(m.channel) != keys.Tag(name) {
+		err = fmt.Errorf("%w: on a Cluster, name %q and its unlock channel %q (Redisson's naming) hash to different slots", ErrInvalid, name, m.channel)
 	}
 	m.err = m.spec.wrap(err)
 	m.spec.ref = lockRef{c, "lock", name}
@@ -176,7 +180,7 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 	queued := false
 	if wait {
 		var until time.Time
-		mk, queued, until = m.c.ps.mark(m.channel)
+		mk, queued, until = m.c.ps.mark(m.channel, m.name)
 		next = time.Until(until)
 		queued = queued && next > 0
 	}
@@ -195,6 +199,7 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 	}
 	handed := false
 	acc := &acceptor{
+		key:     m.name,
 		lease:   m.spec.lease,
 		fence:   m.fence,
 		field:   func() string { return a.owner },
@@ -260,7 +265,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	}
 	return m.c.release(ctx, &m.spec, 1, func(ctx context.Context, h *hold, count int) (int64, error) {
 		if count == 1 && !m.c.noCohort {
-			if ho, mine := m.c.ps.claim(m.channel); ho != nil {
+			if ho, mine := m.c.ps.claim(m.channel, m.name); ho != nil {
 				return m.handOver(ctx, h, ho, mine)
 			}
 		}
@@ -273,6 +278,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 // releases it for other clients; it reports h released (2). mine is this
 // client's subscriptions to the channel.
 func (m *Mutex) handOver(ctx context.Context, h *hold, ho *handoff, mine int) (int64, error) {
+	ho.release = ho.acc.release(ho.field) // not under the pubsub's lock: it may detect the pub/sub mode
 	ho.st = m.c.stamp(m.spec.ref)
 	ho.st.handoff = true
 	pub := m.c.pubCmd(ctx)
@@ -372,7 +378,7 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := m.check(ctx); err != nil {
 		return false, err
 	}
-	m.c.wd.force(m.spec.ref)
+	defer m.c.wd.force(m.spec.ref)()
 	n, err := lua.ForceUnlock.Run(ctx, m.c.rdb, []string{m.name, m.channel}, m.c.pubCmd(ctx), unlockMessage).Int64()
 	if err != nil {
 		return false, m.wrap(err)

@@ -421,8 +421,8 @@ func (r *RWMutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := r.check(ctx); err != nil {
 		return false, err
 	}
-	r.c.wd.force(r.rspec.ref)
-	r.c.wd.force(r.wspec.ref)
+	defer r.c.wd.force(r.rspec.ref)()
+	defer r.c.wd.force(r.wspec.ref)()
 	n, err := lua.RWForce.Run(ctx, r.c.rdb, []string{r.name, r.keys[1], r.rchan, r.wchan}, r.c.pubCmd(ctx)).Int64()
 	if err != nil {
 		return false, r.wrap(err)

@@ -199,6 +199,7 @@ func (c *Client) unsure(err error, wait bool, dirty *bool) (time.Duration, error
 // give-back.
 func (c *Client) sweep(lease time.Duration, calls ...call) {
 	if !c.bgStart() {
+		c.undo(calls...) // closing: once, now, as Close releases holds
 		return
 	}
 	go func() {

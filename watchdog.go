@@ -27,10 +27,11 @@ type watchdog struct {
 	lease    time.Duration
 	interval time.Duration
 
-	mu     sync.Mutex
-	holds  map[*hold]struct{}
-	forced map[lockRef]uint64 // ForceUnlocks so far, per lock
-	closed bool
+	mu      sync.Mutex
+	holds   map[*hold]struct{}
+	forced  map[lockRef]uint64 // ForceUnlocks so far, per lock
+	forcing map[lockRef]int    // ForceUnlocks in flight, per lock
+	closed  bool
 
 	stop chan struct{}
 	done chan struct{}
@@ -46,6 +47,7 @@ func newWatchdog(c *Client, lease time.Duration) *watchdog {
 		interval: lease / 3,
 		holds:    map[*hold]struct{}{},
 		forced:   map[lockRef]uint64{},
+		forcing:  map[lockRef]int{},
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
@@ -62,7 +64,7 @@ func (w *watchdog) add(h *hold, st stamp) error {
 	if w.closed {
 		return ErrClosed
 	}
-	if w.forced[h.ref] != st.epoch {
+	if w.forced[h.ref] != st.epoch || w.forcing[h.ref] > 0 {
 		return errUntrusted
 	}
 	sent := st.sent
@@ -129,9 +131,14 @@ func (w *watchdog) epoch(ref lockRef) uint64 {
 // before a ForceUnlock frees it, and makes grants in flight unusable: the
 // epoch is bumped under the same lock that collects the holds, so a grant
 // either registers before and is ended here, or finds the epoch moved.
-func (w *watchdog) force(ref lockRef) {
+// Call done once the ForceUnlock's script has answered: until then no
+// grant of the lock is trusted (its script may have run before the
+// ForceUnlock's, and its hold be freed by it), and the epoch moves again,
+// so that a grant sent meanwhile and answered later is refused too.
+func (w *watchdog) force(ref lockRef) (done func()) {
 	w.mu.Lock()
 	w.forced[ref]++
+	w.forcing[ref]++
 	var hs []*hold
 	for h := range w.holds {
 		if h.ref == ref {
@@ -141,6 +148,16 @@ func (w *watchdog) force(ref lockRef) {
 	w.mu.Unlock()
 	for _, h := range hs {
 		w.end(h, endForced, ErrLeaseLost)
+	}
+	return func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		// A grant whose script ran before the ForceUnlock's can answer
+		// after it: refused while it is in flight, and by the epoch after.
+		w.forced[ref]++
+		if w.forcing[ref]--; w.forcing[ref] == 0 {
+			delete(w.forcing, ref)
+		}
 	}
 }
 
