@@ -177,9 +177,7 @@ func TestAdvCohortCloseDuringHandoffWhoseReplyIsLost(t *testing.T) {
 	m := c.Mutex("adv-cohort-close-lost")
 	hctx, err := m.Lock(context.Background())
 	require.NoError(t, err)
-	w := faultLockAsync(context.Background(), m)
-	eventually(t, 2*time.Second, "the waiter queued", func() bool { return localWaiters(c, m.channel) == 1 })
-	time.Sleep(30 * time.Millisecond)
+	w := idleWaiter(t, context.Background(), c, m)
 
 	slow := slowHook.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.Handoff.Script), Times: 1,
 		Action: faultproxy.DelayBefore(300 * time.Millisecond)})

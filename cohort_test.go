@@ -111,6 +111,27 @@ func handoffCounter(h *faultproxy.Hook) (handoffs, unlocks *faultproxy.Rule) {
 	return handoffs, unlocks
 }
 
+// idleWaiter calls m.Lock(ctx) in a goroutine of c and returns once it is
+// an idle waiter, one that can be handed the lock.
+func idleWaiter(t *testing.T, ctx context.Context, c *Client, m *Mutex) <-chan faultLockResult {
+	t.Helper()
+	w := faultLockAsync(ctx, m)
+	eventually(t, 2*time.Second, "the waiter idle", func() bool { return advIdleWaiters(c, m.channel) == 1 })
+	return w
+}
+
+// slowHandoff makes the next handoff script sent through h slow (act),
+// unlocks hctx's hold of m in a goroutine, and returns once that script
+// is under way, with the channel that gets Unlock's result.
+func slowHandoff(t *testing.T, h *faultproxy.Hook, act faultproxy.Action, m *Mutex, hctx context.Context) <-chan error {
+	t.Helper()
+	slow := h.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.Handoff.Script), Times: 1, Action: act})
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- m.Unlock(hctx) }()
+	eventually(t, time.Second, "the handoff sent", func() bool { return slow.Fired() == 1 })
+	return unlocked
+}
+
 // Mutual exclusion holds across clients and goroutines while locks are
 // handed over locally, and every client gets the lock.
 func TestCohortMutualExclusion(t *testing.T) {
@@ -283,14 +304,8 @@ func TestCohortWaiterLeavesDuringHandoff(t *testing.T) {
 
 			wctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			w := faultLockAsync(wctx, m)
-			eventually(t, 2*time.Second, "the waiter queued", func() bool { return localWaiters(c, m.channel) == 1 })
-			time.Sleep(20 * time.Millisecond) // waiting, not trying
-
-			slow := h.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.Handoff.Script), Times: 1, Action: tc.action})
-			unlocked := make(chan error, 1)
-			go func() { unlocked <- m.Unlock(hctx) }()
-			eventually(t, time.Second, "the handoff sent", func() bool { return slow.Fired() == 1 })
+			w := idleWaiter(t, wctx, c, m)
+			unlocked := slowHandoff(t, h, tc.action, m, hctx)
 			cancel()
 			got := <-w
 			require.ErrorIs(t, got.err, context.Canceled)
@@ -315,15 +330,8 @@ func TestCohortLeaseLostMidHandoff(t *testing.T) {
 	m := c.Mutex("cohort-lost")
 	hctx, err := m.Lock(context.Background())
 	require.NoError(t, err)
-	w := faultLockAsync(context.Background(), m)
-	eventually(t, 2*time.Second, "the waiter queued", func() bool { return localWaiters(c, m.channel) == 1 })
-	time.Sleep(20 * time.Millisecond)
-
-	slow := h.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.Handoff.Script), Times: 1,
-		Action: faultproxy.DelayBefore(300 * time.Millisecond)})
-	unlocked := make(chan error, 1)
-	go func() { unlocked <- m.Unlock(hctx) }()
-	eventually(t, time.Second, "the handoff sent", func() bool { return slow.Fired() == 1 })
+	w := idleWaiter(t, context.Background(), c, m)
+	unlocked := slowHandoff(t, h, faultproxy.DelayBefore(300*time.Millisecond), m, hctx)
 	// Meanwhile the releaser's lease is lost and another client takes the lock.
 	require.NoError(t, e.rdb(t).Del(context.Background(), m.Name()).Err())
 	other := e.client(t).Mutex(m.Name())
@@ -402,14 +410,8 @@ func TestCohortCloseDuringHandoff(t *testing.T) {
 	m := c.Mutex("cohort-close")
 	hctx, err := m.Lock(context.Background())
 	require.NoError(t, err)
-	w := faultLockAsync(context.Background(), m)
-	eventually(t, 2*time.Second, "the waiter queued", func() bool { return localWaiters(c, m.channel) == 1 })
-	time.Sleep(20 * time.Millisecond)
-	slow := h.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.Handoff.Script), Times: 1,
-		Action: faultproxy.DelayReply(300 * time.Millisecond)})
-	unlocked := make(chan error, 1)
-	go func() { unlocked <- m.Unlock(hctx) }()
-	eventually(t, time.Second, "the handoff sent", func() bool { return slow.Fired() == 1 })
+	w := idleWaiter(t, context.Background(), c, m)
+	unlocked := slowHandoff(t, h, faultproxy.DelayReply(300*time.Millisecond), m, hctx)
 	require.NoError(t, c.Close())
 	got := <-w
 	require.True(t, errors.Is(got.err, ErrClosed), "the waiter ends with ErrClosed: %v", got.err)

@@ -372,9 +372,7 @@ func TestReplicaAckCohortHandoff(t *testing.T) {
 	m := c.Mutex("ack-handoff")
 	hctx, err := m.Lock(context.Background())
 	require.NoError(t, err)
-	w := faultLockAsync(context.Background(), m)
-	eventually(t, 2*time.Second, "the waiter queued", func() bool { return localWaiters(c, m.channel) == 1 })
-	time.Sleep(20 * time.Millisecond) // waiting, not trying
+	w := idleWaiter(t, context.Background(), c, m)
 
 	replica.Pause()
 	t.Cleanup(replica.Resume)
