@@ -42,13 +42,10 @@ type acceptor struct {
 // the pubsub's lock.
 type handoff struct {
 	w       *waiter
-	acc     *acceptor // the waiter's; set release from it outside p.mu
-	key     string
-	field   string
-	lease   time.Duration
-	fence   string
-	release call
-	st      stamp // of the releaser's script
+	acc     *acceptor // the waiter's
+	field   string    // the waiter's owner when claimed
+	release call      // from acc, set by the releaser outside p.mu
+	st      stamp     // of the releaser's script
 
 	bounded bool // the run's bound is reached: release for other clients
 	granted bool
@@ -57,7 +54,7 @@ type handoff struct {
 	err     error         // the outcome is unknown
 
 	delivered bool // the outcome is in; the waiter is woken
-	abandoned bool // the waiter left before the outcome came
+	abandoned bool // the waiter left before the outcome came: give it back
 }
 
 // handoffRun is one lock's run of local handoffs in this client. It is kept
@@ -107,8 +104,7 @@ func (p *pubsub) claim(name, key string) (h *handoff, mine int) {
 			r.start = time.Now()
 		}
 		r.n++
-		field := w.acc.field()
-		w.h = &handoff{w: w, key: key, field: field, lease: w.acc.lease, fence: w.acc.fence, acc: w.acc,
+		w.h = &handoff{w: w, acc: w.acc, field: w.acc.field(),
 			bounded: r.n > cohortRun || time.Since(r.start) >= cohortTime}
 		if p.confirmed(ch) {
 			mine = 1
@@ -121,30 +117,11 @@ func (p *pubsub) claim(name, key string) (h *handoff, mine int) {
 
 // settle records the reply of h's script (see lua/handoff.lua) and wakes
 // h's waiter. It returns false when the waiter has left meanwhile: the
-// caller gives back what the script may have granted.
+// caller gives back what the script may have granted (giveBackHandoff).
 func (p *pubsub) settle(h *handoff, r []int64, err error) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if err == nil && r[0] == 2 {
-		y := time.Now().Add(cohortYield)
-		h.w.ch.yieldUntil = y
-		if run := p.runs[h.key]; run != nil {
-			run.yieldUntil = y
-			time.AfterFunc(cohortYield, func() {
-				p.mu.Lock()
-				defer p.mu.Unlock()
-				if p.runs[h.key] == run && run.n == 0 {
-					p.endRun(h.key)
-				}
-			})
-		}
-	}
-	if err != nil || r[0] != 1 || h.bounded {
-		p.endRun(h.key) // a new run starts
-	}
-	if h.abandoned {
-		return false
-	}
+	key := h.acc.key
 	switch {
 	case err != nil:
 		h.err = err
@@ -152,26 +129,52 @@ func (p *pubsub) settle(h *handoff, r []int64, err error) bool {
 		h.granted, h.reply = true, r
 	case r[0] == 2:
 		h.next = cohortYield
+		run := p.runs[key]
+		if run == nil {
+			run = &handoffRun{}
+			p.runs[key] = run
+		}
+		run.yieldUntil = time.Now().Add(cohortYield)
+		time.AfterFunc(cohortYield, func() {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			if p.runs[key] == run && run.n == 0 {
+				p.endRun(key)
+			}
+		})
 	default:
-		h.next = bound(r[1], h.lease/3)
+		h.next = bound(r[1], h.acc.lease/3)
+	}
+	if !h.granted || h.bounded {
+		p.endRun(key) // a new run starts
+	}
+	if h.abandoned {
+		return false
 	}
 	h.delivered = true
 	wake([]*waiter{h.w}, 1)
 	return true
 }
 
-// yielding reports until when ch's waiters hold back, after a run of
-// handoffs ended with the lock released for other clients. Called with
-// p.mu held.
-func (ch *channel) yielding(now time.Time) (time.Time, bool) {
-	return ch.yieldUntil, now.Before(ch.yieldUntil)
-}
-
-// yielding reports until when this client's callers of lock key hold back
-// (see channel.yielding). Called with p.mu held.
+// yielding reports until when this client's callers of lock key hold back,
+// after a run of handoffs ended with the lock released for other clients.
+// Called with p.mu held.
 func (p *pubsub) yielding(key string, now time.Time) (time.Time, bool) {
 	if r := p.runs[key]; r != nil && now.Before(r.yieldUntil) {
 		return r.yieldUntil, true
+	}
+	return time.Time{}, false
+}
+
+// chanYielding is yielding for the locks whose waiters wait on ch. Called
+// with p.mu held.
+func (p *pubsub) chanYielding(ch *channel, now time.Time) (time.Time, bool) {
+	for _, w := range ch.waiters {
+		if w.acc != nil {
+			if y, ok := p.yielding(w.acc.key, now); ok {
+				return y, true
+			}
+		}
 	}
 	return time.Time{}, false
 }
@@ -227,13 +230,13 @@ func (w *waiter) dropHandoff() *handoff {
 
 // giveBackHandoff gives back what a handoff nobody took may have granted:
 // at once when it was granted, by a sweep when its outcome is unknown.
-func (c *Client) giveBackHandoff(h *handoff, granted bool, err error) {
+func (c *Client) giveBackHandoff(h *handoff) {
 	switch {
-	case errors.Is(err, ErrNotReplicated):
+	case errors.Is(h.err, ErrNotReplicated):
 		// given back already
-	case err != nil:
-		c.sweep(h.lease, h.release)
-	case granted:
+	case h.err != nil:
+		c.sweep(h.acc.lease, h.release)
+	case h.granted:
 		if !c.bgStart() {
 			c.undo(h.release) // closing: no background work
 			return
@@ -247,10 +250,9 @@ func (c *Client) giveBackHandoff(h *handoff, granted bool, err error) {
 
 // waitIdle is wait during which w may be handed the lock.
 func (w *waiter) waitIdle(ctx context.Context, d time.Duration) (bool, error) {
-	if w.acc == nil {
-		return w.wait(ctx, d)
+	if w.acc != nil {
+		w.setIdle(true)
 	}
-	w.setIdle(true)
 	return w.wait(ctx, d)
 }
 

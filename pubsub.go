@@ -127,8 +127,7 @@ type channel struct {
 	// map, and the channel is routed again after a reload.
 	avoid      *subConn
 	avoidUntil time.Time
-	yieldUntil time.Time // waiters hold back until then (cohort.go)
-	deferred   bool      // a wake-up is due when the yield ends
+	deferred   bool // a wake-up is due when its locks' yield ends (cohort.go)
 }
 
 // mark is a channel's state seen before an attempt: see pubsub.mark.
@@ -823,7 +822,7 @@ func (p *pubsub) deliver(name, payload string) {
 		return
 	}
 	ch.seq++
-	if y, ok := ch.yielding(time.Now()); ok {
+	if y, ok := p.chanYielding(ch, time.Now()); ok {
 		// Other clients' turn (cohort.go): wake when the yield ends.
 		if !ch.deferred {
 			ch.deferred = true

@@ -153,8 +153,9 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 		return hctx, nil
 	}
 
-	keys := []string{m.name}
-	leaseMs := m.spec.lease.Milliseconds()
+	renew := func(field string) call {
+		return call{lua.Renew, []string{m.name}, []any{field, m.spec.lease.Milliseconds()}}
+	}
 	a := m.c.acquisition(&m.spec, parent, wctx, wait, nil, func(field string) call {
 		return call{lua.Drop, []string{m.name, m.channel}, []any{field, m.c.pubCmd(parent), unlockMessage}}
 	})
@@ -167,7 +168,7 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 		if r[0] != 1 {
 			return false, bound(r[1], m.spec.lease/3), nil
 		}
-		return a.grant(field, int(r[1]), call{lua.Renew, keys, []any{field, leaseMs}})
+		return a.grant(field, int(r[1]), renew(field))
 	}
 
 	// Local waiters queued before this call are woken first (one per
@@ -215,7 +216,7 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 				return false, h.next, nil
 			}
 			a.st, a.token, handed = h.st, fenceToken(a.s, h.reply), true
-			return a.grant(h.field, 1, call{lua.Renew, keys, []any{h.field, leaseMs}})
+			return a.grant(h.field, 1, renew(h.field))
 		},
 	}
 	if err := m.c.awaitFrom(wctx, mk, m.channel, wakeOne, next, try, false, acc); err != nil {
@@ -287,10 +288,10 @@ func (m *Mutex) handOver(ctx context.Context, h *hold, ho *handoff, mine int) (i
 		count = m.c.subCounter(pub)
 	}
 	keys := []string{m.name, m.channel}
-	if ho.fence != "" {
-		keys = append(keys, ho.fence)
+	if ho.acc.fence != "" {
+		keys = append(keys, ho.acc.fence)
 	}
-	r, err := m.c.runScript(ctx, lua.Handoff, keys, h.field, ho.field, ho.lease.Milliseconds(),
+	r, err := m.c.runScript(ctx, lua.Handoff, keys, h.field, ho.field, ho.acc.lease.Milliseconds(),
 		count, pub, unlockMessage, mine)
 	if notReplicated(err) != nil {
 		// WithReplicaAck: the receiver's grant was not acknowledged;
@@ -300,7 +301,7 @@ func (m *Mutex) handOver(ctx context.Context, h *hold, ho *handoff, mine int) (i
 		r = nil
 	}
 	if !m.c.ps.settle(ho, r, err) {
-		m.c.giveBackHandoff(ho, err == nil && r[0] == 1, err)
+		m.c.giveBackHandoff(ho)
 	}
 	if err != nil && notReplicated(err) == nil {
 		return 0, err

@@ -78,7 +78,7 @@ func (c *Client) awaitFrom(ctx context.Context, m mark, channel string, wake fun
 	}
 	defer func() {
 		if h := w.leave(); h != nil {
-			c.giveBackHandoff(h, h.granted, h.err)
+			c.giveBackHandoff(h)
 		}
 	}()
 	w.note(first)
