@@ -245,7 +245,9 @@ type faultExclusiveKind struct {
 	lock    func(ctx context.Context, c *Client, name string) (context.Context, error)
 	unlock  func(ctx context.Context, c *Client, name string) error
 	force   func(ctx context.Context, c *Client, name string) (bool, error)
+	holds   func(ctx context.Context, c *Client, name string) (int, error)
 	scripts []*lua.Script // ForceUnlock's and Close's, cached beforehand
+	release *lua.Script   // Unlock's
 }
 
 var faultExclusiveKinds = []faultExclusiveKind{
@@ -258,6 +260,10 @@ var faultExclusiveKinds = []faultExclusiveKind{
 		force: func(ctx context.Context, c *Client, name string) (bool, error) {
 			return c.Mutex(name).ForceUnlock(ctx)
 		},
+		holds: func(ctx context.Context, c *Client, name string) (int, error) {
+			return c.Mutex(name).HoldCount(ctx)
+		},
+		release: lua.Unlock,
 		scripts: []*lua.Script{lua.ForceUnlock, lua.Drop},
 	},
 	{
@@ -269,6 +275,10 @@ var faultExclusiveKinds = []faultExclusiveKind{
 		force: func(ctx context.Context, c *Client, name string) (bool, error) {
 			return c.FairMutex(name).ForceUnlock(ctx)
 		},
+		holds: func(ctx context.Context, c *Client, name string) (int, error) {
+			return c.FairMutex(name).HoldCount(ctx)
+		},
+		release: lua.FairUnlock,
 		scripts: []*lua.Script{lua.FairForceUnlock, lua.FairDrop},
 	},
 	{
@@ -280,6 +290,10 @@ var faultExclusiveKinds = []faultExclusiveKind{
 		force: func(ctx context.Context, c *Client, name string) (bool, error) {
 			return c.RWMutex(name).ForceUnlock(ctx)
 		},
+		holds: func(ctx context.Context, c *Client, name string) (int, error) {
+			return c.RWMutex(name).HoldCount(ctx)
+		},
+		release: lua.RWUnlock,
 		scripts: []*lua.Script{lua.RWForce, lua.RWUnlock},
 	},
 }
@@ -696,70 +710,35 @@ func TestResentLastUnlockSucceeds(t *testing.T) {
 		}
 		const notHeldMsg = "a resent last unlock that Redis had already run must succeed, not report ErrNotHeld"
 
-		t.Run("mutex", func(t *testing.T) {
-			m := c.Mutex("s9-mutex")
-			hctx, err := m.Lock(ctx)
-			require.NoError(t, err)
-			r := resend(t, lua.Unlock)
-			assert.NoError(t, m.Unlock(hctx), notHeldMsg)
-			require.Equal(t, 1, r.Fired())
-			ended(t, hctx)
-			free(t, m.Name())
-		})
-		t.Run("mutex reentered", func(t *testing.T) {
-			m := c.Mutex("s9-mutex2")
-			hctx, err := m.Lock(ctx)
-			require.NoError(t, err)
-			hctx2, err := m.Lock(hctx)
-			require.NoError(t, err)
-			r := resend(t, lua.Unlock)
-			require.NoError(t, m.Unlock(hctx2))
-			require.Equal(t, 1, r.Fired())
-			require.NoError(t, hctx.Err(), "one hold remains")
-			n, err := m.HoldCount(hctx)
-			require.NoError(t, err)
-			assert.Equal(t, 1, n, "the resent unlock left twice")
-			require.NoError(t, m.Unlock(hctx))
-			ended(t, hctx)
-			free(t, m.Name())
-		})
-		t.Run("fair", func(t *testing.T) {
-			f := c.FairMutex("s9-fair")
-			hctx, err := f.Lock(ctx)
-			require.NoError(t, err)
-			r := resend(t, lua.FairUnlock)
-			assert.NoError(t, f.Unlock(hctx), notHeldMsg)
-			require.Equal(t, 1, r.Fired())
-			ended(t, hctx)
-			free(t, f.Name())
-		})
-		t.Run("fair reentered", func(t *testing.T) {
-			f := c.FairMutex("s9-fair2")
-			hctx, err := f.Lock(ctx)
-			require.NoError(t, err)
-			hctx2, err := f.Lock(hctx)
-			require.NoError(t, err)
-			r := resend(t, lua.FairUnlock)
-			require.NoError(t, f.Unlock(hctx2))
-			require.Equal(t, 1, r.Fired())
-			require.NoError(t, hctx.Err(), "one hold remains")
-			n, err := f.HoldCount(hctx)
-			require.NoError(t, err)
-			assert.Equal(t, 1, n, "the resent unlock left twice")
-			require.NoError(t, f.Unlock(hctx))
-			ended(t, hctx)
-			free(t, f.Name())
-		})
-		t.Run("rw write", func(t *testing.T) {
-			rw := c.RWMutex("s9-rw")
-			hctx, err := rw.Lock(ctx)
-			require.NoError(t, err)
-			r := resend(t, lua.RWUnlock)
-			assert.NoError(t, rw.Unlock(hctx), notHeldMsg)
-			require.Equal(t, 1, r.Fired())
-			ended(t, hctx)
-			free(t, rw.Name())
-		})
+		for _, k := range faultExclusiveKinds {
+			t.Run(k.kind, func(t *testing.T) {
+				name := "s9-" + k.kind
+				hctx, err := k.lock(ctx, c, name)
+				require.NoError(t, err)
+				r := resend(t, k.release)
+				assert.NoError(t, k.unlock(hctx, c, name), notHeldMsg)
+				require.Equal(t, 1, r.Fired())
+				ended(t, hctx)
+				free(t, name)
+			})
+			t.Run(k.kind+" reentered", func(t *testing.T) {
+				name := "s9-" + k.kind + "-2"
+				hctx, err := k.lock(ctx, c, name)
+				require.NoError(t, err)
+				hctx2, err := k.lock(hctx, c, name)
+				require.NoError(t, err)
+				r := resend(t, k.release)
+				require.NoError(t, k.unlock(hctx2, c, name))
+				require.Equal(t, 1, r.Fired())
+				require.NoError(t, hctx.Err(), "one hold remains")
+				n, err := k.holds(hctx, c, name)
+				require.NoError(t, err)
+				assert.Equal(t, 1, n, "the resent unlock left twice")
+				require.NoError(t, k.unlock(hctx, c, name))
+				ended(t, hctx)
+				free(t, name)
+			})
+		}
 		t.Run("rw read", func(t *testing.T) {
 			rw := c.RWMutex("s9-rw2")
 			hctx, err := rw.RLock(ctx)
