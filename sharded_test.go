@@ -272,12 +272,7 @@ func TestClusterOneShardedConnectionPerNode(t *testing.T) {
 	c := newClient(t, cc)
 	bg := context.Background()
 	names := namesOnEveryShard(t, cc, 10)
-	var holds []context.Context
-	for _, name := range names {
-		h, err := holder.Mutex(name).Lock(bg)
-		require.NoError(t, err)
-		holds = append(holds, h)
-	}
+	holds := lockAll(t, holder, names)
 	ctx, cancel := context.WithCancel(bg)
 	defer cancel()
 	done := make(chan struct{}, len(names))
@@ -377,12 +372,7 @@ func TestClusterShardedSubscriptionKilled(t *testing.T) {
 	c := newClient(t, cc)
 	bg := context.Background()
 	names := namesOnEveryShard(t, cc, 4)
-	var holds []context.Context
-	for _, name := range names {
-		h, err := holder.Mutex(name).Lock(bg)
-		require.NoError(t, err)
-		holds = append(holds, h)
-	}
+	holds := lockAll(t, holder, names)
 	ctx, cancel := context.WithTimeout(bg, 20*time.Second)
 	defer cancel()
 	done := make(chan error, len(names))
@@ -495,4 +485,16 @@ func TestClusterShardedRotation(t *testing.T) {
 	assert.EqualValues(t, 160, wins[0].Load())
 	assert.EqualValues(t, 160, wins[1].Load())
 	assert.Greater(t, rotations, int64(4), "the clients re-subscribed (rotated) on the sharded channel")
+}
+
+// lockAll locks every name through c and returns the holds, in order.
+func lockAll(t *testing.T, c *Client, names []string) []context.Context {
+	t.Helper()
+	var holds []context.Context
+	for _, name := range names {
+		h, err := c.Mutex(name).Lock(context.Background())
+		require.NoError(t, err)
+		holds = append(holds, h)
+	}
+	return holds
 }
