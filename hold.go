@@ -66,6 +66,9 @@ type hold struct {
 	timer *time.Timer
 	why   endReason
 	stops []func() bool // undone when the hold ends
+	// firsts run when the hold ends, before its context is cancelled:
+	// what they see of other contexts was not caused by its end.
+	firsts []func()
 }
 
 func (h *hold) live() bool {
@@ -90,6 +93,19 @@ func (h *hold) onEnd(stop func() bool) {
 	}
 	h.tmu.Unlock()
 	stop()
+}
+
+// first registers f to run when the hold ends, before its context is
+// cancelled; at once if it has ended.
+func (h *hold) first(f func()) {
+	h.tmu.Lock()
+	if h.why == live {
+		h.firsts = append(h.firsts, f)
+		h.tmu.Unlock()
+		return
+	}
+	h.tmu.Unlock()
+	f()
 }
 
 // contextFor returns the context a re-entry with ctx hands out: ctx itself
@@ -266,7 +282,9 @@ func (c *Client) reenter(ctx, wctx context.Context, s *spec, h *hold,
 	case errors.Is(err, errEnded):
 		return nil, s.wrap(endedError(h))
 	case err != nil:
-		return nil, s.wrap(err)
+		// wctx is TryLockFor's bound when it is not ctx: its end while
+		// ctx lives is ErrNotAcquired, as for a first acquisition.
+		return nil, s.wrap(waitError(err, ctx, wctx != ctx))
 	case o.lost:
 		c.wd.end(h, endLost, ErrLeaseLost) // told before the caller returns
 		return nil, s.wrap(errLost)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -78,8 +77,9 @@ type pubMode struct {
 	want PubSubMode
 	got  atomic.Uint32 // a PubSubMode; PubSubAuto until resolved
 
-	mu   sync.Mutex // one detection at a time
-	last time.Time  // when the last detection failed
+	mu        sync.Mutex  // one detection at a time
+	last      time.Time   // when the last detection failed
+	detecting atomic.Bool // a background detection runs (current)
 }
 
 // detectTimeout bounds New's detection of the mode; detectEvery paces the
@@ -161,11 +161,31 @@ func (m *pubMode) sharded(ctx context.Context) (sharded, ok bool) {
 	return mode == PubSubSharded, ok
 }
 
+// current returns the mode as resolved, without waiting: PubSubAuto while
+// it is unknown, and then it starts a detection in the background (one at
+// a time, at most once per detectEvery), so that no caller's path ever
+// waits for the cluster's answer.
+func (m *pubMode) current() PubSubMode {
+	if got := PubSubMode(m.got.Load()); got != PubSubAuto {
+		return got
+	}
+	if m.detecting.CompareAndSwap(false, true) {
+		go func() {
+			defer m.detecting.Store(false)
+			ctx, cancel := context.WithTimeout(context.Background(), detectTimeout)
+			defer cancel()
+			m.resolve(ctx, false)
+		}()
+	}
+	return PubSubAuto
+}
+
 // pubCmd returns the command the scripts publish with: "spublish" in
 // sharded mode, "publish" in classic mode and while the mode is unknown (the
 // cluster was unreachable when last asked, or a detection is under way).
-func (c *Client) pubCmd(ctx context.Context) string {
-	if mode, _ := c.mode.resolve(ctx, false); mode == PubSubSharded {
+// It never waits for a detection.
+func (c *Client) pubCmd(context.Context) string {
+	if c.mode.current() == PubSubSharded {
 		return "spublish"
 	}
 	return "publish"
@@ -187,20 +207,9 @@ func detectSharded(ctx context.Context, cc *redis.ClusterClient) (bool, error) {
 		return false, errors.New("redisync: the cluster has no master yet")
 	case err == nil:
 		return true, nil
-	case errors.As(err, &re) && !transientReply(err):
+	case errors.As(err, &re) && !notReady(err):
 		return false, nil
 	default:
 		return false, err
 	}
-}
-
-// transientReply reports an error reply that says the cluster is not ready
-// rather than that the command is unknown.
-func transientReply(err error) bool {
-	for _, p := range []string{"LOADING", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "BUSY"} {
-		if strings.HasPrefix(err.Error(), p) {
-			return true
-		}
-	}
-	return false
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -140,6 +141,10 @@ func (c *Client) runScript(ctx context.Context, script *lua.Script, keys []strin
 	}
 	var cmd *redis.Cmd
 	acked, werr := c.ack.pipe(ctx, node, func(p redis.Pipeliner) { cmd = script.Pipe(ctx, p, keys, args...) })
+	if moved := c.moved(ctx, keys[0], cmd.Err()); moved != nil {
+		node = moved // the slot moved (a failover, a migration): once more, there
+		acked, werr = c.ack.pipe(ctx, node, func(p redis.Pipeliner) { cmd = script.Pipe(ctx, p, keys, args...) })
+	}
 	if lua.IsNoScript(cmd.Err()) {
 		acked, werr = c.ack.pipe(ctx, node, func(p redis.Pipeliner) { cmd = script.PipeEval(ctx, p, keys, args...) })
 	}
@@ -198,7 +203,7 @@ func notReplicated(err error) *notReplicatedError {
 // connection (one pipeline per node on a Cluster, sent concurrently), as
 // EVALSHA or, with eval, as EVAL. It returns each renewal's command and,
 // per hold, nil when its node's WAIT met k, else why not.
-func (w *watchdog) renewAcked(ctx context.Context, hs []*hold, eval bool) ([]*redis.Cmd, []error) {
+func (w *watchdog) renewAcked(ctx context.Context, hs []*hold, eval, resent bool) ([]*redis.Cmd, []error) {
 	c := w.c
 	cmds := make([]*redis.Cmd, len(hs))
 	nacks := make([]error, len(hs))
@@ -234,16 +239,79 @@ func (w *watchdog) renewAcked(ctx context.Context, hs []*hold, eval bool) ([]*re
 	}
 	if len(order) == 1 {
 		send(order[0])
+	} else {
+		var wg sync.WaitGroup
+		for _, node := range order {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				send(node)
+			}()
+		}
+		wg.Wait()
+	}
+	// A slot that moved (a failover, a migration): the renewals that met
+	// MOVED are sent once more, once the slot map has followed.
+	var again []int
+	for i, cmd := range cmds {
+		if cmd != nil && cmd.Err() != nil && isMoved(cmd.Err()) {
+			again = append(again, i)
+		}
+	}
+	if len(again) == 0 || resent {
 		return cmds, nacks
 	}
-	var wg sync.WaitGroup
-	for _, node := range order {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			send(node)
-		}()
+	c.reloadSlots(ctx, hs[again[0]].renew.keys[0], cmds[again[0]].Err())
+	sub := make([]*hold, len(again))
+	for j, i := range again {
+		sub[j] = hs[i]
 	}
-	wg.Wait()
+	cmds2, nacks2 := w.renewAcked(ctx, sub, eval, true)
+	for j, i := range again {
+		cmds[i], nacks[i] = cmds2[j], nacks2[j]
+	}
 	return cmds, nacks
 }
+
+// moved returns, when err is a MOVED or ASK reply to a command on key sent
+// to a master's connection directly, the master that serves key once the
+// cluster client's slot map has followed the move; nil otherwise.
+func (c *Client) moved(ctx context.Context, key string, err error) redis.UniversalClient {
+	if err == nil || !isMoved(err) || !c.reloadSlots(ctx, key, err) {
+		return nil
+	}
+	node, nerr := c.node(ctx, key)
+	if nerr != nil {
+		return nil
+	}
+	return node
+}
+
+// reloadSlots has the cluster client reload its slot map after err, a
+// MOVED or ASK reply about key, and waits (at most slotReload) until the
+// map names the node the reply names; it reports whether it does. A
+// command sent to a node's own connection never makes go-redis reload it.
+func (c *Client) reloadSlots(ctx context.Context, key string, err error) bool {
+	cc, ok := c.rdb.(*redis.ClusterClient)
+	if !ok {
+		return false
+	}
+	f := strings.Fields(err.Error()) // MOVED <slot> <addr>
+	if len(f) < 3 {
+		return false
+	}
+	deadline := time.Now().Add(slotReload)
+	for {
+		cc.ReloadState(ctx)
+		if node, err := cc.MasterForKey(ctx, key); err == nil && node.Options().Addr == f[2] {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// slotReload bounds the wait for a reloaded slot map after MOVED.
+const slotReload = time.Second

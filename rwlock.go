@@ -242,11 +242,21 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		writer = oh.field
 		p, cancel := context.WithCancelCause(context.WithoutCancel(parent))
 		stopW := context.AfterFunc(oh.parent, func() { cancel(context.Cause(oh.parent)) })
-		stopOwn := context.AfterFunc(parent, func() {
-			if oh.live() { // parent ended by itself, not with the write hold
+		ownEnd := func() {
+			if parent.Err() != nil { // parent ended by itself, not with the write hold
 				cancel(context.Cause(parent))
 			}
+		}
+		stopOwn := context.AfterFunc(parent, func() {
+			if oh.live() {
+				ownEnd()
+			}
 		})
+		// The callback above may run after the write hold has ended:
+		// whether parent ended first is decided when the write hold ends,
+		// before its context (and so parent, if derived from it) is
+		// cancelled.
+		oh.first(ownEnd)
 		a.hparent = p
 		ends = []func() bool{stopW, stopOwn, func() bool { cancel(nil); return true }}
 	}

@@ -283,7 +283,7 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 			sent := time.Now()
 			r, err := send(h.field, h.count)
 			if nr := notReplicated(err); nr != nil { // WithReplicaAck: take the n back
-				s.c.undo(call{lua.SemRelease, s.keys, []any{h.field, n, nr.count(), s.channel, semReclaimLimit}})
+				s.c.undo(call{lua.SemRelease, s.keys, []any{h.field, n, nr.count(), s.c.pubCmd(parent), semReclaimLimit}})
 			}
 			return outcome{r, sent}, err
 		}, func(o outcome) {

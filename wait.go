@@ -182,6 +182,12 @@ const retryAfter = 200 * time.Millisecond
 // field, adopts whatever the late one took.
 func (c *Client) unsure(err error, wait bool, dirty *bool) (time.Duration, error) {
 	var re redis.Error
+	if errors.As(err, &re) && wait && notReady(err) {
+		// Redis is loading its data, busy, or its cluster is settling:
+		// nothing ran, and a wait rides it out.
+		c.log.Warn("redisync: Redis is not ready; retrying", "error", err)
+		return retryAfter, nil
+	}
 	if errors.As(err, &re) || errors.Is(err, redis.ErrClosed) {
 		return 0, err // refused: nothing taken
 	}

@@ -107,9 +107,12 @@ func (w *watchdog) end(h *hold, why endReason, cause error) bool {
 	if h.timer != nil {
 		h.timer.Stop()
 	}
-	stops := h.stops
-	h.stops = nil
+	stops, firsts := h.stops, h.firsts
+	h.stops, h.firsts = nil, nil
 	h.tmu.Unlock()
+	for _, f := range firsts {
+		f()
+	}
 	h.cancel(cause)
 	for _, stop := range stops {
 		stop()
@@ -288,7 +291,7 @@ func (w *watchdog) renewBatch(hs []*hold, r *RenewalEvent) error {
 // acknowledged (nil when it was; see renewAcked); without, nil.
 func (w *watchdog) exec(ctx context.Context, hs []*hold, eval bool) ([]*redis.Cmd, []error) {
 	if w.c.ack.on() {
-		return w.renewAcked(ctx, hs, eval)
+		return w.renewAcked(ctx, hs, eval, false)
 	}
 	pipe := w.c.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(hs))
