@@ -180,12 +180,12 @@ func (m *pubMode) current() PubSubMode {
 	return PubSubAuto
 }
 
-// pubCmd returns the command the scripts publish with: "spublish" in
-// sharded mode, "publish" in classic mode and while the mode is unknown (the
-// cluster was unreachable when last asked, or a detection is under way).
-// It never waits for a detection.
-func (c *Client) pubCmd(context.Context) string {
-	if c.mode.current() == PubSubSharded {
+// publish returns the command the scripts publish with: "spublish" in
+// sharded mode, "publish" in classic mode and while the mode is unknown
+// (the cluster was unreachable when last asked, or a detection is under
+// way). It never waits for a detection.
+func (m *pubMode) publish() string {
+	if m.current() == PubSubSharded {
 		return "spublish"
 	}
 	return "publish"

@@ -1,16 +1,11 @@
 package redisync
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/redisync-go/redisync/lua"
 )
 
 // WithReplicaAck makes every acquisition count only once at least k
@@ -99,63 +94,33 @@ func (c *Client) checkAck() error {
 	return nil
 }
 
-// node returns the client whose pipelines reach the master serving key on
-// one connection: on a Cluster the master's own client, otherwise rdb
-// itself (a *redis.Client pipelines on one connection).
-func (c *Client) node(ctx context.Context, key string) (redis.UniversalClient, error) {
-	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
-		return cc.MasterForKey(ctx, key)
-	}
-	return c.rdb, nil
-}
-
-// pipe sends what queue queues and then WAIT, in one pipeline on node's
-// one connection, and returns WAIT's reply: how many replicas acknowledged
-// every write of that connection.
-func (a replicaAck) pipe(ctx context.Context, node redis.UniversalClient, queue func(redis.Pipeliner)) (int64, error) {
-	p := node.Pipeline()
-	queue(p)
-	// Pipeliner has no Wait method: WAIT numreplicas timeout-ms.
-	w := p.Do(ctx, "wait", a.k, wholeMs(a.timeout).Milliseconds())
-	_, _ = p.Exec(ctx) // errors are read per command
-	return w.Int64()
-}
-
-// runScript runs script, an acquisition or re-entry script, and returns its
-// reply. The scripts answer [1, count, ...] when they took the lock or
-// permits (count: the owner's holds after the script) and anything else
-// when they did not.
-//
-// With WithReplicaAck, WAIT follows the script in one pipeline on the
-// connection to the key's master (the script is resent whole after a
-// NOSCRIPT). A reply that took something but that fewer than k replicas
+// acquired returns the reply of an acquisition or re-entry script, which
+// answers [1, count, ...] when it took the lock or permits (count: the
+// owner's holds after it) and anything else when it did not. With
+// WithReplicaAck, a reply that took something that fewer than k replicas
 // acknowledged is returned as a *notReplicatedError carrying it, for the
 // caller to undo; WAIT's answer to a reply that took nothing is ignored.
-func (c *Client) runScript(ctx context.Context, script *lua.Script, keys []string, args ...any) ([]int64, error) {
-	if !c.ack.on() {
-		return script.Run(ctx, c.rdb, keys, args...).Int64Slice()
-	}
-	node, err := c.node(ctx, keys[0])
+func (c *Client) acquired(r reply) ([]int64, error) {
+	v, err := r.Int64Slice()
 	if err != nil {
 		return nil, err
 	}
-	var cmd *redis.Cmd
-	acked, werr := c.ack.pipe(ctx, node, func(p redis.Pipeliner) { cmd = script.Pipe(ctx, p, keys, args...) })
-	if moved := c.moved(ctx, keys[0], cmd.Err()); moved != nil {
-		node = moved // the slot moved (a failover, a migration): once more, there
-		acked, werr = c.ack.pipe(ctx, node, func(p redis.Pipeliner) { cmd = script.Pipe(ctx, p, keys, args...) })
+	if r.acked >= 0 && len(v) >= 2 && v[0] == 1 && (r.werr != nil || r.acked < int64(c.ack.k)) {
+		return nil, &notReplicatedError{reply: v, acked: r.acked, ack: c.ack, err: r.werr}
 	}
-	if lua.IsNoScript(cmd.Err()) {
-		acked, werr = c.ack.pipe(ctx, node, func(p redis.Pipeliner) { cmd = script.PipeEval(ctx, p, keys, args...) })
+	return v, nil
+}
+
+// renewed reports whether a renewal's reply is acknowledged: nil without
+// WithReplicaAck, or when k replicas acknowledged it.
+func (c *Client) renewedAck(r reply) error {
+	if r.acked < 0 {
+		return nil
 	}
-	r, err := cmd.Int64Slice()
-	if err != nil {
-		return nil, err
+	if r.werr != nil || r.acked < int64(c.ack.k) {
+		return &notReplicatedError{acked: r.acked, ack: c.ack, err: r.werr}
 	}
-	if len(r) >= 2 && r[0] == 1 && (werr != nil || acked < int64(c.ack.k)) {
-		return nil, &notReplicatedError{reply: r, acked: acked, ack: c.ack, err: werr}
-	}
-	return r, nil
+	return nil
 }
 
 // notReplicatedError reports an acquisition or re-entry that fewer than k
@@ -198,120 +163,3 @@ func notReplicated(err error) *notReplicatedError {
 	}
 	return nil
 }
-
-// renewAcked pipelines the renewal of hs followed by WAIT, on each master's
-// connection (one pipeline per node on a Cluster, sent concurrently), as
-// EVALSHA or, with eval, as EVAL. It returns each renewal's command and,
-// per hold, nil when its node's WAIT met k, else why not.
-func (w *watchdog) renewAcked(ctx context.Context, hs []*hold, eval, resent bool) ([]*redis.Cmd, []error) {
-	c := w.c
-	cmds := make([]*redis.Cmd, len(hs))
-	nacks := make([]error, len(hs))
-	groups := map[redis.UniversalClient][]int{}
-	var order []redis.UniversalClient
-	for i, h := range hs {
-		node, err := c.node(ctx, h.renew.keys[0])
-		if err != nil {
-			cmds[i] = redis.NewCmd(ctx)
-			cmds[i].SetErr(err)
-			continue
-		}
-		if _, ok := groups[node]; !ok {
-			order = append(order, node)
-		}
-		groups[node] = append(groups[node], i)
-	}
-	send := func(node redis.UniversalClient) {
-		idx := groups[node]
-		acked, werr := c.ack.pipe(ctx, node, func(p redis.Pipeliner) {
-			for _, i := range idx {
-				cmds[i] = hs[i].renew.pipe(ctx, p, eval)
-			}
-		})
-		if werr == nil && acked < int64(c.ack.k) {
-			werr = &notReplicatedError{acked: acked, ack: c.ack}
-		}
-		if werr != nil {
-			for _, i := range idx {
-				nacks[i] = werr
-			}
-		}
-	}
-	if len(order) == 1 {
-		send(order[0])
-	} else {
-		var wg sync.WaitGroup
-		for _, node := range order {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				send(node)
-			}()
-		}
-		wg.Wait()
-	}
-	// A slot that moved (a failover, a migration): the renewals that met
-	// MOVED are sent once more, once the slot map has followed.
-	var again []int
-	for i, cmd := range cmds {
-		if cmd != nil && cmd.Err() != nil && isMoved(cmd.Err()) {
-			again = append(again, i)
-		}
-	}
-	if len(again) == 0 || resent {
-		return cmds, nacks
-	}
-	c.reloadSlots(ctx, hs[again[0]].renew.keys[0], cmds[again[0]].Err())
-	sub := make([]*hold, len(again))
-	for j, i := range again {
-		sub[j] = hs[i]
-	}
-	cmds2, nacks2 := w.renewAcked(ctx, sub, eval, true)
-	for j, i := range again {
-		cmds[i], nacks[i] = cmds2[j], nacks2[j]
-	}
-	return cmds, nacks
-}
-
-// moved returns, when err is a MOVED or ASK reply to a command on key sent
-// to a master's connection directly, the master that serves key once the
-// cluster client's slot map has followed the move; nil otherwise.
-func (c *Client) moved(ctx context.Context, key string, err error) redis.UniversalClient {
-	if err == nil || !isMoved(err) || !c.reloadSlots(ctx, key, err) {
-		return nil
-	}
-	node, nerr := c.node(ctx, key)
-	if nerr != nil {
-		return nil
-	}
-	return node
-}
-
-// reloadSlots has the cluster client reload its slot map after err, a
-// MOVED or ASK reply about key, and waits (at most slotReload) until the
-// map names the node the reply names; it reports whether it does. A
-// command sent to a node's own connection never makes go-redis reload it.
-func (c *Client) reloadSlots(ctx context.Context, key string, err error) bool {
-	cc, ok := c.rdb.(*redis.ClusterClient)
-	if !ok {
-		return false
-	}
-	f := strings.Fields(err.Error()) // MOVED <slot> <addr>
-	if len(f) < 3 {
-		return false
-	}
-	deadline := time.Now().Add(slotReload)
-	for {
-		cc.ReloadState(ctx)
-		if node, err := cc.MasterForKey(ctx, key); err == nil && node.Options().Addr == f[2] {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// slotReload bounds the wait for a reloaded slot map after MOVED.
-const slotReload = time.Second
