@@ -154,6 +154,9 @@ const learnBackoff = time.Second
 // learn learns s's digest, for Run on c with keys, and returns it ("" when
 // it could not: the caller sends EVAL).
 func (s *Script) learn(ctx context.Context, c redis.Scripter, keys []string) string {
+	if _, ok := c.(redis.Pipeliner); ok {
+		return "" // a SCRIPT LOAD queued now would answer too late
+	}
 	if cc, ok := c.(*redis.ClusterClient); ok && len(keys) > 0 {
 		// Load it where it is about to run: the master of keys[0]'s slot.
 		if node, err := cc.MasterForKey(ctx, keys[0]); err == nil {
@@ -174,7 +177,7 @@ func (s *Script) learn(ctx context.Context, c redis.Scripter, keys []string) str
 		return sha
 	}
 	if sha, err := s.Script.Load(ctx, c).Result(); err != nil || !isDigest(sha) {
-		failed()
+		failed(ctx)
 		return ""
 	}
 	return s.Hash()
@@ -188,7 +191,7 @@ func (s *Script) learn(ctx context.Context, c redis.Scripter, keys []string) str
 // whether every script knows its digest; outside FIPS 140-only mode they
 // all do from the start, and Learn sends nothing.
 //
-// Learn never waits for another attempt: while one is under way, or for a
+// node must not be nil. Learn never waits for another attempt: while one is under way, or for a
 // second after one failed, it returns at once (false if digests are still
 // missing). Run calls it when it needs a digest; callers that only pipeline
 // scripts (Pipe) may call it to stop sending whole scripts.
@@ -217,7 +220,7 @@ func Learn(ctx context.Context, node *redis.Client) bool {
 		}
 	}
 	if !all {
-		failed()
+		failed(ctx)
 	}
 	return all
 }
@@ -231,8 +234,13 @@ func begin() bool {
 	return learning.attempt.TryLock()
 }
 
-// failed holds off the next attempt for learnBackoff.
-func failed() { learning.after.Store(time.Now().Add(learnBackoff).UnixNano()) }
+// failed holds off the next attempt for learnBackoff, unless the attempt
+// failed because ctx, its caller's, ended.
+func failed(ctx context.Context) {
+	if ctx.Err() == nil {
+		learning.after.Store(time.Now().Add(learnBackoff).UnixNano())
+	}
+}
 
 // unknown returns the scripts that do not know their digest yet.
 func unknown() []*Script {
