@@ -33,7 +33,9 @@ func serverSHA(t *testing.T, src string) (*Script, string) {
 func TestNormalMode(t *testing.T) {
 	require.Equal(t, redis.NewScript(Lock.src).Hash(), Lock.Hash())
 	require.False(t, Lock.serverSHA)
-	p := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}).Pipeline()
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	defer c.Close()
+	p := c.Pipeline()
 	require.Equal(t, "evalsha", Lock.Pipe(context.Background(), p, []string{"k"}).Name())
 	require.Equal(t, "eval", Lock.PipeEval(context.Background(), p, []string{"k"}).Name())
 	for _, s := range learning.scripts {
