@@ -104,9 +104,21 @@
 // "redisson_lock__channel:name" when the name contains "{", as Redisson
 // does). Go services and Java services using Redisson can guard the same
 // resource on every topology: on a Redis 7 Cluster both use sharded pub/sub
-// (SPUBLISH, SSUBSCRIBE) by default, detected the same way, and
-// WithPubSub matches a Redisson client configured otherwise (see
-// PubSubMode).
+// (SPUBLISH, SSUBSCRIBE) by default, and WithPubSub matches a Redisson
+// client configured otherwise (see PubSubMode). Both detect the mode once,
+// when a client starts, but not alike: redisync asks every master, Redisson
+// only the first node it connects to. In a Cluster whose nodes run
+// different Redis versions (a rolling upgrade to 7) they can choose
+// differently; choose the mode on both sides then (see the README, "Redis
+// Cluster and Redisson").
+//
+// # FIPS 140-only mode
+//
+// redisync runs under GODEBUG=fips140=only, where Go refuses SHA-1: the
+// SHA-1 digests that EVALSHA names scripts by are then never computed in the
+// process but learned from Redis (SCRIPT LOAD) when first needed, and the
+// scripts are sent whole (EVAL) until then. Elsewhere nothing changes. The
+// embedded Redis of the command's demo (miniredis) cannot run in that mode.
 //
 // # What a lock cannot promise
 //

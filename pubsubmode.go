@@ -20,13 +20,19 @@ import (
 type PubSubMode uint8
 
 const (
-	// PubSubAuto, the default, is Redisson's AUTO mode: sharded pub/sub on a
-	// Redis Cluster (a *redis.ClusterClient, or a UniversalClient that is
-	// one) whose masters all support it (PUBSUB SHARDNUMSUB answers),
-	// classic pub/sub otherwise (single node, Sentinel, Redis below 7).
+	// PubSubAuto, the default, is the counterpart of Redisson's AUTO mode:
+	// sharded pub/sub on a Redis Cluster (a *redis.ClusterClient, or a
+	// UniversalClient that is one) whose masters all support it (PUBSUB
+	// SHARDNUMSUB answers on every master), classic pub/sub otherwise
+	// (single node, Sentinel, Redis below 7). Redisson asks only the first
+	// node it connects to, so while a Cluster's nodes run different
+	// versions the two can choose differently: choose the mode on both
+	// sides then.
 	PubSubAuto PubSubMode = iota
 	// PubSubClassic always uses PUBLISH and SUBSCRIBE: for a cluster shared
-	// with Redisson clients configured with sharded pub/sub off.
+	// with Redisson clients configured with sharded pub/sub off
+	// (shardedSubscriptionMode OFF, Redisson 3.29.0 and later), and for a
+	// cluster whose nodes do not all run Redis 7 yet.
 	PubSubClassic
 	// PubSubSharded always uses SPUBLISH and SSUBSCRIBE (Redis 7+). On a
 	// Cluster, each channel is subscribed on the node that owns its slot,
@@ -192,9 +198,10 @@ func (m *pubMode) publish() string {
 }
 
 // detectSharded tells whether every master of cc supports sharded pub/sub,
-// as Redisson's AUTO mode does: by running PUBSUB SHARDNUMSUB on each. A
-// master that refuses it (Redis below 7) makes the answer no; a network
-// error, or a cluster not ready, is returned.
+// by running PUBSUB SHARDNUMSUB on each (Redisson's AUTO mode runs it once,
+// on the first node it connects to). A master that refuses it (Redis below
+// 7) makes the answer no; a network error, or a cluster not ready, is
+// returned.
 func detectSharded(ctx context.Context, cc *redis.ClusterClient) (bool, error) {
 	var masters atomic.Int32
 	err := cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
