@@ -133,4 +133,24 @@
 // ErrNotReplicated otherwise; WAIT is not consensus, so a failover to a
 // replica that did not acknowledge can still lose the lock (see
 // WithReplicaAck for what it does and does not guarantee).
+//
+// # Reading the code
+//
+// The files are layers; each calls only the layers below it (a lower one
+// calls back up only through a function it was handed):
+//
+//	primitives  reentrant.go (Mutex), fair.go, rwlock.go, semaphore.go,
+//	            latch.go: what each promises, one file each
+//	holds       acquire.go (a first acquisition across the attempts of a
+//	            wait), hold.go (the hold, its context, re-entry, release,
+//	            give-back), owner.go (holds carried in contexts), wait.go
+//	            (waiting between attempts)
+//	machinery   watchdog.go (the lease table and its renewal loop),
+//	            pubsub.go (the one subscription, its wake-ups), cohort.go
+//	            (handing a lock to a local waiter), pubsubmode.go
+//	transport   transport.go: every script the Client sends, batched per
+//	            node into pipelines, with NOSCRIPT, MOVED and WAIT
+//	            (replica_ack.go) handled there
+//	scripts     lua/*.lua, embedded by package lua; internal/keys names
+//	            the keys and channels
 package redisync

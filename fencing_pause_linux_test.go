@@ -46,12 +46,13 @@ func TestFencingPausedProcess(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
 	pid := cmd.Process.Pid
-	exited := make(chan error, 1)
+	lines := make(chan string, 64)
 	t.Cleanup(func() {
 		_ = syscall.Kill(pid, syscall.SIGKILL) // a no-op once it has exited
-		<-exited
+		for range lines {                      // until its stdout closes
+		}
+		_ = cmd.Wait()
 	})
-	lines := make(chan string, 64)
 	go func() {
 		defer close(lines)
 		sc := bufio.NewScanner(stdout)
@@ -76,7 +77,7 @@ func TestFencingPausedProcess(t *testing.T) {
 					return l
 				}
 			case <-timeout:
-				t.Fatalf("the child did not say %q in 30s; it said %q", prefix, said)
+				t.Fatalf("the child did not say %q in 30s; it said %q; stderr:\n%s", prefix, said, stderr.String())
 			}
 		}
 	}
@@ -110,7 +111,6 @@ func TestFencingPausedProcess(t *testing.T) {
 	next("context at resume: ") // live or not: whether the child's timers ran before its code did
 	done := next("context: ")
 	lost := next("lease lost: ")
-	go func() { exited <- cmd.Wait() }()
 	for range lines {
 	}
 	t.Logf("the child said:\n  %s", strings.Join(said, "\n  "))

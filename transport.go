@@ -234,26 +234,33 @@ func (t *transport) async(then func(call, reply), calls ...call) {
 	t.submit(ops...)
 }
 
-// submit queues ops on their lanes. Consecutive ops of one lane are
-// queued together.
+// submit queues ops on their lanes: the ops of one lane together, in
+// their order, so that calls sent together go out in as few pipelines as
+// their lanes allow.
 func (t *transport) submit(ops ...*op) {
-	lanes := make([]*lane, len(ops))
-	for i, o := range ops {
+	if len(ops) == 1 {
+		if l, err := t.lane(&ops[0].call); err != nil {
+			ops[0].deliver(reply{err: err, acked: -1})
+		} else {
+			l.queueOps(ops)
+		}
+		return
+	}
+	var order []*lane
+	byLane := map[*lane][]*op{}
+	for _, o := range ops {
 		l, err := t.lane(&o.call)
 		if err != nil {
 			o.deliver(reply{err: err, acked: -1})
+			continue
 		}
-		lanes[i] = l
+		if _, ok := byLane[l]; !ok {
+			order = append(order, l)
+		}
+		byLane[l] = append(byLane[l], o)
 	}
-	for i := 0; i < len(ops); {
-		j := i + 1
-		for j < len(ops) && lanes[j] == lanes[i] {
-			j++
-		}
-		if lanes[i] != nil {
-			lanes[i].queueOps(ops[i:j])
-		}
-		i = j
+	for _, l := range order {
+		l.queueOps(byLane[l])
 	}
 }
 
@@ -396,6 +403,7 @@ func (l *lane) exec(node redis.UniversalClient, ops []*op, eval bool) ([]*redis.
 	pub := t.mode.publish()
 	p := node.Pipeline()
 	cmds := make([]*redis.Cmd, len(ops))
+	unknown := false // a script does not know its digest (FIPS 140-only mode)
 	for i, o := range ops {
 		args := o.args
 		copied := false
@@ -407,6 +415,7 @@ func (l *lane) exec(node redis.UniversalClient, ops []*op, eval bool) ([]*redis.
 				args[j] = pub
 			}
 		}
+		unknown = unknown || o.script != nil && o.script.Hash() == ""
 		switch {
 		case o.script == nil:
 			cmds[i] = p.Do(ctx, args...)
@@ -415,6 +424,9 @@ func (l *lane) exec(node redis.UniversalClient, ops []*op, eval bool) ([]*redis.
 		default:
 			cmds[i] = o.script.Pipe(ctx, p, o.keys, args...)
 		}
+	}
+	if unknown {
+		t.learn(ops[0].keys[0])
 	}
 	var w *redis.Cmd
 	if l.key.wait {
@@ -466,6 +478,24 @@ func (t *transport) follow(ops []*op) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.submit(ops...)
+}
+
+// learn has the scripts learn their digests from the node that serves key,
+// in the background (FIPS 140-only mode; see lua.Learn): until then they
+// are sent whole.
+func (t *transport) learn(key string) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		defer cancel()
+		node, ok := t.rdb.(*redis.Client)
+		if t.cc != nil {
+			m, err := t.cc.MasterForKey(ctx, key)
+			node, ok = m, err == nil
+		}
+		if ok {
+			lua.Learn(ctx, node)
+		}
+	}()
 }
 
 // slotReload bounds the wait for a reloaded slot map after MOVED.
