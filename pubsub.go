@@ -713,6 +713,17 @@ func (w *waiter) passOn() {
 	}
 }
 
+// nudge wakes one local waiter of channel name, if it has any: a waiter
+// that was woken on it left for another channel without using the
+// wake-up (a MultiLock found another of its names held).
+func (p *pubsub) nudge(name string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ch := p.chans[name]; ch != nil {
+		wake(ch.waiters, 1)
+	}
+}
+
 // leave ends the wait; see pubsub.leave.
 func (w *waiter) leave() *handoff { return w.p.leave(w) }
 
