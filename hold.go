@@ -41,10 +41,10 @@ type hold struct {
 	one     [2]call // backs renew and release for one call each: no allocation
 	// parts: the hold is on several locks, and can be lost from some of
 	// them only (a MultiLock): a loss gives back the others.
-	parts bool
-	parent  context.Context
-	ctx     context.Context // carries the hold; ends with it
-	cancel  context.CancelCauseFunc
+	parts  bool
+	parent context.Context
+	ctx    context.Context // carries the hold; ends with it
+	cancel context.CancelCauseFunc
 
 	// mu serialises the scripts that change this hold (re-entries,
 	// releases, a give-back), so the count sent stays in step with Redis
