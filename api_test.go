@@ -44,6 +44,16 @@ type apiKind struct {
 	setup func(t *testing.T, c *Client, name string)
 	mine  func(t *testing.T, c *Client, name string) apiOps
 	rival func(t *testing.T, c *Client, name string) apiOps
+	// holdName is HoldEvent.Name for name (nil: name itself).
+	holdName func(name string) string
+}
+
+// nameOf is HoldEvent.Name of k's hold for name.
+func (k apiKind) nameOf(name string) string {
+	if k.holdName == nil {
+		return name
+	}
+	return k.holdName(name)
 }
 
 func noSetup(*testing.T, *Client, string) {}
@@ -159,6 +169,7 @@ var apiKinds = []apiKind{
 	{name: "RWMutexWrite", event: "rw write", setup: noSetup, mine: rwWriteOps, rival: rwWriteOps},
 	{name: "RWMutexRead", event: "rw read", setup: noSetup, mine: rwReadOps, rival: rwWriteOps},
 	{name: "Semaphore", event: "semaphore", setup: semSetup, mine: semOps(1), rival: semOps(apiSemTotal)},
+	{name: "MultiLock", event: "multilock", setup: noSetup, mine: multiOps, rival: mutexOps, holdName: multiHoldName},
 }
 
 // forEachKind runs fn for every primitive as a subtest, with a lock name of
@@ -931,7 +942,7 @@ func TestAPIObserverAcquiredAndReleased(t *testing.T) {
 			acq, rel, lost, _ := o.get()
 			require.Len(t, acq, 1, "once per first acquisition, not per re-entry")
 			assert.Equal(t, k.event, acq[0].Kind)
-			assert.Equal(t, name, acq[0].Name)
+			assert.Equal(t, k.nameOf(name), acq[0].Name)
 			assert.Less(t, acq[0].Wait, 100*time.Millisecond)
 			time.Sleep(200 * time.Millisecond)
 			require.NoError(t, mine.unlock(rctx))
@@ -942,7 +953,7 @@ func TestAPIObserverAcquiredAndReleased(t *testing.T) {
 			assert.Len(t, acq, 1)
 			require.Len(t, rel, 1, "once, at the last release")
 			assert.Equal(t, k.event, rel[0].Kind)
-			assert.Equal(t, name, rel[0].Name)
+			assert.Equal(t, k.nameOf(name), rel[0].Name)
 			assert.GreaterOrEqual(t, rel[0].Held, 200*time.Millisecond)
 			assert.Less(t, rel[0].Held, time.Second)
 			assert.Empty(t, lost)
@@ -974,7 +985,7 @@ func TestAPIObserverAcquiredAndReleased(t *testing.T) {
 			acq, rel, lost, _ = o.get()
 			assert.Len(t, acq, 2)
 			assert.Len(t, rel, 2, "once")
-			assert.Equal(t, name, rel[1].Name)
+			assert.Equal(t, k.nameOf(name), rel[1].Name)
 			assert.Empty(t, lost, "ending with its context is no lost lease")
 			assert.NoError(t, mine.unlock(hctx))
 			_, rel, _, _ = o.get()
@@ -1032,7 +1043,7 @@ func TestAPIObserverLeaseLost(t *testing.T) {
 			require.Len(t, lost, 1, "once")
 			assert.ErrorIs(t, lost[0].Cause, ErrLeaseLost)
 			assert.Equal(t, k.event, lost[0].Kind)
-			assert.Equal(t, name, lost[0].Name)
+			assert.Equal(t, k.nameOf(name), lost[0].Name)
 			assert.Empty(t, rel, "a lost lease is not a release")
 		})
 	})
@@ -1159,7 +1170,7 @@ func TestAPILogger(t *testing.T) {
 				for _, r := range h.records() {
 					if r.Level == slog.LevelWarn {
 						warn = append(warn, recordText(r))
-						named = named || strings.Contains(recordText(r), "name="+name)
+						named = named || strings.Contains(recordText(r), "name="+k.nameOf(name))
 					}
 				}
 				return len(warn) > 0

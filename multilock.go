@@ -68,14 +68,15 @@ func (c *Client) MultiLock(names []string, opts ...LockOption) *MultiLock {
 	for i, n := range sorted {
 		layout[i] = keyType{n, "hash"}
 	}
-	m.spec.wrap = wrapFor(c, "multilock", strings.Join(sorted, ", "), layout...)
+	ref := multiRef(sorted)
+	m.spec.wrap = wrapLabelled(c, "multilock", ref, ref, layout...)
 	if c == nil {
 		m.err = m.spec.wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
 		return m
 	}
 	lc, err := m.setup(opts)
 	m.err = m.spec.wrap(err)
-	m.spec.ref = lockRef{c, "multilock", multiRef(sorted)}
+	m.spec.ref = lockRef{c, "multilock", ref}
 	m.spec.parts = true
 	m.spec.lease, m.spec.renewed = c.lease, true
 	if lc.lease > 0 {
@@ -138,14 +139,15 @@ func (m *MultiLock) setup(opts []LockOption) (lockConfig, error) {
 // multiChannel is the channel of one name's unlock messages: Redisson's.
 func multiChannel(name string) string { return redissonName("redisson_lock__channel", name) }
 
-// multiRef names a MultiLock's hold for its context: the sorted names,
-// each quoted, so that two different sets never share it.
+// multiRef names a MultiLock, in its hold's key in contexts, its errors
+// and HoldEvent.Name: the sorted names, each quoted (strconv.Quote),
+// separated by ", ", so that two different sets never share it.
 func multiRef(sorted []string) string {
 	q := make([]string, len(sorted))
 	for i, n := range sorted {
 		q[i] = strconv.Quote(n)
 	}
-	return strings.Join(q, " ")
+	return strings.Join(q, ", ")
 }
 
 // Names returns the lock's names, sorted.
