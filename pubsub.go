@@ -117,21 +117,22 @@ type channel struct {
 	name    string
 	wake    func(payload string) int // waiters to wake per message; < 0 for all
 	waiters []*waiter                // in arrival order
-	// watchers are told every message, with its payload, and every
-	// (re-)subscription (Election.Observe); the wake policy is not theirs.
-	watchers []*waiter
-	wins     int           // local waiters that won since the last rotation
-	ready    chan struct{} // closed at the channel's first confirmation
-	seq      uint64        // wake-ups so far (messages and re-subscriptions)
-	until    time.Time     // when the holder's lease runs out, as last seen
-	conn     *subConn      // where it is subscribed; nil until routed
-	routing  bool          // queued for the router
+	wins    int                      // local waiters that won since the last rotation
+	ready   chan struct{}            // closed at the channel's first confirmation
+	seq     uint64                   // wake-ups so far (messages and re-subscriptions)
+	until   time.Time                // when the holder's lease runs out, as last seen
+	conn    *subConn                 // where it is subscribed; nil until routed
+	routing bool                     // queued for the router
 	// avoid is a connection whose node said it no longer serves the
 	// channel: until avoidUntil, a route to it is taken for a stale slot
 	// map, and the channel is routed again after a reload.
 	avoid      *subConn
 	avoidUntil time.Time
 	deferred   bool // a wake-up is due when its locks' yield ends (cohort.go)
+
+	// watchers are told every message, with its payload, and every
+	// (re-)subscription (Election.Observe); the wake policy is not theirs.
+	watchers []*waiter
 }
 
 // mark is a channel's state seen before an attempt: see pubsub.mark.
