@@ -464,6 +464,7 @@ func entry(ctx context.Context, ref lockRef) (*hold, error) {
 
 // releaseBy sends k, a release script, for release's send.
 func (c *Client) releaseBy(ctx context.Context, k call) (int64, time.Time, error) {
+	k.direct = true
 	r := c.tr.do(ctx, k, nil)
 	n, err := r.Int64()
 	return n, r.sent, err
