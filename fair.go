@@ -86,7 +86,7 @@ func (c *Client) FairMutex(name string, opts ...LockOption) *FairMutex {
 		f.spec.wrap = wrapFor(c, "fair lock", name, keyType{name, "hash"}, keyType{f.queue, "zset"}, keyType{f.timeouts, "zset"}, keyType{f.fence, "string"})
 	}
 	f.err = f.spec.wrap(err)
-	f.spec.ref = lockRef{c, "fair lock", name}
+	f.spec.ref = lockRef{c, KindFairMutex, name}
 	f.spec.lease, f.spec.renewed = c.lease, true
 	if lc.lease > 0 {
 		f.spec.lease, f.spec.renewed = lc.lease, false

@@ -53,7 +53,7 @@ func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
 		err = fmt.Errorf("%w: on a Cluster, name %q and its unlock channel %q (Redisson's naming) hash to different slots", ErrInvalid, name, m.channel)
 	}
 	m.err = m.spec.wrap(err)
-	m.spec.ref = lockRef{c, "lock", name}
+	m.spec.ref = lockRef{c, KindMutex, name}
 	m.spec.lease, m.spec.renewed = c.lease, true
 	if lc.lease > 0 {
 		m.spec.lease, m.spec.renewed = lc.lease, false

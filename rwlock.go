@@ -93,8 +93,8 @@ func (c *Client) RWMutex(name string, opts ...LockOption) *RWMutex {
 		r.fence = fenceKey(name)
 		wrap = wrapFor(c, "rw lock", name, append(layout, keyType{r.fence, "string"})...)
 	}
-	r.rspec = spec{ref: lockRef{c, "rw read", name}, lease: lease, renewed: renewed, wrap: wrap}
-	r.wspec = spec{ref: lockRef{c, "rw write", name}, lease: lease, renewed: renewed, fenced: r.fence != "", wrap: wrap}
+	r.rspec = spec{ref: lockRef{c, KindRWRead, name}, lease: lease, renewed: renewed, wrap: wrap}
+	r.wspec = spec{ref: lockRef{c, KindRWWrite, name}, lease: lease, renewed: renewed, fenced: r.fence != "", wrap: wrap}
 	return r
 }
 

@@ -81,7 +81,7 @@ func (c *Client) Semaphore(name string, opts ...LockOption) *Semaphore {
 		err = fmt.Errorf("%w: semaphore name %q contains \"}\" without a hash tag", ErrInvalid, name)
 	}
 	s.err = s.spec.wrap(err)
-	s.spec.ref = lockRef{c, "semaphore", name}
+	s.spec.ref = lockRef{c, KindSemaphore, name}
 	s.spec.lease, s.spec.renewed = c.lease, true
 	if lc.lease > 0 {
 		s.spec.lease, s.spec.renewed = lc.lease, false
