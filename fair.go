@@ -253,7 +253,8 @@ func (f *FairMutex) Unlock(ctx context.Context) error {
 		return err
 	}
 	return f.c.release(ctx, &f.spec, 1, func(ctx context.Context, h *hold, count int) (int64, error) {
-		return lua.FairUnlock.Run(ctx, f.c.rdb, f.keys(), h.field, count, h.lease.Milliseconds(), f.prefix, f.c.pubCmd(ctx)).Int64()
+		return lua.FairUnlock.Run(ctx, f.c.rdb, append(f.keys(), keys.Record(f.name, h.field)),
+			h.field, count, h.lease.Milliseconds(), f.prefix, f.c.pubCmd(ctx), recordMs).Int64()
 	})
 }
 

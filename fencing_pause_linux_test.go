@@ -46,12 +46,13 @@ func TestFencingPausedProcess(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
 	pid := cmd.Process.Pid
-	exited := make(chan error, 1)
+	lines := make(chan string, 64)
 	t.Cleanup(func() {
 		_ = syscall.Kill(pid, syscall.SIGKILL) // a no-op once it has exited
-		<-exited
+		for range lines {
+		}
+		_ = cmd.Wait()
 	})
-	lines := make(chan string, 64)
 	go func() {
 		defer close(lines)
 		sc := bufio.NewScanner(stdout)
@@ -107,15 +108,15 @@ func TestFencingPausedProcess(t *testing.T) {
 
 	next("resumed")
 	write := next("write ")
-	next("context at resume: ") // live or not: whether the child's timers ran before its code did
+	atResume := next("context at resume: ")
 	done := next("context: ")
 	lost := next("lease lost: ")
-	go func() { exited <- cmd.Wait() }()
 	for range lines {
 	}
 	t.Logf("the child said:\n  %s", strings.Join(said, "\n  "))
 
 	assert.Equal(t, "write rejected", write, "the late write from past the last check is refused by its token")
+	assert.Equal(t, "context at resume: live=false", atResume, "the hold's context tells as soon as the process resumes (issue 19)")
 	assert.Contains(t, done, "context: context canceled", "the hold's context is done on resume")
 	assert.Equal(t, "lease lost: true", lost, "with cause ErrLeaseLost")
 	v, err := srv.Client(t).HGet(bg, resource, "value").Result()

@@ -333,7 +333,8 @@ func (r *RWMutex) RUnlock(ctx context.Context) error {
 		return err
 	}
 	return r.c.release(ctx, &r.rspec, 1, func(ctx context.Context, h *hold, count int) (int64, error) {
-		return lua.RWRUnlock.Run(ctx, r.c.rdb, r.pkeys(), h.field, count, h.lease.Milliseconds(), r.c.pubCmd(ctx)).Int64()
+		return lua.RWRUnlock.Run(ctx, r.c.rdb, append(r.pkeys(), keys.Record(r.name, "r:"+h.field)),
+			h.field, count, h.lease.Milliseconds(), r.c.pubCmd(ctx), recordMs).Int64()
 	})
 }
 
@@ -346,7 +347,8 @@ func (r *RWMutex) Unlock(ctx context.Context) error {
 		return err
 	}
 	return r.c.release(ctx, &r.wspec, 1, func(ctx context.Context, h *hold, count int) (int64, error) {
-		return lua.RWUnlock.Run(ctx, r.c.rdb, r.pkeys(), h.field, count, h.lease.Milliseconds(), r.c.pubCmd(ctx)).Int64()
+		return lua.RWUnlock.Run(ctx, r.c.rdb, append(r.pkeys(), keys.Record(r.name, "w:"+h.field)),
+			h.field, count, h.lease.Milliseconds(), r.c.pubCmd(ctx), recordMs).Int64()
 	})
 }
 

@@ -283,7 +283,7 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 			sent := time.Now()
 			r, err := send(h.field, h.count)
 			if nr := notReplicated(err); nr != nil { // WithReplicaAck: take the n back
-				s.c.undo(call{lua.SemRelease, s.keys, []any{h.field, n, nr.count(), s.channel, semReclaimLimit}})
+				s.c.undo(call{lua.SemRelease, s.keys, []any{h.field, n, nr.count(), s.c.pubCmd(parent), semReclaimLimit}})
 			}
 			return outcome{r, sent}, err
 		}, func(o outcome) {
@@ -391,13 +391,11 @@ func semBound(ms int64) time.Duration {
 // Releasing more than the hold has returns an error wrapping ErrNotHeld and
 // changes nothing. Its other results are Mutex.Unlock's: nil when the hold
 // already ended with the context it was taken with, and an error wrapping
-// ErrNotHeld (and ErrLeaseLost) when its lease was lost, in which case
-// whatever Redis still kept of the hold is released.
-//
-// One exception: releasing all of a hold's permits after Redis lost them (a
-// failover, a deleted key) before this process noticed succeeds: the script
-// cannot tell that case from the same release resent by go-redis after it
-// succeeded.
+// ErrNotHeld (and ErrLeaseLost) when its lease was lost (its deadline had
+// passed, or Redis no longer had its permits), in which case whatever
+// Redis still kept of the hold is released. A release of the last permits
+// that go-redis resent after it ran returns nil, by its record in Redis
+// (see Mutex.Unlock).
 func (s *Semaphore) Release(ctx context.Context, n int) error {
 	if err := s.check(ctx); err != nil {
 		return err
@@ -406,7 +404,8 @@ func (s *Semaphore) Release(ctx context.Context, n int) error {
 		return err
 	}
 	return s.c.release(ctx, &s.spec, n, func(ctx context.Context, h *hold, count int) (int64, error) {
-		return lua.SemRelease.Run(ctx, s.c.rdb, s.keys, h.field, n, count, s.c.pubCmd(ctx), semReclaimLimit).Int64()
+		return lua.SemRelease.Run(ctx, s.c.rdb, append(s.keys[:len(s.keys):len(s.keys)], keys.Record(s.name, h.field)),
+			h.field, n, count, s.c.pubCmd(ctx), semReclaimLimit, recordMs).Int64()
 	})
 }
 
