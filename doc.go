@@ -98,7 +98,10 @@
 // without a round trip with Token; the resource refuses writes whose token
 // is lower than the highest it has seen (see ExampleWithFencing). The
 // counter, "{tag}:fence:<name>", never expires and is never reset by an
-// unlock.
+// unlock; and as a token is never lower than the Redis server's clock in
+// microseconds, tokens keep increasing even when Redis loses the counter
+// with its data, as long as the server's clock has not gone back (see
+// WithFencing for exactly what is promised).
 //
 // # Observing
 //

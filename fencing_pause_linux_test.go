@@ -77,7 +77,11 @@ func TestFencingPausedProcess(t *testing.T) {
 					return l
 				}
 			case <-timeout:
-				t.Fatalf("the child did not say %q in 30s; it said %q", prefix, said)
+				_ = syscall.Kill(pid, syscall.SIGQUIT) // its goroutines, on stderr
+				for range lines {
+				}
+				_ = cmd.Wait()
+				t.Fatalf("the child did not say %q in 30s; it said %q; stderr:\n%s", prefix, said, stderr.String())
 			}
 		}
 	}
@@ -155,16 +159,18 @@ func TestHelperFencedChild(t *testing.T) {
 		say("lost before the write: %v", context.Cause(lctx))
 		return
 	}
-	say("past its last check")
 	// Work that does not look at lctx, during which the process is stopped:
-	// the stop shows as a jump of the (monotonic) clock.
+	// the stop shows as a jump of the (monotonic) clock, measured from
+	// before saying so (the stop may come at once).
+	t0 := time.Now()
+	say("past its last check")
 	var gap time.Duration
 	for limit := time.Now().Add(time.Minute); ; {
-		t0 := time.Now()
 		time.Sleep(10 * time.Millisecond)
 		if gap = time.Since(t0); gap > time.Second {
 			break
 		}
+		t0 = time.Now()
 		if time.Now().After(limit) {
 			say("never stopped")
 			return

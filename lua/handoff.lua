@@ -8,7 +8,8 @@
 -- KEYS[1]  the lock's hash
 -- KEYS[2]  the lock's channel (in the lock's slot)
 -- KEYS[3]  optional: the fencing counter (WithFencing); the receiver's is a
---          first hold, so it is incremented and returned
+--          first hold, so it is moved on to the next token (fence.lua,
+--          prepended) and returned
 -- ARGV[1]  the releasing owner's field
 -- ARGV[2]  the receiving owner's field
 -- ARGV[3]  the receiving owner's lease in milliseconds
@@ -63,7 +64,7 @@ if KEYS[3] then
   if received then
     token = tonumber(redis.call('get', KEYS[3]))
   else
-    token = redis.call('incr', KEYS[3])
+    token = fence_next(KEYS[3])
   end
 end
 redis.call('hset', KEYS[1], ARGV[2], 1)

@@ -27,10 +27,14 @@ func Load(name string) *Script {
 	return &Script{Script: redis.NewScript(read(name)), name: name}
 }
 
-// LoadWith returns the embedded script name with the embedded prelude (the
-// helpers a family of scripts shares) before it.
-func LoadWith(prelude, name string) *Script {
-	return &Script{Script: redis.NewScript(read(prelude) + "\n" + read(name)), name: name}
+// LoadWith returns the embedded script name with the embedded preludes (the
+// helpers a family of scripts shares) before it, in order.
+func LoadWith(name string, preludes ...string) *Script {
+	src := ""
+	for _, p := range preludes {
+		src += read(p) + "\n"
+	}
+	return &Script{Script: redis.NewScript(src + read(name)), name: name}
 }
 
 func read(name string) string {
@@ -61,12 +65,13 @@ func (s *Script) PipeEval(ctx context.Context, p redis.Pipeliner, keys []string,
 	return s.Eval(ctx, p, keys, args...)
 }
 
-// The scripts of the reentrant Mutex (Redisson's RLock wire format).
+// The scripts of the reentrant Mutex (Redisson's RLock wire format). Those
+// that give fencing tokens have fence.lua before them.
 var (
-	Lock        = Load("lock.lua")
+	Lock        = LoadWith("lock.lua", "fence.lua")
 	Unlock      = Load("unlock.lua")
 	Renew       = Load("renew.lua")
 	ForceUnlock = Load("forceunlock.lua")
 	Drop        = Load("drop.lua")
-	Handoff     = Load("handoff.lua")
+	Handoff     = LoadWith("handoff.lua", "fence.lua")
 )
