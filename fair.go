@@ -65,6 +65,9 @@ type FairMutex struct {
 // FairMutex returns a handle on the fair lock name. Bad input (an empty name,
 // a name whose companion keys cannot share its Cluster slot, a bad option) is
 // reported by every method of the handle.
+//
+// Options: WithLease, WithFencing and WithWaiterTimeout. WithPermits does
+// not apply to a FairMutex and is refused (ErrInvalid).
 func (c *Client) FairMutex(name string, opts ...LockOption) *FairMutex {
 	f := &FairMutex{c: c, name: name, waiter: DefaultWaiterTimeout}
 	if keys.Taggable(name) {
@@ -77,7 +80,7 @@ func (c *Client) FairMutex(name string, opts ...LockOption) *FairMutex {
 		f.err = f.spec.wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
 		return f
 	}
-	lc, err := lockSetup(name, opts, true)
+	lc, err := lockSetup(name, opts, primFair)
 	if err == nil && !keys.Taggable(name) {
 		err = fmt.Errorf("%w: lock name %q has a \"}\" outside a hash tag", ErrInvalid, name)
 	}

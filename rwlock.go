@@ -54,6 +54,10 @@ var errUpgrade = fmt.Errorf("%w: the context holds the read lock, and a reader c
 // RWMutex returns a handle on the read-write lock name. Bad input (an empty
 // name, a name whose companion keys cannot share its Cluster slot, a bad
 // option) is reported by every method of the handle.
+//
+// Options: WithLease (read and write holds), WithFencing (write holds get
+// tokens) and WithWaiterTimeout (waiting writers). WithPermits does not
+// apply to an RWMutex and is refused (ErrInvalid).
 func (c *Client) RWMutex(name string, opts ...LockOption) *RWMutex {
 	r := &RWMutex{c: c, name: name, waiter: DefaultWaiterTimeout}
 	layout := []keyType{{name, "hash"}}
@@ -77,7 +81,7 @@ func (c *Client) RWMutex(name string, opts ...LockOption) *RWMutex {
 		r.err = wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
 		return r
 	}
-	lc, err := lockSetup(name, opts, true)
+	lc, err := lockSetup(name, opts, primRW)
 	if err == nil && !keys.Taggable(name) {
 		err = fmt.Errorf("%w: lock name %q has a \"}\" outside a hash tag", ErrInvalid, name)
 	}

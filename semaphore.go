@@ -26,8 +26,17 @@ const maxPermits = 1 << 50
 
 // Semaphore is a distributed counting semaphore whose permits are held by
 // owners under a lease, so a crashed holder's permits come back by
-// themselves. Its total is set with SetPermits, TrySetPermits or AddPermits;
-// to follow a configuration change, call SetPermits with the new total.
+// themselves. Its total is set with SetPermits, TrySetPermits or AddPermits,
+// or stated on the handle with WithPermits; to follow a configuration
+// change, call SetPermits with the new total.
+//
+// When Redis loses its data (a restart without persistence, a failover to
+// a replica that did not have it yet), the total is lost with the holders:
+// every hold's context ends with ErrLeaseLost at its next renewal, and
+// Acquire waits until the total is set again, which a handle made with
+// WithPermits does by itself at its next acquisition; without it, some
+// process must call SetPermits again. The README's "When Redis loses its
+// data" says what each primitive does then.
 //
 // Permits are held as a Mutex's holds are: Acquire returns the hold's
 // context; acquiring again through it adds permits to the same hold, and
@@ -53,6 +62,7 @@ type Semaphore struct {
 	keys    []string // name, holders, expiry
 	channel string
 	spec    spec
+	permits int // WithPermits: the total an acquisition creates when missing; 0: none
 	err     error
 }
 
@@ -60,8 +70,12 @@ type Semaphore struct {
 // name, a name that cannot share its slot with companion keys, a bad
 // option) is reported by every method of the handle.
 //
-// WithLease gives the permits a fixed lease that the watchdog does not
-// renew: they come free that long after the owner's latest Acquire.
+// Options: WithLease gives the permits a fixed lease that the watchdog does
+// not renew (they come free that long after the owner's latest Acquire);
+// WithPermits states the total, which acquisitions then create whenever it
+// is missing (before anyone set it, after Redis lost its data). WithFencing
+// and WithWaiterTimeout do not apply to a Semaphore and are refused
+// (ErrInvalid).
 func (c *Client) Semaphore(name string, opts ...LockOption) *Semaphore {
 	s := &Semaphore{c: c, name: name, keys: []string{name, "", "", ""}}
 	if keys.Taggable(name) {
@@ -73,10 +87,7 @@ func (c *Client) Semaphore(name string, opts ...LockOption) *Semaphore {
 		s.err = s.spec.wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
 		return s
 	}
-	lc, err := lockSetup(name, opts, false)
-	if err == nil && lc.fence {
-		err = fmt.Errorf("%w: WithFencing applies to Mutex, FairMutex and RWMutex only, not to a Semaphore", ErrInvalid)
-	}
+	lc, err := lockSetup(name, opts, primSemaphore)
 	if err == nil && !keys.Taggable(name) {
 		err = fmt.Errorf("%w: semaphore name %q contains \"}\" without a hash tag", ErrInvalid, name)
 	}
@@ -86,6 +97,7 @@ func (c *Client) Semaphore(name string, opts ...LockOption) *Semaphore {
 	if lc.lease > 0 {
 		s.spec.lease, s.spec.renewed = lc.lease, false
 	}
+	s.permits = lc.permits
 	return s
 }
 
@@ -186,10 +198,14 @@ func (s *Semaphore) Available(ctx context.Context) (int, error) {
 		if r[2] == 1 {
 			continue // more expired holders to reclaim
 		}
-		if r[0] < 0 || r[1] >= r[0] {
+		total := r[0]
+		if total < 0 && s.permits > 0 {
+			total = int64(s.permits) // WithPermits: a missing total counts as stated
+		}
+		if total < 0 || r[1] >= total {
 			return 0, nil
 		}
-		return int(r[0] - r[1]), nil
+		return int(total - r[1]), nil
 	}
 }
 
@@ -265,7 +281,7 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 		// The script runs to completion even if ctx ends meanwhile: its
 		// result is given back when nobody takes it (abandonable).
 		return s.c.runScript(context.WithoutCancel(parent), lua.SemAcquire, s.keys,
-			field, n, prev, leaseMs, s.c.pubCmd(parent), semReclaimLimit)
+			field, n, prev, leaseMs, s.c.pubCmd(parent), semReclaimLimit, s.permits)
 	}
 	// more adds n permits to h, the hold ctx carries.
 	more := func() (bool, time.Duration, error) {
