@@ -86,7 +86,12 @@
 // prefix such as "lock:" will do). Locks that need more than one key keep
 // the others in the name's Redis Cluster slot, named
 // "{tag}:<purpose>:<name>", where tag is the name's hash tag, or the whole
-// name when it has none; two different names never share a key.
+// name when it has none; two different names never share a key. The last
+// release of a hold also leaves a record,
+// "{tag}:released:<name>:<owner>", which expires by itself six seconds
+// later: an Unlock that go-redis sent again after a network error,
+// although Redis had run it, finds it and reports success, where the
+// release of a hold that Redis lost reports ErrLeaseLost.
 //
 // # Fencing tokens
 //
@@ -136,4 +141,12 @@
 // ErrNotReplicated otherwise; WAIT is not consensus, so a failover to a
 // replica that did not acknowledge can still lose the lock (see
 // WithReplicaAck for what it does and does not guarantee).
+//
+// Redis can also lose all its data (a restart without persistence): every
+// lock is free at once, its holders are told at their next renewal, and an
+// Unlock before that reports ErrLeaseLost. Fencing tokens keep increasing
+// across such a loss (see WithFencing); a Semaphore's total is lost
+// unless its handles state it (WithPermits), and a CountDownLatch's count
+// is lost, which releases its waiters (see CountDownLatch). The README's
+// "When Redis loses its data" puts it all in one table.
 package redisync
