@@ -48,36 +48,35 @@ func (c *Client) acquisition(s *spec, parent, wctx context.Context, wait bool, l
 // left or taken.
 func (a *acquisition) all(field string) []call { return append(a.left(field), a.release(field)) }
 
-// send runs script for the current owner, abandoned when the wait ends
-// (what the abandoned script left or took is given back once it answers).
-// It returns the field it ran for and the script's reply; with no reply,
-// it returns how long to wait before trying again, or the call's error
-// (see unsure).
-func (a *acquisition) send(script func(field string) ([]int64, error)) (string, []int64, time.Duration, error) {
+// send sends the call build makes for the current owner, and leaves it
+// when the wait ends (what the abandoned script left or took is given back
+// once it answers). It returns the field it ran for and the script's
+// reply; with no reply, it returns how long to wait before trying again,
+// or the call's error (see unsure).
+func (a *acquisition) send(build func(field string) call) (string, []int64, time.Duration, error) {
 	field := a.owner
 	a.st = a.c.stamp(a.s.ref)
-	r, err := abandonable(a.wctx, func() ([]int64, error) {
-		r, err := script(field)
-		if notReplicated(err) != nil { // WithReplicaAck: give it back before failing
-			a.c.undo(a.release(field))
-		}
-		return r, err
-	}, nil, func(r []int64, err error) {
+	k := build(field)
+	k.takes = true
+	r := a.c.tr.do(a.wctx, k, func(r reply) {
 		calls := a.left(field)
-		if err == nil && r[0] == 1 {
+		if v, err := r.Int64Slice(); err == nil && len(v) > 0 && v[0] == 1 {
 			calls = append(calls, a.release(field))
 		}
 		a.c.undo(calls...)
 	})
-	if errors.Is(err, ErrNotReplicated) {
-		return field, nil, 0, err // given back: the call fails
+	v, err := a.c.acquired(r)
+	if notReplicated(err) != nil {
+		a.c.undo(a.release(field)) // WithReplicaAck: given back, and the call fails
+		return field, nil, 0, err
 	}
 	if err != nil {
 		d, err := a.c.unsure(err, a.wait, &a.dirty)
 		return field, nil, d, err
 	}
-	a.token = fenceToken(a.s, r)
-	return field, r, 0, nil
+	a.st.sent = r.sent
+	a.token = fenceToken(a.s, v)
+	return field, v, 0, nil
 }
 
 // grant makes the hold from the granted reply of the latest attempt, for

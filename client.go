@@ -29,6 +29,7 @@ type Client struct {
 
 	wd   *watchdog
 	ps   *pubsub
+	tr   *transport
 	mode pubMode
 
 	closeOnce sync.Once
@@ -96,6 +97,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	}
 	c.mode.rdb = rdb
 	c.mode.init()
+	c.tr = newTransport(rdb, c.ack, &c.mode, c.log, c.closed)
 	c.wd = newWatchdog(c, c.lease)
 	c.ps = newPubSub(rdb, c.closed, c.log, c.mode.sharded)
 	if mode := c.PubSub(); mode != PubSubAuto {
@@ -132,6 +134,7 @@ func (c *Client) Close() error {
 		c.bgClosed = true
 		c.bgMu.Unlock()
 		waitAtMost(&c.bg, releaseTimeout)
+		c.tr.drain(releaseTimeout)
 	})
 	return err
 }

@@ -124,9 +124,21 @@
 // "redisson_lock__channel:name" when the name contains "{", as Redisson
 // does). Go services and Java services using Redisson can guard the same
 // resource on every topology: on a Redis 7 Cluster both use sharded pub/sub
-// (SPUBLISH, SSUBSCRIBE) by default, detected the same way, and
-// WithPubSub matches a Redisson client configured otherwise (see
-// PubSubMode).
+// (SPUBLISH, SSUBSCRIBE) by default, and WithPubSub matches a Redisson
+// client configured otherwise (see PubSubMode). Both detect the mode once,
+// when a client starts, but not alike: redisync asks every master, Redisson
+// only the first node it connects to. In a Cluster whose nodes run
+// different Redis versions (a rolling upgrade to 7) they can choose
+// differently; choose the mode on both sides then (see the README, "Redis
+// Cluster and Redisson").
+//
+// # FIPS 140-only mode
+//
+// redisync runs under GODEBUG=fips140=only, where Go refuses SHA-1: the
+// SHA-1 digests that EVALSHA names scripts by are then never computed in the
+// process but learned from Redis (SCRIPT LOAD) when first needed, and the
+// scripts are sent whole (EVAL) until then. Elsewhere nothing changes. The
+// embedded Redis of the command's demo (miniredis) cannot run in that mode.
 //
 // # What a lock cannot promise
 //
@@ -149,4 +161,24 @@
 // unless its handles state it (WithPermits), and a CountDownLatch's count
 // is lost, which releases its waiters (see CountDownLatch). The README's
 // "When Redis loses its data" puts it all in one table.
+//
+// # Reading the code
+//
+// The files are layers; each calls only the layers below it (a lower one
+// calls back up only through a function it was handed):
+//
+//	primitives  reentrant.go (Mutex), fair.go, rwlock.go, semaphore.go,
+//	            latch.go: what each promises, one file each
+//	holds       acquire.go (a first acquisition across the attempts of a
+//	            wait), hold.go (the hold, re-entry, release, give-back),
+//	            holdctx.go (the hold's context and its deadline), owner.go (holds carried in contexts), wait.go
+//	            (waiting between attempts)
+//	machinery   watchdog.go (the lease table and its renewal loop),
+//	            pubsub.go (the one subscription, its wake-ups), cohort.go
+//	            (handing a lock to a local waiter), pubsubmode.go
+//	transport   transport.go: every script the Client sends, batched per
+//	            node into pipelines, with NOSCRIPT, MOVED and WAIT
+//	            (replica_ack.go) handled there
+//	scripts     lua/*.lua, embedded by package lua; internal/keys names
+//	            the keys and channels
 package redisync

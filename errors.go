@@ -129,3 +129,17 @@ func waitError(err error, parent context.Context, bounded bool) error {
 	}
 	return err
 }
+
+// notReady reports an error reply that says Redis did not run the command
+// because it is not ready for it now (loading its data after a restart,
+// running a long script, its cluster settling), rather than refusing the
+// command itself: trying again later can succeed.
+func notReady(err error) bool {
+	msg := err.Error()
+	for _, p := range []string{"LOADING", "BUSY", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}

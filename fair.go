@@ -162,14 +162,12 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (cont
 		return parent, f.wrap(err)
 	}
 	if h != nil {
-		hctx, err := f.c.reenter(parent, wctx, &f.spec, h, func(count int) (int, bool, error) {
-			r, err := f.script(parent, h.field, count, false)
-			if err != nil {
-				return 0, false, err
-			}
-			return int(r[1]), r[0] != 1, nil
-		}, func(n int) {
-			f.c.undo(call{lua.FairUnlock, f.keys(), []any{h.field, n, h.lease.Milliseconds(), f.prefix, f.c.pubCmd(parent)}})
+		hctx, err := f.c.reenter(parent, wctx, &f.spec, h, func(count int) call {
+			return f.script(h.field, count, false)
+		}, func(r []int64) (int, bool) {
+			return int(r[1]), r[0] != 1
+		}, func(n int) call {
+			return script(lua.FairUnlock, f.keys(), h.field, n, h.lease.Milliseconds(), f.prefix, publish)
 		})
 		if err != nil {
 			return parent, err
@@ -179,16 +177,12 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (cont
 
 	leaseMs := f.spec.lease.Milliseconds()
 	a := f.c.acquisition(&f.spec, parent, wctx, wait,
-		func(field string) []call {
-			return []call{{lua.FairLeave, f.keys(), []any{field, f.prefix, f.c.pubCmd(parent)}}}
-		},
-		func(field string) call {
-			return call{lua.FairDrop, f.keys(), []any{field, f.prefix, f.c.pubCmd(parent)}}
-		})
+		func(field string) []call { return []call{f.leaveCall(field)} },
+		func(field string) call { return script(lua.FairDrop, f.keys(), field, f.prefix, publish) })
 	a.restart = true // a new owner queues, and listens, as itself
 	defer a.finish()
 	try := func() (bool, time.Duration, error) {
-		field, r, d, err := a.send(func(field string) ([]int64, error) { return f.script(parent, field, 0, wait) })
+		field, r, d, err := a.send(func(field string) call { return f.script(field, 0, wait) })
 		if r == nil {
 			return false, d, err
 		}
@@ -199,7 +193,7 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (cont
 			}
 			return false, next, nil
 		}
-		return a.grant(field, int(r[1]), call{lua.Renew, []string{f.name}, []any{field, leaseMs}})
+		return a.grant(field, int(r[1]), script(lua.Renew, []string{f.name}, field, leaseMs))
 	}
 	for {
 		done, next, err := try()
@@ -223,11 +217,10 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (cont
 	}
 }
 
-// script runs the lock script once for field with its hold count before the
-// call, queueing (or refreshing the caller's place) when queue is set (with
-// the fencing counter's key when fenced). It runs to completion even if ctx
-// ends meanwhile (see Mutex).
-func (f *FairMutex) script(ctx context.Context, field string, count int, queue bool) ([]int64, error) {
+// script is the lock script's call for field with its hold count before
+// the call, queueing (or refreshing the caller's place) when queue is set
+// (with the fencing counter's key when fenced).
+func (f *FairMutex) script(field string, count int, queue bool) call {
 	var waiterMs int64
 	if queue {
 		waiterMs = f.waiter.Milliseconds()
@@ -236,16 +229,17 @@ func (f *FairMutex) script(ctx context.Context, field string, count int, queue b
 	if f.fence != "" {
 		keys = append(keys, f.fence)
 	}
-	return f.c.runScript(context.WithoutCancel(ctx), lua.FairLock, keys, f.spec.lease.Milliseconds(), field, count, waiterMs, f.prefix, f.c.pubCmd(ctx))
+	return script(lua.FairLock, keys, f.spec.lease.Milliseconds(), field, count, waiterMs, f.prefix, publish)
+}
+
+// leaveCall takes field out of the queue.
+func (f *FairMutex) leaveCall(field string) call {
+	return script(lua.FairLeave, f.keys(), field, f.prefix, publish)
 }
 
 // leave takes field out of the queue after a wait that ended without the
 // lock, best-effort: an entry left behind expires with its deadline.
-func (f *FairMutex) leave(ctx context.Context, field string) {
-	cleanup(ctx, func(ctx context.Context) {
-		_ = lua.FairLeave.Run(ctx, f.c.rdb, f.keys(), field, f.prefix, f.c.pubCmd(ctx)).Err()
-	})
-}
+func (f *FairMutex) leave(ctx context.Context, field string) { f.c.cleanup(ctx, f.leaveCall(field)) }
 
 // Unlock releases one hold of the lock that ctx carries; when the last hold
 // is released the lock is handed to the head of the queue, and only that
@@ -255,9 +249,9 @@ func (f *FairMutex) Unlock(ctx context.Context) error {
 	if err := f.check(ctx); err != nil {
 		return err
 	}
-	return f.c.release(ctx, &f.spec, 1, func(ctx context.Context, h *hold, count int) (int64, error) {
-		return lua.FairUnlock.Run(ctx, f.c.rdb, append(f.keys(), keys.Record(f.name, h.field)),
-			h.field, count, h.lease.Milliseconds(), f.prefix, f.c.pubCmd(ctx), recordMs).Int64()
+	return f.c.release(ctx, &f.spec, 1, func(ctx context.Context, h *hold, count int) (int64, time.Time, error) {
+		return f.c.releaseBy(ctx, script(lua.FairUnlock, append(f.keys(), keys.Record(f.name, h.field)),
+			h.field, count, h.lease.Milliseconds(), f.prefix, publish, recordMs))
 	})
 }
 
@@ -299,7 +293,7 @@ func (f *FairMutex) ForceUnlock(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	defer f.c.wd.force(f.spec.ref)()
-	n, err := lua.FairForceUnlock.Run(ctx, f.c.rdb, []string{f.name, f.queue}, f.prefix, f.c.pubCmd(ctx)).Int64()
+	n, err := f.c.tr.do(ctx, script(lua.FairForceUnlock, []string{f.name, f.queue}, f.prefix, publish), nil).Int64()
 	if err != nil {
 		return false, f.wrap(err)
 	}

@@ -849,6 +849,14 @@ func (h doneHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		return err
 	}
 }
-func (doneHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+func (h doneHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			if n := cmd.Name(); n == "evalsha" || n == "eval" {
+				h.n.Add(1)
+			}
+		}
+		return err
+	}
 }

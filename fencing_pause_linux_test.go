@@ -49,7 +49,7 @@ func TestFencingPausedProcess(t *testing.T) {
 	lines := make(chan string, 64)
 	t.Cleanup(func() {
 		_ = syscall.Kill(pid, syscall.SIGKILL) // a no-op once it has exited
-		for range lines {
+		for range lines {                      // until its stdout closes
 		}
 		_ = cmd.Wait()
 	})

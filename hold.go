@@ -5,23 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
-
-	"github.com/redisync-go/redisync/lua"
 )
-
-// call is one script invocation, kept so it can be sent again.
-type call struct {
-	script *lua.Script
-	keys   []string
-	args   []any
-}
-
-func (k call) run(ctx context.Context, rdb redis.Scripter) *redis.Cmd {
-	return k.script.Run(ctx, rdb, k.keys, k.args...)
-}
 
 // endReason says why a hold ended.
 type endReason uint8
@@ -55,14 +41,18 @@ type hold struct {
 	// mu serialises the scripts that change this hold (re-entries,
 	// releases, a give-back), so the count sent stays in step with Redis
 	// even when goroutines share the hold.
-	mu    sync.Mutex
-	count int
+	mu       sync.Mutex
+	count    int
+	lastSent time.Time // when the newest script under mu was sent
 
 	taken time.Time // when it was granted
 	token int64     // fencing token (WithFencing); 0: none, and re-entries share it
 
 	dl   dlStore       // the local deadline while live, for the hold's contexts (holdctx.go)
 	over chan struct{} // closed once the hold has ended and its contexts are cancelled
+	// firsting is set while the firsts of its end run: they look at
+	// contexts, its own included, as they were before it ended.
+	firsting atomic.Bool
 
 	tmu   sync.Mutex // guards the fields below
 	sent  time.Time  // when the newest script that set the lease was sent
@@ -71,6 +61,9 @@ type hold struct {
 	stops []func() bool                      // undone when the hold ends
 	ties  map[uint64]context.CancelCauseFunc // re-entries' contexts, cancelled when it ends
 	nties uint64
+	// firsts run when the hold ends, before its context is cancelled:
+	// what they see of other contexts was not caused by its end.
+	firsts []func()
 }
 
 // live reports whether h is live; a hold whose local deadline has passed is
@@ -97,6 +90,19 @@ func (h *hold) onEnd(stop func() bool) {
 	}
 	h.tmu.Unlock()
 	stop()
+}
+
+// first registers f to run when the hold ends, before its context is
+// cancelled; at once if it has ended.
+func (h *hold) first(f func()) {
+	h.tmu.Lock()
+	if h.why == live {
+		h.firsts = append(h.firsts, f)
+		h.tmu.Unlock()
+		return
+	}
+	h.tmu.Unlock()
+	f()
 }
 
 // MinLease is the shortest lease redisync accepts (WithLease,
@@ -190,7 +196,7 @@ func (c *Client) grant(s *spec, parent context.Context, field string, count int,
 	h.dl.clear() // until the watchdog has it
 	h.over = make(chan struct{})
 	giveUp := func(err error) (context.Context, error) {
-		cleanup(parent, func(ctx context.Context) { _ = release.run(ctx, c.rdb).Err() })
+		c.cleanup(parent, release)
 		return nil, err
 	}
 	if !time.Now().Before(deadline(sent, s.lease)) {
@@ -216,13 +222,15 @@ func (c *Client) grant(s *spec, parent context.Context, field string, count int,
 	return h.ctx, nil
 }
 
-// reenter acquires once more through h, the live hold ctx carries: run
-// sends the script with h's count and returns the new count, or lost when
-// Redis no longer has the hold; undo takes back a re-entry to count n that
-// its caller abandoned when wctx ended. A handle whose lease or fencing
+// reenter acquires once more through h, the live hold ctx carries,
+// waiting as long as wctx lasts: build makes the script's call for h's
+// count, parse reads its reply (the new count, or lost when Redis no
+// longer has the hold), and undo makes the call that takes back a
+// re-entry to count n, for a re-entry that was not acknowledged
+// (WithReplicaAck) or whose caller left. A handle whose lease or fencing
 // differs from the hold's is refused, changing nothing.
 func (c *Client) reenter(ctx, wctx context.Context, s *spec, h *hold,
-	run func(count int) (n int, lost bool, err error), undo func(n int)) (context.Context, error) {
+	build func(count int) call, parse func([]int64) (n int, lost bool), undo func(n int) call) (context.Context, error) {
 	if h.lease != s.lease || h.renewed != s.renewed {
 		return nil, s.wrap(fmt.Errorf("%w: the context holds it with a %s, this handle asks for a %s",
 			ErrInvalid, leaseText(h.lease, h.renewed), leaseText(s.lease, s.renewed)))
@@ -231,39 +239,31 @@ func (c *Client) reenter(ctx, wctx context.Context, s *spec, h *hold,
 		return nil, s.wrap(fmt.Errorf("%w: the context holds it %s, this handle asks for it %s",
 			ErrInvalid, fencingText(h.token != 0), fencingText(s.fenced)))
 	}
-	type outcome struct {
-		n    int
-		lost bool
-		sent time.Time
-	}
-	o, err := underHold(wctx, h, func() (outcome, error) {
-		if !h.live() {
-			return outcome{}, errEnded
-		}
-		sent := time.Now()
-		n, lost, err := run(h.count)
-		if nr := notReplicated(err); nr != nil { // WithReplicaAck: take it back
-			undo(nr.count())
-		}
-		return outcome{n, lost, sent}, err
-	}, func(o outcome) {
-		if o.lost {
-			c.wd.end(h, endLost, ErrLeaseLost)
-			return
-		}
-		h.count = o.n
-		c.wd.extend(h, o.sent)
-	}, func(o outcome) {
-		if !o.lost {
-			undo(o.n)
+	r, err := c.underHold(wctx, h, build, func(v []int64) {
+		if v[0] == 1 {
+			c.undo(undo(int(v[1])))
 		}
 	})
+	var n int
+	var lost bool
+	if err == nil {
+		if n, lost = parse(r); !lost {
+			h.count = n
+			c.wd.extend(h, h.lastSent)
+		}
+		h.mu.Unlock()
+	}
 	switch {
 	case errors.Is(err, errEnded):
 		return nil, s.wrap(endedError(h))
-	case err != nil:
+	case notReplicated(err) != nil:
+		c.undo(undo(notReplicated(err).count()))
 		return nil, s.wrap(err)
-	case o.lost:
+	case err != nil:
+		// wctx is TryLockFor's bound when it is not ctx: its end while
+		// ctx lives is ErrNotAcquired, as for a first acquisition.
+		return nil, s.wrap(waitError(err, ctx, wctx != ctx))
+	case lost:
 		c.wd.end(h, endLost, ErrLeaseLost) // told before the caller returns
 		return nil, s.wrap(errLost)
 	case !h.live():
@@ -275,23 +275,38 @@ func (c *Client) reenter(ctx, wctx context.Context, s *spec, h *hold,
 // errEnded reports, inside underHold, a hold found ended.
 var errEnded = errors.New("redisync: the hold has ended")
 
-// underHold runs send under h's lock so that its caller stops waiting when
-// ctx ends, even while Redis does not answer (see abandonable). apply
-// runs, still under the lock, once the caller has the result; undo instead
-// when the caller had gone, to take back what send did.
-func underHold[T any](ctx context.Context, h *hold, send func() (T, error), apply, undo func(T)) (T, error) {
-	then := func(f func(T)) func(T, error) {
-		return func(v T, err error) {
-			defer h.mu.Unlock()
-			if err == nil {
-				f(v)
-			}
-		}
+// underHold sends the call build makes for h's count, under h's lock, and
+// waits for its reply as long as ctx lasts. On success it returns the
+// reply with h's lock still held, for the caller to apply and unlock; on
+// an error the lock is released. When ctx ends first, the lock stays held
+// until the reply comes, and then taken (unless nil) runs with the reply
+// when the script took something, to give it back. A reply that took
+// something the replicas did not acknowledge (WithReplicaAck) is a
+// *notReplicatedError.
+func (c *Client) underHold(ctx context.Context, h *hold, build func(count int) call, taken func([]int64)) ([]int64, error) {
+	h.mu.Lock()
+	if !h.live() {
+		h.mu.Unlock()
+		return nil, errEnded
 	}
-	return abandonable(ctx, func() (T, error) {
-		h.mu.Lock()
-		return send()
-	}, then(apply), then(undo))
+	k := build(h.count)
+	k.takes = true
+	r := c.tr.do(ctx, k, func(r reply) {
+		defer h.mu.Unlock()
+		if v, err := r.Int64Slice(); err == nil && taken != nil && len(v) >= 2 {
+			taken(v)
+		}
+	})
+	if r.gone {
+		return nil, r.err
+	}
+	v, err := c.acquired(r)
+	if err != nil {
+		h.mu.Unlock()
+		return nil, err
+	}
+	h.lastSent = r.sent
+	return v, nil
 }
 
 func leaseText(d time.Duration, renewed bool) string {
@@ -304,8 +319,9 @@ func leaseText(d time.Duration, renewed bool) string {
 // release gives up n of the holds that ctx carries (all of them when n is
 // its count). send runs the release script with the count before it and
 // returns 1 (holds remain), 2 (the last was released, or was already gone)
-// or 0 (this owner's holds are gone: the lease was lost).
-func (c *Client) release(ctx context.Context, s *spec, n int, send func(ctx context.Context, h *hold, count int) (int64, error)) error {
+// or 0 (this owner's holds are gone: the lease was lost), and when it was
+// sent.
+func (c *Client) release(ctx context.Context, s *spec, n int, send func(ctx context.Context, h *hold, count int) (int64, time.Time, error)) error {
 	h := carried(ctx, s.ref)
 	if h == nil {
 		return s.wrap(fmt.Errorf("%w (the context carries no hold of it)", ErrNotHeld))
@@ -327,8 +343,7 @@ func (c *Client) release(ctx context.Context, s *spec, n int, send func(ctx cont
 		// renewals stop before the script is sent, so none follows it.
 		c.wd.end(h, endUnlocked, nil)
 	}
-	sent := time.Now()
-	reply, err := send(ctx, h, count)
+	reply, sent, err := send(ctx, h, count)
 	switch {
 	case err != nil:
 		if last {
@@ -351,7 +366,7 @@ func (c *Client) release(ctx context.Context, s *spec, n int, send func(ctx cont
 func (c *Client) afterEnd(ctx context.Context, s *spec, h *hold) error {
 	why := h.reason()
 	if why == endParent || why == endLost {
-		if err := h.release.run(ctx, c.rdb).Err(); err != nil && why == endParent {
+		if err := c.tr.do(ctx, h.release, nil).Err(); err != nil && why == endParent {
 			return s.wrap(err)
 		}
 	}
@@ -388,17 +403,23 @@ var recordMs = recordWindow.Milliseconds()
 // errLost is the error of a call through a hold whose lease was lost.
 var errLost = &multiError{msg: "redisync: not held: lease lost", errs: []error{ErrNotHeld, ErrLeaseLost}}
 
-// undo runs calls, in order, to give back what an abandoned attempt took
-// or left in Redis (see abandonable), bounded by releaseTimeout.
+// undo sends calls, in order and without waiting, to give back what an
+// abandoned attempt took or left in Redis; a failure is logged.
 func (c *Client) undo(calls ...call) {
-	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-	defer cancel()
-	for _, k := range calls {
-		if err := k.run(ctx, c.rdb).Err(); err != nil {
+	c.tr.async(func(k call, r reply) {
+		if err := r.Err(); err != nil {
 			c.log.Warn("redisync: could not give back what an abandoned attempt took; its lease or deadline frees it",
-				"script", k.script.Name(), "error", err)
+				"script", scriptName(k), "error", err)
 		}
+	}, calls...)
+}
+
+// scriptName names k's script for the log.
+func scriptName(k call) string {
+	if k.script == nil {
+		return ""
 	}
+	return k.script.Name()
 }
 
 // giveBack releases h in Redis in the background (once the Client is
@@ -415,7 +436,7 @@ func (c *Client) giveBackFrom(h *hold, locked bool) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 		defer cancel()
-		if err := h.release.run(ctx, c.rdb).Err(); err != nil {
+		if err := c.tr.do(ctx, h.release, nil).Err(); err != nil {
 			c.log.Warn("redisync: could not release a hold that ended; Redis frees it when its lease ends",
 				"kind", h.ref.kind, "name", h.ref.name, "owner", h.field, "error", err)
 		}
@@ -449,4 +470,11 @@ func entry(ctx context.Context, ref lockRef) (*hold, error) {
 	default:
 		return nil, endedError(h)
 	}
+}
+
+// releaseBy sends k, a release script, for release's send.
+func (c *Client) releaseBy(ctx context.Context, k call) (int64, time.Time, error) {
+	r := c.tr.do(ctx, k, nil)
+	n, err := r.Int64()
+	return n, r.sent, err
 }

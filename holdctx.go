@@ -45,17 +45,24 @@ func (d *dlStore) passed() bool {
 // overdue ends h as lost if its local deadline has passed and it is still
 // live, as its timer would (the timer may not have run yet: the process
 // was stopped), and reports whether its deadline had passed. When it
-// returns, every context of the hold is cancelled: if another goroutine
-// is ending the hold this instant, it waits for that. The give-back to
-// Redis runs in the background: the caller may hold h.mu.
+// returns true, every context of the hold is cancelled: if another
+// goroutine is ending the hold this instant, it waits for that (but while
+// that end runs its firsts, which see the hold as it was before, it
+// reports false). The give-back to Redis runs in the background: the
+// caller may hold h.mu.
 func (h *hold) overdue() bool {
 	if !h.dl.passed() {
 		return false
 	}
 	c := h.ref.c
-	if c.wd.end(h, endLost, ErrLeaseLost) {
+	switch {
+	case c.wd.end(h, endLost, ErrLeaseLost):
 		go c.giveBack(h)
-	} else {
+	case h.firsting.Load():
+		// Its end is under way and deciding, in its firsts, what had
+		// happened before it (see hold.first): as it was then.
+		return false
+	default:
 		<-h.over // ended by another goroutine, which is cancelling its contexts
 	}
 	return true

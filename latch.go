@@ -90,7 +90,7 @@ func (l *CountDownLatch) CountDown(ctx context.Context) error {
 	if err := l.check(ctx); err != nil {
 		return err
 	}
-	if err := lua.LatchCountDown.Run(ctx, l.c.rdb, []string{l.name, l.channel}, l.c.pubCmd(ctx)).Err(); err != nil {
+	if err := l.c.tr.do(ctx, script(lua.LatchCountDown, []string{l.name, l.channel}, publish), nil).Err(); err != nil {
 		return l.wrap(err)
 	}
 	return nil
@@ -104,7 +104,7 @@ func (l *CountDownLatch) Delete(ctx context.Context) (bool, error) {
 	if err := l.check(ctx); err != nil {
 		return false, err
 	}
-	n, err := lua.LatchDelete.Run(ctx, l.c.rdb, []string{l.name, l.channel}, l.c.pubCmd(ctx)).Int64()
+	n, err := l.c.tr.do(ctx, script(lua.LatchDelete, []string{l.name, l.channel}, publish), nil).Int64()
 	if err != nil {
 		return false, l.wrap(err)
 	}
@@ -117,7 +117,13 @@ func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
 	if err := l.check(ctx); err != nil {
 		return 0, err
 	}
-	v, err := l.c.rdb.Get(ctx, l.name).Result()
+	return l.count(ctx)
+}
+
+// count reads the count, abandoned when ctx ends, even while Redis does
+// not answer.
+func (l *CountDownLatch) count(ctx context.Context) (int64, error) {
+	v, err := l.c.tr.do(ctx, call{keys: []string{l.name}, args: []any{"get", l.name}}, nil).Text()
 	if err != nil {
 		if isNil(err) {
 			return 0, nil
@@ -143,11 +149,7 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return l.wrap(err)
 	}
-	// Each look is abandoned when ctx ends, even while Redis does not
-	// answer; it reads nothing that needs giving back.
-	count := func() (int64, error) {
-		return abandonable(ctx, func() (int64, error) { return l.Count(ctx) }, nil, func(int64, error) {})
-	}
+	count := func() (int64, error) { return l.count(ctx) }
 	n, err := count()
 	if err != nil || n == 0 {
 		return l.wrap(err)

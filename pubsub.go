@@ -845,9 +845,10 @@ func (p *pubsub) wakeDeferred(ch *channel, payload string) {
 }
 
 // ack applies a confirmation on c (kind "subscribe", "unsubscribe", or
-// their sharded forms). When it makes a channel with waiters subscribed
-// again, messages may have been missed while it was not: its waiters look
-// again, as a message would have woken them. An unsubscription nobody asked
+// their sharded forms). A subscription confirmed on a channel with waiters
+// may follow a time when it was not (a new connection, a rotation, a move),
+// and messages may have been missed then: its waiters look again, as a
+// message would have woken them. An unsubscription nobody asked
 // for is Redis's own, when the node stops serving the channel's slot: the
 // channel is routed again.
 func (p *pubsub) ack(c *subConn, kind, name string) {
@@ -858,10 +859,10 @@ func (p *pubsub) ack(c *subConn, kind, name string) {
 	if ch != nil && ch.conn != c {
 		ch = nil // a late reply from a connection it moved away from
 	}
-	was := ch != nil && s.confirmed()
+	sub := false
 	switch kind {
 	case "subscribe", "ssubscribe":
-		s.live = true
+		s.live, sub = true, true
 	case "unsubscribe", "sunsubscribe":
 		s.live = false
 		if s.unsubs > 0 {
@@ -879,9 +880,14 @@ func (p *pubsub) ack(c *subConn, kind, name string) {
 		}
 		return
 	}
-	if was || !s.confirmed() {
+	if !sub || !s.confirmed() {
 		return
 	}
+	// Every confirmation counts, even of a channel that seemed subscribed
+	// all along: go-redis subscribes its channels again on a new
+	// connection by itself when a write finds the old one dead, and this
+	// reader may never see the old one fail. An unlock published between
+	// the two connections was lost: the waiters look again.
 	p.confirm(ch)
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,13 +20,19 @@ import (
 type PubSubMode uint8
 
 const (
-	// PubSubAuto, the default, is Redisson's AUTO mode: sharded pub/sub on a
-	// Redis Cluster (a *redis.ClusterClient, or a UniversalClient that is
-	// one) whose masters all support it (PUBSUB SHARDNUMSUB answers),
-	// classic pub/sub otherwise (single node, Sentinel, Redis below 7).
+	// PubSubAuto, the default, is the counterpart of Redisson's AUTO mode:
+	// sharded pub/sub on a Redis Cluster (a *redis.ClusterClient, or a
+	// UniversalClient that is one) whose masters all support it (PUBSUB
+	// SHARDNUMSUB answers on every master), classic pub/sub otherwise
+	// (single node, Sentinel, Redis below 7). Redisson asks only the first
+	// node it connects to, so while a Cluster's nodes run different
+	// versions the two can choose differently: choose the mode on both
+	// sides then.
 	PubSubAuto PubSubMode = iota
 	// PubSubClassic always uses PUBLISH and SUBSCRIBE: for a cluster shared
-	// with Redisson clients configured with sharded pub/sub off.
+	// with Redisson clients configured with sharded pub/sub off
+	// (shardedSubscriptionMode OFF, Redisson 3.29.0 and later), and for a
+	// cluster whose nodes do not all run Redis 7 yet.
 	PubSubClassic
 	// PubSubSharded always uses SPUBLISH and SSUBSCRIBE (Redis 7+). On a
 	// Cluster, each channel is subscribed on the node that owns its slot,
@@ -78,8 +83,9 @@ type pubMode struct {
 	want PubSubMode
 	got  atomic.Uint32 // a PubSubMode; PubSubAuto until resolved
 
-	mu   sync.Mutex // one detection at a time
-	last time.Time  // when the last detection failed
+	mu        sync.Mutex  // one detection at a time
+	last      time.Time   // when the last detection failed
+	detecting atomic.Bool // a background detection runs (current)
 }
 
 // detectTimeout bounds New's detection of the mode; detectEvery paces the
@@ -161,20 +167,41 @@ func (m *pubMode) sharded(ctx context.Context) (sharded, ok bool) {
 	return mode == PubSubSharded, ok
 }
 
-// pubCmd returns the command the scripts publish with: "spublish" in
-// sharded mode, "publish" in classic mode and while the mode is unknown (the
-// cluster was unreachable when last asked, or a detection is under way).
-func (c *Client) pubCmd(ctx context.Context) string {
-	if mode, _ := c.mode.resolve(ctx, false); mode == PubSubSharded {
+// current returns the mode as resolved, without waiting: PubSubAuto while
+// it is unknown, and then it starts a detection in the background (one at
+// a time, at most once per detectEvery), so that no caller's path ever
+// waits for the cluster's answer.
+func (m *pubMode) current() PubSubMode {
+	if got := PubSubMode(m.got.Load()); got != PubSubAuto {
+		return got
+	}
+	if m.detecting.CompareAndSwap(false, true) {
+		go func() {
+			defer m.detecting.Store(false)
+			ctx, cancel := context.WithTimeout(context.Background(), detectTimeout)
+			defer cancel()
+			m.resolve(ctx, false)
+		}()
+	}
+	return PubSubAuto
+}
+
+// publish returns the command the scripts publish with: "spublish" in
+// sharded mode, "publish" in classic mode and while the mode is unknown
+// (the cluster was unreachable when last asked, or a detection is under
+// way). It never waits for a detection.
+func (m *pubMode) publish() string {
+	if m.current() == PubSubSharded {
 		return "spublish"
 	}
 	return "publish"
 }
 
 // detectSharded tells whether every master of cc supports sharded pub/sub,
-// as Redisson's AUTO mode does: by running PUBSUB SHARDNUMSUB on each. A
-// master that refuses it (Redis below 7) makes the answer no; a network
-// error, or a cluster not ready, is returned.
+// by running PUBSUB SHARDNUMSUB on each (Redisson's AUTO mode runs it once,
+// on the first node it connects to). A master that refuses it (Redis below
+// 7) makes the answer no; a network error, or a cluster not ready, is
+// returned.
 func detectSharded(ctx context.Context, cc *redis.ClusterClient) (bool, error) {
 	var masters atomic.Int32
 	err := cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
@@ -187,20 +214,9 @@ func detectSharded(ctx context.Context, cc *redis.ClusterClient) (bool, error) {
 		return false, errors.New("redisync: the cluster has no master yet")
 	case err == nil:
 		return true, nil
-	case errors.As(err, &re) && !transientReply(err):
+	case errors.As(err, &re) && !notReady(err):
 		return false, nil
 	default:
 		return false, err
 	}
-}
-
-// transientReply reports an error reply that says the cluster is not ready
-// rather than that the command is unknown.
-func transientReply(err error) bool {
-	for _, p := range []string{"LOADING", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "BUSY"} {
-		if strings.HasPrefix(err.Error(), p) {
-			return true
-		}
-	}
-	return false
 }

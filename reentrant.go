@@ -144,14 +144,12 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 		return parent, m.wrap(err)
 	}
 	if h != nil {
-		hctx, err := m.c.reenter(parent, wctx, &m.spec, h, func(count int) (int, bool, error) {
-			r, err := m.script(parent, h.field, count)
-			if err != nil {
-				return 0, false, err
-			}
-			return int(r[1]), r[0] != 1, nil
-		}, func(n int) {
-			m.c.undo(call{lua.Unlock, []string{m.name, m.channel}, []any{h.field, n, h.lease.Milliseconds(), m.c.pubCmd(parent), unlockMessage}})
+		hctx, err := m.c.reenter(parent, wctx, &m.spec, h, func(count int) call {
+			return m.script(h.field, count)
+		}, func(r []int64) (int, bool) {
+			return int(r[1]), r[0] != 1
+		}, func(n int) call {
+			return script(lua.Unlock, []string{m.name, m.channel}, h.field, n, h.lease.Milliseconds(), publish, unlockMessage)
 		})
 		if err != nil {
 			return parent, err
@@ -160,14 +158,14 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 	}
 
 	renew := func(field string) call {
-		return call{lua.Renew, []string{m.name}, []any{field, m.spec.lease.Milliseconds()}}
+		return script(lua.Renew, []string{m.name}, field, m.spec.lease.Milliseconds())
 	}
 	a := m.c.acquisition(&m.spec, parent, wctx, wait, nil, func(field string) call {
-		return call{lua.Drop, []string{m.name, m.channel}, []any{field, m.c.pubCmd(parent), unlockMessage}}
+		return script(lua.Drop, []string{m.name, m.channel}, field, publish, unlockMessage)
 	})
 	defer a.finish()
 	try := func() (bool, time.Duration, error) {
-		field, r, d, err := a.send(func(field string) ([]int64, error) { return m.script(parent, field, 0) })
+		field, r, d, err := a.send(func(field string) call { return m.script(field, 0) })
 		if r == nil {
 			return false, d, err
 		}
@@ -234,16 +232,14 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 	return a.hctx, nil
 }
 
-// script runs the lock script once for field with its hold count before the
-// call (with the fencing counter's key when fenced). It runs to completion
-// even if ctx ends meanwhile: a lock taken in Redis but abandoned here
-// would stay taken for a whole lease.
-func (m *Mutex) script(ctx context.Context, field string, count int) ([]int64, error) {
+// script is the lock script's call for field with its hold count before
+// the call (with the fencing counter's key when fenced).
+func (m *Mutex) script(field string, count int) call {
 	keys := []string{m.name}
 	if m.fence != "" {
 		keys = append(keys, m.fence)
 	}
-	return m.c.runScript(context.WithoutCancel(ctx), lua.Lock, keys, m.spec.lease.Milliseconds(), field, count)
+	return script(lua.Lock, keys, m.spec.lease.Milliseconds(), field, count)
 }
 
 // Unlock releases one hold of the lock that ctx carries; the lock is freed,
@@ -280,14 +276,14 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	if err := m.check(ctx); err != nil {
 		return err
 	}
-	return m.c.release(ctx, &m.spec, 1, func(ctx context.Context, h *hold, count int) (int64, error) {
+	return m.c.release(ctx, &m.spec, 1, func(ctx context.Context, h *hold, count int) (int64, time.Time, error) {
 		if count == 1 && !m.c.noCohort {
 			if ho, mine := m.c.ps.claim(m.channel, m.name); ho != nil {
 				return m.handOver(ctx, h, ho, mine)
 			}
 		}
-		return lua.Unlock.Run(ctx, m.c.rdb, []string{m.name, m.channel, keys.Record(m.name, h.field)},
-			h.field, count, h.lease.Milliseconds(), m.c.pubCmd(ctx), unlockMessage, recordMs).Int64()
+		return m.c.releaseBy(ctx, script(lua.Unlock, []string{m.name, m.channel, keys.Record(m.name, h.field)},
+			h.field, count, h.lease.Milliseconds(), publish, unlockMessage, recordMs))
 	})
 }
 
@@ -296,11 +292,11 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 // releases it for other clients; it reports h released (2), or lost (0)
 // when Redis no longer had h's hold. mine is this client's subscriptions
 // to the channel.
-func (m *Mutex) handOver(ctx context.Context, h *hold, ho *handoff, mine int) (int64, error) {
-	ho.release = ho.acc.release(ho.field) // not under the pubsub's lock: it may detect the pub/sub mode
+func (m *Mutex) handOver(ctx context.Context, h *hold, ho *handoff, mine int) (int64, time.Time, error) {
+	ho.release = ho.acc.release(ho.field)
 	ho.st = m.c.stamp(m.spec.ref)
 	ho.st.handoff = true
-	pub := m.c.pubCmd(ctx)
+	pub := m.c.mode.publish()
 	count := ""
 	if ho.bounded {
 		count = m.c.subCounter(pub)
@@ -309,8 +305,11 @@ func (m *Mutex) handOver(ctx context.Context, h *hold, ho *handoff, mine int) (i
 	if ho.acc.fence != "" {
 		keys = append(keys, ho.acc.fence)
 	}
-	r, err := m.c.runScript(ctx, lua.Handoff, keys, h.field, ho.field, ho.acc.lease.Milliseconds(),
-		count, pub, unlockMessage, mine)
+	k := script(lua.Handoff, keys, h.field, ho.field, ho.acc.lease.Milliseconds(), count, pub, unlockMessage, mine)
+	k.takes = true
+	rep := m.c.tr.do(ctx, k, nil)
+	ho.st.sent = rep.sent
+	r, err := m.c.acquired(rep)
 	if notReplicated(err) != nil {
 		// WithReplicaAck: the receiver's grant was not acknowledged;
 		// take it back, and the receiver's call fails as its own
@@ -322,12 +321,12 @@ func (m *Mutex) handOver(ctx context.Context, h *hold, ho *handoff, mine int) (i
 		m.c.giveBackHandoff(ho)
 	}
 	if err != nil && notReplicated(err) == nil {
-		return 0, err
+		return 0, rep.sent, err
 	}
 	if len(r) > 3 && r[3] == 1 {
-		return 0, nil // the releaser's hold was gone: lost
+		return 0, rep.sent, nil // the releaser's hold was gone: lost
 	}
-	return 2, nil
+	return 2, rep.sent, nil
 }
 
 // IsLocked reports whether any owner holds the lock.
@@ -401,7 +400,7 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	defer m.c.wd.force(m.spec.ref)()
-	n, err := lua.ForceUnlock.Run(ctx, m.c.rdb, []string{m.name, m.channel}, m.c.pubCmd(ctx), unlockMessage).Int64()
+	n, err := m.c.tr.do(ctx, script(lua.ForceUnlock, []string{m.name, m.channel}, publish, unlockMessage), nil).Int64()
 	if err != nil {
 		return false, m.wrap(err)
 	}

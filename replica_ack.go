@@ -1,15 +1,11 @@
 package redisync
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/redisync-go/redisync/lua"
 )
 
 // WithReplicaAck makes every acquisition count only once at least k
@@ -98,59 +94,33 @@ func (c *Client) checkAck() error {
 	return nil
 }
 
-// node returns the client whose pipelines reach the master serving key on
-// one connection: on a Cluster the master's own client, otherwise rdb
-// itself (a *redis.Client pipelines on one connection).
-func (c *Client) node(ctx context.Context, key string) (redis.UniversalClient, error) {
-	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
-		return cc.MasterForKey(ctx, key)
-	}
-	return c.rdb, nil
-}
-
-// pipe sends what queue queues and then WAIT, in one pipeline on node's
-// one connection, and returns WAIT's reply: how many replicas acknowledged
-// every write of that connection.
-func (a replicaAck) pipe(ctx context.Context, node redis.UniversalClient, queue func(redis.Pipeliner)) (int64, error) {
-	p := node.Pipeline()
-	queue(p)
-	// Pipeliner has no Wait method: WAIT numreplicas timeout-ms.
-	w := p.Do(ctx, "wait", a.k, wholeMs(a.timeout).Milliseconds())
-	_, _ = p.Exec(ctx) // errors are read per command
-	return w.Int64()
-}
-
-// runScript runs script, an acquisition or re-entry script, and returns its
-// reply. The scripts answer [1, count, ...] when they took the lock or
-// permits (count: the owner's holds after the script) and anything else
-// when they did not.
-//
-// With WithReplicaAck, WAIT follows the script in one pipeline on the
-// connection to the key's master (the script is resent whole after a
-// NOSCRIPT). A reply that took something but that fewer than k replicas
+// acquired returns the reply of an acquisition or re-entry script, which
+// answers [1, count, ...] when it took the lock or permits (count: the
+// owner's holds after it) and anything else when it did not. With
+// WithReplicaAck, a reply that took something that fewer than k replicas
 // acknowledged is returned as a *notReplicatedError carrying it, for the
 // caller to undo; WAIT's answer to a reply that took nothing is ignored.
-func (c *Client) runScript(ctx context.Context, script *lua.Script, keys []string, args ...any) ([]int64, error) {
-	if !c.ack.on() {
-		return script.Run(ctx, c.rdb, keys, args...).Int64Slice()
-	}
-	node, err := c.node(ctx, keys[0])
+func (c *Client) acquired(r reply) ([]int64, error) {
+	v, err := r.Int64Slice()
 	if err != nil {
 		return nil, err
 	}
-	var cmd *redis.Cmd
-	acked, werr := c.ack.pipe(ctx, node, func(p redis.Pipeliner) { cmd = script.Pipe(ctx, p, keys, args...) })
-	if lua.IsNoScript(cmd.Err()) {
-		acked, werr = c.ack.pipe(ctx, node, func(p redis.Pipeliner) { cmd = script.PipeEval(ctx, p, keys, args...) })
+	if r.acked >= 0 && len(v) >= 2 && v[0] == 1 && (r.werr != nil || r.acked < int64(c.ack.k)) {
+		return nil, &notReplicatedError{reply: v, acked: r.acked, ack: c.ack, err: r.werr}
 	}
-	r, err := cmd.Int64Slice()
-	if err != nil {
-		return nil, err
+	return v, nil
+}
+
+// renewed reports whether a renewal's reply is acknowledged: nil without
+// WithReplicaAck, or when k replicas acknowledged it.
+func (c *Client) renewedAck(r reply) error {
+	if r.acked < 0 {
+		return nil
 	}
-	if len(r) >= 2 && r[0] == 1 && (werr != nil || acked < int64(c.ack.k)) {
-		return nil, &notReplicatedError{reply: r, acked: acked, ack: c.ack, err: werr}
+	if r.werr != nil || r.acked < int64(c.ack.k) {
+		return &notReplicatedError{acked: r.acked, ack: c.ack, err: r.werr}
 	}
-	return r, nil
+	return nil
 }
 
 // notReplicatedError reports an acquisition or re-entry that fewer than k
@@ -192,58 +162,4 @@ func notReplicated(err error) *notReplicatedError {
 		return nr
 	}
 	return nil
-}
-
-// renewAcked pipelines the renewal of hs followed by WAIT, on each master's
-// connection (one pipeline per node on a Cluster, sent concurrently), as
-// EVALSHA or, with eval, as EVAL. It returns each renewal's command and,
-// per hold, nil when its node's WAIT met k, else why not.
-func (w *watchdog) renewAcked(ctx context.Context, hs []*hold, eval bool) ([]*redis.Cmd, []error) {
-	c := w.c
-	cmds := make([]*redis.Cmd, len(hs))
-	nacks := make([]error, len(hs))
-	groups := map[redis.UniversalClient][]int{}
-	var order []redis.UniversalClient
-	for i, h := range hs {
-		node, err := c.node(ctx, h.renew.keys[0])
-		if err != nil {
-			cmds[i] = redis.NewCmd(ctx)
-			cmds[i].SetErr(err)
-			continue
-		}
-		if _, ok := groups[node]; !ok {
-			order = append(order, node)
-		}
-		groups[node] = append(groups[node], i)
-	}
-	send := func(node redis.UniversalClient) {
-		idx := groups[node]
-		acked, werr := c.ack.pipe(ctx, node, func(p redis.Pipeliner) {
-			for _, i := range idx {
-				cmds[i] = hs[i].renew.pipe(ctx, p, eval)
-			}
-		})
-		if werr == nil && acked < int64(c.ack.k) {
-			werr = &notReplicatedError{acked: acked, ack: c.ack}
-		}
-		if werr != nil {
-			for _, i := range idx {
-				nacks[i] = werr
-			}
-		}
-	}
-	if len(order) == 1 {
-		send(order[0])
-		return cmds, nacks
-	}
-	var wg sync.WaitGroup
-	for _, node := range order {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			send(node)
-		}()
-	}
-	wg.Wait()
-	return cmds, nacks
 }

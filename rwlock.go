@@ -197,19 +197,16 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		return parent, r.wrap(err)
 	}
 	if h != nil {
-		hctx, err := r.c.reenter(parent, wctx, s, h, func(count int) (int, bool, error) {
-			res, err := r.script(parent, script, h.field, "", count, false)
-			if err != nil {
-				return 0, false, err
-			}
-			return int(res[1]), res[0] != 1, nil
-		}, func(n int) {
-			leaseMs := h.lease.Milliseconds()
-			if read {
-				r.c.undo(call{lua.RWRUnlock, r.pkeys(), []any{h.field, n, leaseMs, r.c.pubCmd(parent)}})
-			} else {
-				r.c.undo(call{lua.RWUnlock, r.pkeys(), []any{h.field, n, leaseMs, r.c.pubCmd(parent)}})
-			}
+		unlock := lua.RWUnlock
+		if read {
+			unlock = lua.RWRUnlock
+		}
+		hctx, err := r.c.reenter(parent, wctx, s, h, func(count int) call {
+			return r.script(script, h.field, "", count, false)
+		}, func(res []int64) (int, bool) {
+			return int(res[1]), res[0] != 1
+		}, func(n int) call {
+			return call{script: unlock, keys: r.pkeys(), args: []any{h.field, n, h.lease.Milliseconds(), publish}}
 		})
 		if err != nil {
 			return parent, err
@@ -224,18 +221,17 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		return parent, r.wrap(errUpgrade)
 	}
 
-	a := r.c.acquisition(s, parent, wctx, wait,
-		func(field string) []call { return []call{{lua.RWLeave, r.pkeys(), []any{field, r.c.pubCmd(parent)}}} }, nil)
+	a := r.c.acquisition(s, parent, wctx, wait, func(field string) []call { return []call{r.leaveCall(field)} }, nil)
 	leaseMs := s.lease.Milliseconds()
-	renew := func(field string) call { return call{lua.RWRenewWrite, r.keys[:1], []any{field, leaseMs}} }
-	a.release = func(field string) call {
-		return call{lua.RWUnlock, r.pkeys(), []any{field, 1, leaseMs, r.c.pubCmd(parent)}}
-	}
+	renewScript, releaseScript, renewKeys := lua.RWRenewWrite, lua.RWUnlock, r.keys[:1]
 	if read {
-		renew = func(field string) call { return call{lua.RWRenewRead, r.keys[:2], []any{field, leaseMs}} }
-		a.release = func(field string) call {
-			return call{lua.RWRUnlock, r.pkeys(), []any{field, 1, leaseMs, r.c.pubCmd(parent)}}
-		}
+		renewScript, releaseScript, renewKeys = lua.RWRenewRead, lua.RWRUnlock, r.keys[:2]
+	}
+	renew := func(field string) call {
+		return call{script: renewScript, keys: renewKeys, args: []any{field, leaseMs}}
+	}
+	a.release = func(field string) call {
+		return call{script: releaseScript, keys: r.pkeys(), args: []any{field, 1, leaseMs, publish}}
 	}
 	writer := "" // a downgrade's write hold's field
 	var ends []func() bool
@@ -246,11 +242,21 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		writer = oh.field
 		p, cancel := context.WithCancelCause(context.WithoutCancel(parent))
 		stopW := context.AfterFunc(oh.parent, func() { cancel(context.Cause(oh.parent)) })
-		stopOwn := context.AfterFunc(parent, func() {
-			if oh.live() { // parent ended by itself, not with the write hold
+		ownEnd := func() {
+			if parent.Err() != nil { // parent ended by itself, not with the write hold
 				cancel(context.Cause(parent))
 			}
+		}
+		stopOwn := context.AfterFunc(parent, func() {
+			if oh.live() {
+				ownEnd()
+			}
 		})
+		// The callback above may run after the write hold has ended:
+		// whether parent ended first is decided when the write hold ends,
+		// before its context (and so parent, if derived from it) is
+		// cancelled.
+		oh.first(ownEnd)
 		a.hparent = p
 		ends = []func() bool{stopW, stopOwn, func() bool { cancel(nil); return true }}
 	}
@@ -263,7 +269,7 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		a.finish()
 	}()
 	try := func() (bool, time.Duration, error) {
-		field, res, d, err := a.send(func(field string) ([]int64, error) { return r.script(parent, script, field, writer, 0, wait) })
+		field, res, d, err := a.send(func(field string) call { return r.script(script, field, writer, 0, wait) })
 		if res == nil {
 			return false, d, err
 		}
@@ -296,22 +302,21 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 	return a.hctx, nil
 }
 
-// script runs the read or write lock script once for field with its hold
+// script is the read or write lock script's call for field with its hold
 // count before the call, registering the caller as a waiter when wait is
 // set; writer is the field of the write hold a first read hold downgrades
 // ("" otherwise). The write lock script of a fenced lock also gets the
-// fencing counter's key. It runs to completion even if ctx ends meanwhile
-// (see Mutex).
-func (r *RWMutex) script(ctx context.Context, script *lua.Script, field, writer string, count int, wait bool) ([]int64, error) {
+// fencing counter's key.
+func (r *RWMutex) script(s *lua.Script, field, writer string, count int, wait bool) call {
 	var waiterMs int64
 	if wait {
 		waiterMs = r.waiter.Milliseconds()
 	}
 	keys := r.keys
-	if script == lua.RWLock && r.fence != "" {
+	if s == lua.RWLock && r.fence != "" {
 		keys = append(keys[:len(keys):len(keys)], r.fence)
 	}
-	return r.c.runScript(context.WithoutCancel(ctx), script, keys, r.wspec.lease.Milliseconds(), field, count, waiterMs, writer)
+	return call{script: s, keys: keys, args: []any{r.wspec.lease.Milliseconds(), field, count, waiterMs, writer}}
 }
 
 // pkeys are the keys of the scripts that publish: r.keys, then the
@@ -320,13 +325,15 @@ func (r *RWMutex) pkeys() []string {
 	return append(r.keys[:len(r.keys):len(r.keys)], r.rchan, r.wchan)
 }
 
-// leave takes field out of the waiting sets after a wait that ended without
-// the lock, best-effort: a registration left behind expires with its deadline.
-func (r *RWMutex) leave(ctx context.Context, field string) {
-	cleanup(ctx, func(ctx context.Context) {
-		_ = lua.RWLeave.Run(ctx, r.c.rdb, r.pkeys(), field, r.c.pubCmd(ctx)).Err()
-	})
+// leaveCall takes field out of the waiting sets.
+func (r *RWMutex) leaveCall(field string) call {
+	return call{script: lua.RWLeave, keys: r.pkeys(), args: []any{field, publish}}
 }
+
+// leave takes field out of the waiting sets after a wait that ended
+// without the lock, best-effort: a registration left behind expires with
+// its deadline.
+func (r *RWMutex) leave(ctx context.Context, field string) { r.c.cleanup(ctx, r.leaveCall(field)) }
 
 // RUnlock releases one read hold that ctx carries; the last one ends the
 // owner's share, and the last share of the lock frees it and wakes a
@@ -336,9 +343,9 @@ func (r *RWMutex) RUnlock(ctx context.Context) error {
 	if err := r.check(ctx); err != nil {
 		return err
 	}
-	return r.c.release(ctx, &r.rspec, 1, func(ctx context.Context, h *hold, count int) (int64, error) {
-		return lua.RWRUnlock.Run(ctx, r.c.rdb, append(r.pkeys(), keys.Record(r.name, "r:"+h.field)),
-			h.field, count, h.lease.Milliseconds(), r.c.pubCmd(ctx), recordMs).Int64()
+	return r.c.release(ctx, &r.rspec, 1, func(ctx context.Context, h *hold, count int) (int64, time.Time, error) {
+		return r.c.releaseBy(ctx, call{script: lua.RWRUnlock, keys: append(r.pkeys(), keys.Record(r.name, "r:"+h.field)),
+			args: []any{h.field, count, h.lease.Milliseconds(), publish, recordMs}})
 	})
 }
 
@@ -350,9 +357,9 @@ func (r *RWMutex) Unlock(ctx context.Context) error {
 	if err := r.check(ctx); err != nil {
 		return err
 	}
-	return r.c.release(ctx, &r.wspec, 1, func(ctx context.Context, h *hold, count int) (int64, error) {
-		return lua.RWUnlock.Run(ctx, r.c.rdb, append(r.pkeys(), keys.Record(r.name, "w:"+h.field)),
-			h.field, count, h.lease.Milliseconds(), r.c.pubCmd(ctx), recordMs).Int64()
+	return r.c.release(ctx, &r.wspec, 1, func(ctx context.Context, h *hold, count int) (int64, time.Time, error) {
+		return r.c.releaseBy(ctx, call{script: lua.RWUnlock, keys: append(r.pkeys(), keys.Record(r.name, "w:"+h.field)),
+			args: []any{h.field, count, h.lease.Milliseconds(), publish, recordMs}})
 	})
 }
 
@@ -362,7 +369,7 @@ func (r *RWMutex) info(ctx context.Context) (int64, int64, error) {
 	if err := r.check(ctx); err != nil {
 		return 0, 0, err
 	}
-	res, err := lua.RWInfo.Run(ctx, r.c.rdb, r.keys[:2]).Int64Slice()
+	res, err := r.c.tr.do(ctx, call{script: lua.RWInfo, keys: r.keys[:2]}, nil).Int64Slice()
 	if err != nil {
 		return 0, 0, r.wrap(err)
 	}
@@ -429,7 +436,7 @@ func (r *RWMutex) ForceUnlock(ctx context.Context) (bool, error) {
 	}
 	defer r.c.wd.force(r.rspec.ref)()
 	defer r.c.wd.force(r.wspec.ref)()
-	n, err := lua.RWForce.Run(ctx, r.c.rdb, []string{r.name, r.keys[1], r.rchan, r.wchan}, r.c.pubCmd(ctx)).Int64()
+	n, err := r.c.tr.do(ctx, call{script: lua.RWForce, keys: []string{r.name, r.keys[1], r.rchan, r.wchan}, args: []any{publish}}, nil).Int64()
 	if err != nil {
 		return false, r.wrap(err)
 	}

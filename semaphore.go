@@ -173,7 +173,7 @@ func (s *Semaphore) AddPermits(ctx context.Context, n int) error {
 }
 
 func (s *Semaphore) set(ctx context.Context, mode string, n int) (bool, error) {
-	r, err := lua.SemSet.Run(ctx, s.c.rdb, s.keys, mode, n, s.c.pubCmd(ctx), semReclaimLimit).Int64Slice()
+	r, err := s.c.tr.do(ctx, script(lua.SemSet, s.keys, mode, n, publish, semReclaimLimit), nil).Int64Slice()
 	if err != nil {
 		return false, s.wrap(err)
 	}
@@ -185,13 +185,14 @@ func (s *Semaphore) set(ctx context.Context, mode string, n int) (bool, error) {
 
 // Available returns how many permits can be acquired now: the total minus
 // the permits held under a live lease (never negative; 0 when the permits
-// were never set). Expired holders are reclaimed first, never counted.
+// were never set, unless the handle states them with WithPermits). Expired
+// holders are reclaimed first, never counted.
 func (s *Semaphore) Available(ctx context.Context) (int, error) {
 	if err := s.check(ctx); err != nil {
 		return 0, err
 	}
 	for {
-		r, err := lua.SemAvailable.Run(ctx, s.c.rdb, s.keys, s.c.pubCmd(ctx), semReclaimLimit).Int64Slice()
+		r, err := s.c.tr.do(ctx, script(lua.SemAvailable, s.keys, publish, semReclaimLimit), nil).Int64Slice()
 		if err != nil {
 			return 0, s.wrap(err)
 		}
@@ -272,60 +273,50 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 	}
 	leaseMs := s.spec.lease.Milliseconds()
 	a := s.c.acquisition(&s.spec, parent, wctx, wait, nil, func(field string) call {
-		return call{lua.SemDrop, s.keys, []any{field, s.c.pubCmd(parent), semReclaimLimit}}
+		return script(lua.SemDrop, s.keys, field, publish, semReclaimLimit)
 	})
 	defer a.finish()
 	var hctx context.Context // a hold added to
 	neverSet := false
-	send := func(field string, prev int) ([]int64, error) {
-		// The script runs to completion even if ctx ends meanwhile: its
-		// result is given back when nobody takes it (abandonable).
-		return s.c.runScript(context.WithoutCancel(parent), lua.SemAcquire, s.keys,
-			field, n, prev, leaseMs, s.c.pubCmd(parent), semReclaimLimit, s.permits)
+	acquire := func(field string, prev int) call {
+		return script(lua.SemAcquire, s.keys, field, n, prev, leaseMs, publish, semReclaimLimit, s.permits)
+	}
+	giveBack := func(field string, after int64) call {
+		return script(lua.SemRelease, s.keys, field, n, after, publish, semReclaimLimit)
 	}
 	// more adds n permits to h, the hold ctx carries.
 	more := func() (bool, time.Duration, error) {
-		type outcome struct {
-			r    []int64
-			sent time.Time
+		if s.held(parent)+n > maxPermits {
+			return false, 0, fmt.Errorf("%w: would hold more than %d permits", ErrInvalid, maxPermits)
 		}
-		o, err := underHold(wctx, h, func() (outcome, error) {
-			if !h.live() {
-				return outcome{}, errEnded
+		r, err := s.c.underHold(wctx, h, func(count int) call { return acquire(h.field, count) }, func(r []int64) {
+			if r[0] == 1 {
+				s.c.undo(giveBack(h.field, r[1]))
 			}
-			if h.count+n > maxPermits {
-				return outcome{}, fmt.Errorf("%w: would hold more than %d permits", ErrInvalid, maxPermits)
-			}
-			sent := time.Now()
-			r, err := send(h.field, h.count)
-			if nr := notReplicated(err); nr != nil { // WithReplicaAck: take the n back
-				s.c.undo(call{lua.SemRelease, s.keys, []any{h.field, n, nr.count(), s.c.pubCmd(parent), semReclaimLimit}})
-			}
-			return outcome{r, sent}, err
-		}, func(o outcome) {
-			switch o.r[0] {
+		})
+		if err == nil {
+			switch r[0] {
 			case -1: // the hold's lease ran out in Redis before this process noticed
 				s.c.wd.end(h, endLost, ErrLeaseLost)
 			case 1:
-				h.count = int(o.r[1])
-				s.c.wd.extend(h, o.sent)
+				h.count = int(r[1])
+				s.c.wd.extend(h, h.lastSent)
 			}
-		}, func(o outcome) {
-			if o.r[0] == 1 {
-				s.c.undo(call{lua.SemRelease, s.keys, []any{h.field, n, o.r[1], s.c.pubCmd(parent), semReclaimLimit}})
-			}
-		})
+			h.mu.Unlock()
+		}
 		switch {
 		case errors.Is(err, errEnded):
 			return false, 0, endedError(h)
+		case notReplicated(err) != nil: // WithReplicaAck: take the n back
+			s.c.undo(giveBack(h.field, int64(notReplicated(err).count())))
+			return false, 0, err
 		case err != nil:
 			return false, 0, err
-		case o.r[0] == -1:
-			s.c.wd.end(h, endLost, ErrLeaseLost) // told before the caller returns
+		case r[0] == -1:
 			return false, 0, errLost
-		case o.r[0] == 0:
-			neverSet = o.r[2] == 0
-			return false, semBound(o.r[1]), nil
+		case r[0] == 0:
+			neverSet = r[2] == 0
+			return false, semBound(r[1]), nil
 		}
 		hctx = h.contextFor(parent)
 		return true, 0, nil
@@ -334,7 +325,7 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 		if h != nil {
 			return more()
 		}
-		field, r, d, err := a.send(func(field string) ([]int64, error) { return send(field, 0) })
+		field, r, d, err := a.send(func(field string) call { return acquire(field, 0) })
 		if r == nil {
 			return false, d, err
 		}
@@ -342,7 +333,7 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 			neverSet = r[2] == 0
 			return false, semBound(r[1]), nil
 		}
-		return a.grant(field, int(r[1]), call{lua.SemRenew, s.keys, []any{field, leaseMs, s.c.pubCmd(parent), semReclaimLimit}})
+		return a.grant(field, int(r[1]), script(lua.SemRenew, s.keys, field, leaseMs, publish, semReclaimLimit))
 	}
 	result := func() context.Context {
 		if h != nil {
@@ -419,9 +410,9 @@ func (s *Semaphore) Release(ctx context.Context, n int) error {
 	if err := s.checkN("release", n); err != nil {
 		return err
 	}
-	return s.c.release(ctx, &s.spec, n, func(ctx context.Context, h *hold, count int) (int64, error) {
-		return lua.SemRelease.Run(ctx, s.c.rdb, append(s.keys[:len(s.keys):len(s.keys)], keys.Record(s.name, h.field)),
-			h.field, n, count, s.c.pubCmd(ctx), semReclaimLimit, recordMs).Int64()
+	return s.c.release(ctx, &s.spec, n, func(ctx context.Context, h *hold, count int) (int64, time.Time, error) {
+		return s.c.releaseBy(ctx, script(lua.SemRelease, append(s.keys[:len(s.keys):len(s.keys)], keys.Record(s.name, h.field)),
+			h.field, n, count, publish, semReclaimLimit, recordMs))
 	})
 }
 

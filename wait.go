@@ -21,24 +21,14 @@ func detach(ctx context.Context) (context.Context, context.CancelFunc) {
 // Redis (a queue entry) to be removed.
 const cleanupGrace = 200 * time.Millisecond
 
-// cleanup runs f, which removes what an ended wait left in Redis, with a
-// detached context, and waits for it at most cleanupGrace: with Redis slow or
-// unreachable, the wait still ends soon after its context, and f finishes in
-// the background, bounded by go-redis's own timeouts.
-func cleanup(ctx context.Context, f func(context.Context)) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		dctx, cancel := detach(ctx)
-		defer cancel()
-		f(dctx)
-	}()
-	t := time.NewTimer(cleanupGrace)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-	}
+// cleanup sends k, which removes what an ended wait left in Redis (or gives
+// back what it took), and waits for it at most cleanupGrace: with Redis
+// slow or unreachable, the wait still ends soon after its context, and k
+// is still sent.
+func (c *Client) cleanup(ctx context.Context, k call) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupGrace)
+	defer cancel()
+	c.tr.do(cctx, k, nil)
 }
 
 // attempt is one try at acquiring: done reports success; otherwise next is
@@ -128,48 +118,6 @@ func bound(pttl int64, fallback time.Duration) time.Duration {
 	}
 }
 
-// abandonable runs send, a script that may take what it acquires, so that
-// its caller stops waiting for it when ctx ends: go-redis does not honour a
-// command's context unless the user enabled ContextTimeoutEnabled, and a
-// silent Redis would hold the call for go-redis's own timeouts. It returns
-// send's result, and then calls taken (nil: nothing) with it; or it returns
-// ctx's error, and undo is called with send's result once that comes, to
-// give back whatever the script took or left. With a context that never
-// ends, send runs in the caller's goroutine.
-func abandonable[T any](ctx context.Context, send func() (T, error), taken, undo func(T, error)) (T, error) {
-	if taken == nil {
-		taken = func(T, error) {}
-	}
-	if ctx.Done() == nil {
-		v, err := send()
-		taken(v, err)
-		return v, err
-	}
-	type result struct {
-		v   T
-		err error
-	}
-	got := make(chan result)
-	gone := make(chan struct{})
-	go func() {
-		v, err := send()
-		select {
-		case got <- result{v, err}:
-			taken(v, err)
-		case <-gone:
-			undo(v, err)
-		}
-	}()
-	select {
-	case r := <-got:
-		return r.v, r.err
-	case <-ctx.Done():
-		close(gone)
-		var zero T
-		return zero, ctx.Err()
-	}
-}
-
 // retryAfter is how long a wait pauses after an attempt that failed on the
 // network before trying again.
 const retryAfter = 200 * time.Millisecond
@@ -182,6 +130,12 @@ const retryAfter = 200 * time.Millisecond
 // field, adopts whatever the late one took.
 func (c *Client) unsure(err error, wait bool, dirty *bool) (time.Duration, error) {
 	var re redis.Error
+	if errors.As(err, &re) && wait && notReady(err) {
+		// Redis is loading its data, busy, or its cluster is settling:
+		// nothing ran, and a wait rides it out.
+		c.log.Warn("redisync: Redis is not ready; retrying", "error", err)
+		return retryAfter, nil
+	}
 	if errors.As(err, &re) || errors.Is(err, redis.ErrClosed) {
 		return 0, err // refused: nothing taken
 	}

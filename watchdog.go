@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/redisync-go/redisync/lua"
 )
 
 // watchdog owns a Client's table of live holds and the one goroutine that
@@ -111,9 +109,14 @@ func (w *watchdog) end(h *hold, why endReason, cause error) bool {
 	if h.timer != nil {
 		h.timer.Stop()
 	}
-	stops, ties := h.stops, h.ties
-	h.stops, h.ties = nil, nil
+	stops, ties, firsts := h.stops, h.ties, h.firsts
+	h.stops, h.ties, h.firsts = nil, nil, nil
+	h.firsting.Store(len(firsts) > 0)
 	h.tmu.Unlock()
+	for _, f := range firsts {
+		f()
+	}
+	h.firsting.Store(false)
 	h.cancel(cause)
 	for _, cancel := range ties {
 		cancel(cause)
@@ -234,53 +237,30 @@ func (w *watchdog) renewAll() bool {
 }
 
 // renewBatch renews hs, counting in r, and returns the first error of a
-// renewal that failed for a reason other than the hold being gone.
+// renewal that failed for a reason other than the hold being gone. Each
+// renewal is dated by when its own pipeline was sent: one that Redis
+// answered with NOSCRIPT and that was sent again counts from then.
 func (w *watchdog) renewBatch(hs []*hold, r *RenewalEvent) error {
-	ctx := context.Background()
-	// Each renewal is dated by when its own command was sent: a renewal
-	// that succeeded in the first round keeps the first round's time even
-	// when others of the batch had to be sent again.
-	sent := make([]time.Time, len(hs))
-	start := time.Now()
-	for i := range sent {
-		sent[i] = start
+	calls := make([]call, len(hs))
+	for i, h := range hs {
+		calls[i] = h.renew
+		calls[i].takes = true
 	}
-	cmds, nacks := w.exec(ctx, hs, false)
-	r.RoundTrips++
-	var retry []int
-	for i, cmd := range cmds {
-		if lua.IsNoScript(cmd.Err()) {
-			retry = append(retry, i)
-		}
-	}
-	if len(retry) > 0 {
-		// Redis lost its script cache (a restart, SCRIPT FLUSH): send
-		// the source of those that asked for it.
-		again := make([]*hold, len(retry))
-		for j, i := range retry {
-			again[j] = hs[i]
-		}
-		resent := time.Now()
-		r.RoundTrips++
-		cmds2, nacks2 := w.exec(ctx, again, true)
-		for j, cmd := range cmds2 {
-			cmds[retry[j]] = cmd
-			sent[retry[j]] = resent
-			if nacks != nil {
-				nacks[retry[j]] = nacks2[j]
-			}
-		}
-	}
+	replies := w.c.tr.doAll(context.Background(), calls)
+	pipes := map[uint64]bool{}
 	var failed error
-	for i, cmd := range cmds {
+	for i, rep := range replies {
 		h := hs[i]
-		n, err := cmd.Int64()
-		if err == nil && n == 1 && nacks != nil && nacks[i] != nil {
-			err = nacks[i] // renewed, but not acknowledged: a failed renewal
+		if rep.pipe != 0 {
+			pipes[rep.pipe] = true
+		}
+		n, err := rep.Int64()
+		if err == nil && n == 1 {
+			err = w.c.renewedAck(rep) // renewed, but not acknowledged: a failed renewal
 		}
 		switch {
 		case err == nil && n == 1:
-			w.extend(h, sent[i])
+			w.extend(h, rep.sent)
 		case err == nil || isGone(err):
 			r.Lost++
 			w.end(h, endLost, ErrLeaseLost)
@@ -291,30 +271,8 @@ func (w *watchdog) renewBatch(hs []*hold, r *RenewalEvent) error {
 			}
 		}
 	}
+	r.RoundTrips += len(pipes)
 	return failed
-}
-
-// exec pipelines the renewal of hs, as EVALSHA or, with eval, as EVAL. With
-// WithReplicaAck it also returns, per hold, why its renewal was not
-// acknowledged (nil when it was; see renewAcked); without, nil.
-func (w *watchdog) exec(ctx context.Context, hs []*hold, eval bool) ([]*redis.Cmd, []error) {
-	if w.c.ack.on() {
-		return w.renewAcked(ctx, hs, eval)
-	}
-	pipe := w.c.rdb.Pipeline()
-	cmds := make([]*redis.Cmd, len(hs))
-	for i, h := range hs {
-		cmds[i] = h.renew.pipe(ctx, pipe, eval)
-	}
-	_, _ = pipe.Exec(ctx) // errors are read per command
-	return cmds, nil
-}
-
-func (k call) pipe(ctx context.Context, p redis.Pipeliner, eval bool) *redis.Cmd {
-	if eval {
-		return k.script.PipeEval(ctx, p, k.keys, k.args...)
-	}
-	return k.script.Pipe(ctx, p, k.keys, k.args...)
 }
 
 // isGone reports whether a renewal error means the hold cannot exist any
@@ -349,24 +307,11 @@ func (w *watchdog) close() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	send := func(hs []*hold, eval bool) []*redis.Cmd {
-		pipe := w.c.rdb.Pipeline()
-		cmds := make([]*redis.Cmd, len(hs))
-		for i, h := range hs {
-			cmds[i] = h.release.pipe(ctx, pipe, eval)
-		}
-		_, _ = pipe.Exec(ctx)
-		return cmds
+	calls := make([]call, len(ended))
+	for i, h := range ended {
+		calls[i] = h.release
 	}
-	var again []*hold
-	for i, cmd := range send(ended, false) {
-		if lua.IsNoScript(cmd.Err()) {
-			again = append(again, ended[i])
-		}
-	}
-	if len(again) > 0 {
-		send(again, true)
-	}
+	w.c.tr.doAll(ctx, calls)
 }
 
 // errClosedHold is the cause of the contexts of holds ended by Close.

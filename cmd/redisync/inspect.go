@@ -35,7 +35,12 @@ var companions = []struct{ token, typ string }{
 // leases, and the waiters registered in Redis. Each name is read in one
 // MULTI/EXEC with Redis's clock (TIME), so a block is a consistent snapshot
 // and deadlines are counted on the clock the library's scripts use.
-func inspect(ctx context.Context, out io.Writer, addr string, names []string) error {
+//
+// It reads the server at addr, or the Redis Cluster whose nodes (some of
+// them) are cluster; addr is read as a Cluster too when it is a Cluster
+// node. On a Cluster, each name is read on the master of its slot, where its
+// companion keys are too, and its block says which master that is.
+func inspect(ctx context.Context, out io.Writer, addr string, cluster []string, names []string) error {
 	if len(names) == 0 {
 		return fmt.Errorf("inspect: name at least one lock")
 	}
@@ -44,14 +49,29 @@ func inspect(ctx context.Context, out io.Writer, addr string, names []string) er
 			return fmt.Errorf("inspect: an empty name is no lock's name")
 		}
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	rdb, err := connect(ctx, addr, cluster)
+	if err != nil {
+		return fmt.Errorf("inspect: %w", err)
+	}
 	defer rdb.Close()
+	cc, _ := rdb.(*redis.ClusterClient)
 	for _, name := range names {
 		s, err := read(ctx, rdb, name)
 		if err != nil {
+			if cc == nil && redis.HasErrorPrefix(err, "MOVED") {
+				err = fmt.Errorf("%w (%s is a Redis Cluster node: name its nodes with -cluster)", err, addr)
+			}
 			return fmt.Errorf("inspect %q: %w", name, err)
 		}
-		for i, v := range s.describe() {
+		views := s.describe()
+		if cc != nil {
+			where, err := masterOf(ctx, cc, name)
+			if err != nil {
+				return fmt.Errorf("inspect %q: %w", name, err)
+			}
+			views[0].lines = append(views[0].lines, where)
+		}
+		for i, v := range views {
 			if i == 0 {
 				fmt.Fprintf(out, "%s: %s\n", name, v.head)
 			} else {
@@ -63,6 +83,42 @@ func inspect(ctx context.Context, out io.Writer, addr string, names []string) er
 		}
 	}
 	return nil
+}
+
+// connect returns a Cluster client when cluster names nodes, or when the
+// server at addr says it is a Cluster node (INFO cluster: cluster_enabled:1);
+// a client of the server at addr otherwise, also when that server refuses
+// INFO.
+func connect(ctx context.Context, addr string, cluster []string) (redis.UniversalClient, error) {
+	if len(cluster) > 0 {
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster}), nil
+	}
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	info, err := c.Info(ctx, "cluster").Result()
+	var refused redis.Error
+	switch {
+	case err == nil && strings.Contains(info, "cluster_enabled:1"):
+		_ = c.Close()
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{addr}}), nil
+	case err == nil, errors.As(err, &refused):
+		return c, nil
+	default:
+		_ = c.Close()
+		return nil, err
+	}
+}
+
+// masterOf tells which master serves name's slot.
+func masterOf(ctx context.Context, cc *redis.ClusterClient, name string) (string, error) {
+	node, err := cc.MasterForKey(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	slot, err := node.ClusterKeySlot(ctx, name).Result()
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("cluster slot %d, on master %s", slot, node.Options().Addr), nil
 }
 
 // snapshot is what Redis holds for one name at one instant.
@@ -79,9 +135,10 @@ type snapshot struct {
 }
 
 // read takes a snapshot of name and of its companion keys in one
-// transaction. Names the library cannot give companions (keys.Taggable)
-// are read alone.
-func read(ctx context.Context, rdb *redis.Client, name string) (*snapshot, error) {
+// transaction, on the node that serves name's slot when rdb is a Cluster
+// client (the companions share the slot). Names the library cannot give
+// companions (keys.Taggable) are read alone.
+func read(ctx context.Context, rdb redis.UniversalClient, name string) (*snapshot, error) {
 	var (
 		now    *redis.TimeCmd
 		typ    *redis.StatusCmd

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"regexp"
 	"strings"
 	"sync"
@@ -239,4 +240,129 @@ func newClient(t *testing.T, srv *redistest.Server) *redisync.Client {
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// TestInspectCluster builds the state of every primitive on a real
+// three-master Redis Cluster, with names spread over the masters, and checks
+// what inspect says of each name, given the cluster's nodes (-cluster) or
+// one node to detect it from (-redis).
+func TestInspectCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	cc := cl.Client(t)
+	ctx := context.Background()
+	newClusterClient := func() *redisync.Client {
+		c, err := redisync.New(cl.Client(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	c1, c2 := newClusterClient(), newClusterClient()
+	id1, id2 := c1.ID(), c2.ID()
+
+	wctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	wait := func(lock func(context.Context) (context.Context, error)) {
+		wg.Add(1)
+		go func() { defer wg.Done(); _, _ = lock(wctx) }()
+	}
+	registered := func(name, token string, n int64) {
+		t.Helper()
+		key := keys.Companion(name, token)
+		for deadline := time.Now().Add(5 * time.Second); cc.ZCard(ctx, key).Val() != n; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never had %d entries", key, n)
+			}
+		}
+	}
+	must := func(_ any, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	m := c1.Mutex("orders:42")
+	h, err := m.Lock(ctx)
+	must(nil, err)
+	must(m.Lock(h))
+	must(c1.FairMutex("jobs").Lock(ctx))
+	wait(c2.FairMutex("jobs").Lock)
+	registered("jobs", "fair-queue", 1)
+	must(c1.RWMutex("cfg").RLock(ctx))
+	must(c2.RWMutex("cfg").RLock(ctx))
+	wait(c2.RWMutex("cfg").Lock)
+	registered("cfg", "rw-writers", 1)
+	pool := c1.Semaphore("pool")
+	must(nil, pool.SetPermits(ctx, 3))
+	must(pool.Acquire(ctx, 1))
+	latch := c2.CountDownLatch("start")
+	must(latch.TrySetCount(ctx, 3))
+	must(nil, latch.CountDown(ctx))
+	must(c2.Mutex("{acct}:7", redisync.WithFencing()).Lock(ctx))
+
+	names := []string{"orders:42", "jobs", "cfg", "pool", "start", "{acct}:7", "gone"}
+	where := map[string]string{}
+	masters := map[string]bool{}
+	for _, name := range names {
+		node, err := cc.MasterForKey(ctx, name)
+		must(nil, err)
+		slot, err := cc.ClusterKeySlot(ctx, name).Result()
+		must(nil, err)
+		where[name] = fmt.Sprintf("\n  cluster slot %d, on master %s\n", slot, node.Options().Addr)
+		masters[node.Options().Addr] = true
+	}
+	if len(masters) != 3 {
+		t.Fatalf("the names are on %d masters, want all 3: %v", len(masters), where)
+	}
+
+	lease := `lease \d+\.\ds left`
+	owner := func(id string) string { return regexp.QuoteMeta(id) + `:\d+` }
+	want := map[string][]string{
+		"orders:42": {`^orders:42: lock \(Mutex or FairMutex\), held, ` + lease + `\n`,
+			`\n  holder ` + owner(id1) + `  holds 2  `},
+		"jobs": {`^jobs: fair lock, held, ` + lease + `; 1 waiting\n`,
+			`\n  holder ` + owner(id1) + `  holds 1  `,
+			`\n  waiter 1: ` + owner(id2) + `  deadline in \d+\.\ds  `},
+		"cfg": {`^cfg: rw lock, read-locked by 2 readers; 1 writer waiting\n`,
+			`\n  reader ` + owner(id1) + `  holds 1, ` + lease,
+			`\n  writer waiting ` + owner(id2) + `  deadline in \d+\.\ds`},
+		"pool":  {`^pool: semaphore, 2 of 3 permits available \(1 held\)\n  holder ` + owner(id1) + `  holds 1, ` + lease},
+		"start": {`^start: latch, counting, 2 left\n  cluster slot`},
+		"{acct}:7": {`^\{acct\}:7: lock \(Mutex or FairMutex\), held, ` + lease + `\n  holder ` + owner(id2) + `  holds 1  `,
+			`\n  fencing counter \{acct\}:fence:\{acct\}:7: \d{16,} \(the last token given\)\n`},
+		"gone": {`^gone: free \(no keys\)\n  cluster slot`},
+	}
+	for _, args := range [][]string{
+		{"-cluster", strings.Join(cl.Addrs(), ",")},
+		{"-cluster", cl.Addrs()[2]},
+		{"-redis", cl.Addrs()[1]}, // detected: a cluster node
+	} {
+		var out bytes.Buffer
+		if err := run(ctx, append(append([]string{"inspect"}, args...), names...), &out); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		t.Logf("%v:\n%s", args, out.String())
+		blocks := split(t, out.String(), names)
+		for _, name := range names {
+			for _, re := range append(want[name], regexp.QuoteMeta(where[name])+`$`) {
+				if !regexp.MustCompile(re).MatchString(blocks[name]) {
+					t.Errorf("%v: %s: no match for %s in:\n%s", args, name, re, blocks[name])
+				}
+			}
+		}
+	}
+
+	// -redis and -cluster together, or a -cluster without a node: refused.
+	var out bytes.Buffer
+	for _, bad := range [][]string{
+		{"inspect", "-redis", cl.Addrs()[0], "-cluster", cl.Addrs()[1], "x"},
+		{"inspect", "-cluster", ",", "x"},
+	} {
+		if err := run(ctx, bad, &out); err == nil {
+			t.Errorf("%v: want an error", bad)
+		}
+	}
 }

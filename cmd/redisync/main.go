@@ -1,10 +1,14 @@
 // Command redisync runs redisync's demos and inspects live locks.
 //
 //	redisync demo [-redis host:port] [-servers 20] [-budget 10000]
-//	redisync inspect -redis host:port name...
+//	redisync inspect [-redis host:port | -cluster host:port,...] name...
 //
 // The demo runs on an embedded Redis (miniredis) unless -redis names a real
 // server. It exits non-zero when the run guarded by the lock is wrong.
+//
+// Inspect reads a Redis Cluster when -cluster names some of its nodes, or
+// when -redis names one of them: each name is read on the master of its
+// slot.
 package main
 
 import (
@@ -13,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 )
 
 func main() {
@@ -26,9 +31,11 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, `usage:
   redisync demo [-redis host:port] [-servers N] [-budget CENTS]
       the red-packet scenario: N servers hand out one budget, without a lock and with redisync.Mutex
-  redisync inspect -redis host:port name...
+  redisync inspect [-redis host:port | -cluster host:port,...] name...
       tell what each name is (lock, fair lock, rw lock, semaphore, latch) and its state:
-      holders, hold counts, leases and waiters`)
+      holders, hold counts, leases and waiters. On a Redis Cluster (-cluster names some of
+      its nodes; a -redis address that is a cluster node is detected) each name is read on
+      the master of its slot`)
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
@@ -48,11 +55,28 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return demo(ctx, out, *addr, *servers, *budget)
 	case "inspect":
 		fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
-		addr := fs.String("redis", "127.0.0.1:6379", "host:port of the Redis to inspect")
+		addr := fs.String("redis", "127.0.0.1:6379", "host:port of the Redis to inspect (a Cluster node is detected)")
+		nodes := fs.String("cluster", "", "host:port,... of nodes of the Redis Cluster to inspect")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
-		return inspect(ctx, out, *addr, fs.Args())
+		var cluster []string
+		if *nodes != "" {
+			explicit := false
+			fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "redis" })
+			if explicit {
+				return fmt.Errorf("inspect: give -redis or -cluster, not both")
+			}
+			for _, n := range strings.Split(*nodes, ",") {
+				if n = strings.TrimSpace(n); n != "" {
+					cluster = append(cluster, n)
+				}
+			}
+			if len(cluster) == 0 {
+				return fmt.Errorf("inspect: -cluster names no node")
+			}
+		}
+		return inspect(ctx, out, *addr, cluster, fs.Args())
 	case "-h", "-help", "--help", "help":
 		usage(out)
 		return nil

@@ -1,0 +1,516 @@
+package redisync
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redisync-go/redisync/lua"
+)
+
+// The transport is the one path by which a Client's scripts reach Redis:
+// acquisitions, re-entries, releases, renewals, handoffs, give-backs and
+// sweeps all go through it.
+//
+// Calls go to a lane: one per master (one in all on a single node or
+// Sentinel), and on a lane the calls that are ready at the same moment go
+// out together, as one pipeline; a call that finds a lane idle goes out at
+// once, so batching never adds a wait to a lone call. A lane has a few
+// workers, each sending one pipeline at a time, so one pipeline waiting on
+// a slow reply does not hold up the calls that come after it.
+//
+// Its callers wait for their reply or for their context, whichever comes
+// first, without a goroutine of their own: a caller whose context ends
+// leaves, and the worker that reads the reply later hands it to the
+// caller's give-back (late), to undo what the script took.
+//
+// Each pipeline runs its scripts as EVALSHA and sends again as EVAL those
+// that answered NOSCRIPT; with WithReplicaAck, the calls that take
+// something go on the lock's master's own connection followed by one WAIT
+// for the whole pipeline; a MOVED there reloads the cluster client's slot
+// map and sends the call once more, to the new master (without the option
+// go-redis's cluster pipeline follows MOVED and ASK itself). The publish
+// command a script takes is read when it is sent (see publish), and each
+// reply carries when its pipeline was sent: the time a lease it set is
+// counted from. Pipelines go through the redis client's Pipeline, so the
+// user's hooks see every command.
+type transport struct {
+	rdb    redis.UniversalClient
+	cc     *redis.ClusterClient // nil unless rdb is a Cluster client
+	ack    replicaAck
+	mode   *pubMode
+	log    *slog.Logger
+	closed <-chan struct{}
+
+	mu      sync.Mutex
+	lanes   map[laneKey]*lane
+	workers atomic.Int32  // workers running, on every lane
+	pipes   atomic.Uint64 // pipelines sent, to tell them apart
+}
+
+// Bounds of a lane: workers (pipelines in flight at once), calls per
+// pipeline, and how long an idle worker stays.
+const (
+	laneWorkers = 2
+	laneBatch   = 2000
+	laneIdle    = 10 * time.Second
+)
+
+// call is one script invocation (or, with a nil script, one command whose
+// arguments are args, routed by keys[0]), kept so it can be sent again.
+type call struct {
+	script *lua.Script
+	keys   []string
+	args   []any
+	// takes says the call may take a lock or permits (an acquisition, a
+	// re-entry, a handoff, a renewal): with WithReplicaAck it is followed
+	// by WAIT, and its reply says whether the replicas have it.
+	takes bool
+}
+
+// publishArg stands, in a call's arguments, for the command the script
+// publishes with ("publish" or "spublish"), read from the Client's pub/sub
+// mode when the call is sent.
+type publishArg struct{}
+
+// publish is the publish command's place in a call's arguments.
+var publish = publishArg{}
+
+// reply is the outcome of a call.
+type reply struct {
+	cmd  *redis.Cmd
+	err  error     // when there is no cmd: why (the caller's context ended, ...)
+	sent time.Time // when its pipeline was sent
+	pipe uint64    // which pipeline
+	// acked is WAIT's answer, -1 when no WAIT followed the call; werr is
+	// WAIT's own error.
+	acked int64
+	werr  error
+	// gone: the caller's context ended first; the reply goes to late.
+	gone bool
+}
+
+// Err returns the call's error.
+func (r reply) Err() error {
+	if r.cmd == nil {
+		return r.err
+	}
+	return r.cmd.Err()
+}
+
+// Int64 returns the call's reply as an integer.
+func (r reply) Int64() (int64, error) {
+	if r.cmd == nil {
+		return 0, r.err
+	}
+	return r.cmd.Int64()
+}
+
+// Text returns the call's reply as a string.
+func (r reply) Text() (string, error) {
+	if r.cmd == nil {
+		return "", r.err
+	}
+	return r.cmd.Text()
+}
+
+// Int64Slice returns the call's reply as an array of integers.
+func (r reply) Int64Slice() ([]int64, error) {
+	if r.cmd == nil {
+		return nil, r.err
+	}
+	return r.cmd.Int64Slice()
+}
+
+// op is a call on its way: queued on a lane, in a pipeline, then
+// delivered to its caller or, when the caller left, to late.
+type op struct {
+	call
+	r     reply
+	done  chan struct{} // closed once r is set for the caller
+	state atomic.Uint32 // opWaiting, opDelivered or opGone
+	late  func(reply)   // when the caller left: gives back what it took
+	moved bool          // already sent again after a MOVED
+}
+
+const (
+	opWaiting uint32 = iota
+	opDelivered
+	opGone
+)
+
+type laneKey struct {
+	addr string // the master's address; "" off a Cluster
+	wait bool   // its pipelines end with WAIT (WithReplicaAck)
+}
+
+// lane is where the calls to one node go, in pipelines.
+type lane struct {
+	t    *transport
+	key  laneKey
+	mu   sync.Mutex
+	node redis.UniversalClient // what its pipelines are made on
+	// queue holds the calls not yet sent; workers and idle count the
+	// lane's worker goroutines and those of them waiting for calls.
+	queue   []*op
+	workers int
+	idle    int
+	kick    chan struct{}
+}
+
+func newTransport(rdb redis.UniversalClient, ack replicaAck, mode *pubMode, log *slog.Logger, closed <-chan struct{}) *transport {
+	t := &transport{rdb: rdb, ack: ack, mode: mode, log: log, closed: closed, lanes: map[laneKey]*lane{}}
+	t.cc, _ = rdb.(*redis.ClusterClient)
+	return t
+}
+
+// do sends k and waits for its reply or for ctx to end. When ctx ends
+// first it returns a reply whose error is ctx's (gone set), and the reply
+// that comes later is handed to late (nil: nothing to give back), in a
+// goroutine of its own.
+func (t *transport) do(ctx context.Context, k call, late func(reply)) reply {
+	o := &op{call: k, done: make(chan struct{}), late: late}
+	t.submit(o)
+	if ctx.Done() == nil {
+		<-o.done
+		return o.r
+	}
+	select {
+	case <-o.done:
+		return o.r
+	case <-ctx.Done():
+		if o.state.CompareAndSwap(opWaiting, opGone) {
+			return reply{err: ctx.Err(), gone: true}
+		}
+		<-o.done // delivered meanwhile
+		return o.r
+	}
+}
+
+// doAll sends calls and waits for all their replies, or for ctx to end
+// (the replies still missing then carry ctx's error). Calls to one node
+// are queued together, in order.
+func (t *transport) doAll(ctx context.Context, calls []call) []reply {
+	ops := make([]*op, len(calls))
+	for i, k := range calls {
+		ops[i] = &op{call: k, done: make(chan struct{})}
+	}
+	t.submit(ops...)
+	rs := make([]reply, len(ops))
+	for i, o := range ops {
+		select {
+		case <-o.done:
+			rs[i] = o.r
+		case <-ctx.Done():
+			if o.state.CompareAndSwap(opWaiting, opGone) {
+				rs[i] = reply{err: ctx.Err(), gone: true}
+			} else {
+				<-o.done
+				rs[i] = o.r
+			}
+		}
+	}
+	return rs
+}
+
+// async sends calls, in order, without waiting; then (nil: nothing) is
+// called with each reply, in a worker: it must not block.
+func (t *transport) async(then func(call, reply), calls ...call) {
+	ops := make([]*op, len(calls))
+	for i, k := range calls {
+		o := &op{call: k}
+		o.state.Store(opGone)
+		if then != nil {
+			o.late = func(r reply) { then(o.call, r) }
+		}
+		ops[i] = o
+	}
+	t.submit(ops...)
+}
+
+// submit queues ops on their lanes: the ops of one lane together, in
+// their order, so that calls sent together go out in as few pipelines as
+// their lanes allow.
+func (t *transport) submit(ops ...*op) {
+	if len(ops) == 1 {
+		if l, err := t.lane(&ops[0].call); err != nil {
+			ops[0].deliver(reply{err: err, acked: -1})
+		} else {
+			l.queueOps(ops)
+		}
+		return
+	}
+	var order []*lane
+	byLane := map[*lane][]*op{}
+	for _, o := range ops {
+		l, err := t.lane(&o.call)
+		if err != nil {
+			o.deliver(reply{err: err, acked: -1})
+			continue
+		}
+		if _, ok := byLane[l]; !ok {
+			order = append(order, l)
+		}
+		byLane[l] = append(byLane[l], o)
+	}
+	for _, l := range order {
+		l.queueOps(byLane[l])
+	}
+}
+
+// lane returns the lane of k: its key's master on a Cluster, with WAIT
+// when k takes something and WithReplicaAck is on.
+func (t *transport) lane(k *call) (*lane, error) {
+	key := laneKey{wait: t.ack.on() && k.takes}
+	node := t.rdb
+	if t.cc != nil {
+		m, err := t.cc.MasterForKey(context.Background(), k.keys[0])
+		if err != nil {
+			return nil, err
+		}
+		key.addr = m.Options().Addr
+		if key.wait {
+			node = m // WAIT answers for the writes of its own connection
+		}
+	}
+	t.mu.Lock()
+	l := t.lanes[key]
+	if l == nil {
+		l = &lane{t: t, key: key, node: node, kick: make(chan struct{}, laneWorkers)}
+		t.lanes[key] = l
+	}
+	t.mu.Unlock()
+	if node != t.rdb {
+		l.mu.Lock()
+		l.node = node // the cluster client may have replaced the node's client
+		l.mu.Unlock()
+	}
+	return l, nil
+}
+
+// queueOps queues ops on l and wakes or starts a worker for them.
+func (l *lane) queueOps(ops []*op) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.queue = append(l.queue, ops...)
+	switch {
+	case l.idle > 0:
+		select {
+		case l.kick <- struct{}{}:
+		default:
+		}
+	case l.workers < laneWorkers:
+		l.workers++
+		l.t.workers.Add(1)
+		go l.work()
+	}
+}
+
+// work is a worker of l: it sends what is queued, a pipeline at a time,
+// until l has been idle for laneIdle or the client closes.
+func (l *lane) work() {
+	defer l.t.workers.Add(-1)
+	idle := time.NewTimer(laneIdle)
+	defer idle.Stop()
+	for {
+		l.mu.Lock()
+		for len(l.queue) == 0 {
+			l.idle++
+			l.mu.Unlock()
+			idle.Reset(laneIdle)
+			quit := false
+			select {
+			case <-l.kick:
+			case <-idle.C:
+				quit = true
+			case <-l.t.closed:
+				quit = true
+			}
+			l.mu.Lock()
+			l.idle--
+			if quit && len(l.queue) == 0 {
+				l.workers--
+				l.mu.Unlock()
+				return
+			}
+		}
+		n := min(len(l.queue), laneBatch)
+		batch := l.queue[:n:n]
+		l.queue = l.queue[n:]
+		if len(l.queue) == 0 {
+			l.queue = nil
+		}
+		node := l.node
+		l.mu.Unlock()
+		l.send(node, batch)
+	}
+}
+
+// send sends batch as one pipeline on node (with WAIT last on a wait
+// lane), sends again as EVAL the scripts that answered NOSCRIPT, and
+// delivers the replies.
+func (l *lane) send(node redis.UniversalClient, batch []*op) {
+	t := l.t
+	cmds, r := l.exec(node, batch, false)
+	var again []*op
+	var againAt []int
+	for i, cmd := range cmds {
+		if batch[i].script != nil && lua.IsNoScript(cmd.Err()) {
+			again, againAt = append(again, batch[i]), append(againAt, i)
+		}
+	}
+	var r2 reply
+	var cmds2 []*redis.Cmd
+	if len(again) > 0 {
+		// Redis lost its script cache (a restart, SCRIPT FLUSH).
+		cmds2, r2 = l.exec(node, again, true)
+	}
+	var moved []*op
+	for i, o := range batch {
+		rr, cmd := r, cmds[i]
+		for j, at := range againAt {
+			if at == i {
+				rr, cmd = r2, cmds2[j]
+			}
+		}
+		rr.cmd = cmd
+		if l.key.wait && t.cc != nil && !o.moved && cmd.Err() != nil && isMoved(cmd.Err()) {
+			o.moved, o.r = true, rr
+			moved = append(moved, o)
+			continue
+		}
+		o.deliver(rr)
+	}
+	if len(moved) > 0 {
+		// The slot moved (a failover, a migration), and a master's own
+		// connection never makes go-redis reload its map: reload it,
+		// then send the calls once more, to their masters now.
+		go t.follow(moved)
+	}
+}
+
+// exec sends ops as one pipeline on node, as EVAL with eval, and returns
+// each op's command and the pipeline's reply (time sent, WAIT's answer).
+func (l *lane) exec(node redis.UniversalClient, ops []*op, eval bool) ([]*redis.Cmd, reply) {
+	t := l.t
+	ctx := context.Background()
+	pub := t.mode.publish()
+	p := node.Pipeline()
+	cmds := make([]*redis.Cmd, len(ops))
+	unknown := false // a script does not know its digest (FIPS 140-only mode)
+	for i, o := range ops {
+		args := o.args
+		copied := false
+		for j, a := range o.args {
+			if _, ok := a.(publishArg); ok {
+				if !copied {
+					args, copied = slices.Clone(o.args), true
+				}
+				args[j] = pub
+			}
+		}
+		unknown = unknown || o.script != nil && o.script.Hash() == ""
+		switch {
+		case o.script == nil:
+			cmds[i] = p.Do(ctx, args...)
+		case eval:
+			cmds[i] = o.script.PipeEval(ctx, p, o.keys, args...)
+		default:
+			cmds[i] = o.script.Pipe(ctx, p, o.keys, args...)
+		}
+	}
+	if unknown {
+		t.learn(ops[0].keys[0])
+	}
+	var w *redis.Cmd
+	if l.key.wait {
+		// Pipeliner has no Wait method: WAIT numreplicas timeout-ms.
+		w = p.Do(ctx, "wait", t.ack.k, wholeMs(t.ack.timeout).Milliseconds())
+	}
+	r := reply{sent: time.Now(), pipe: t.pipes.Add(1), acked: -1}
+	_, _ = p.Exec(ctx) // errors are read per command
+	if w != nil {
+		r.acked, r.werr = w.Int64()
+	}
+	return cmds, r
+}
+
+// deliver hands o its reply: to its caller, or to late once the caller
+// has gone.
+func (o *op) deliver(r reply) {
+	o.r = r
+	if o.state.CompareAndSwap(opWaiting, opDelivered) {
+		close(o.done)
+		return
+	}
+	if o.late != nil {
+		if o.done == nil { // async: nobody waits, and then must not block
+			o.late(r)
+			return
+		}
+		go o.late(r)
+	}
+}
+
+// follow has the cluster client reload its slot map after ops met MOVED
+// or ASK on a master's own connection, waits (at most slotReload) until
+// the map sends each op's key where its reply said, and sends ops again.
+func (t *transport) follow(ops []*op) {
+	ctx := context.Background()
+	deadline := time.Now().Add(slotReload)
+	for {
+		t.cc.ReloadState(ctx)
+		moved := true
+		for _, o := range ops {
+			f := strings.Fields(o.r.Err().Error()) // MOVED <slot> <addr>
+			m, err := t.cc.MasterForKey(ctx, o.keys[0])
+			moved = moved && err == nil && len(f) == 3 && m.Options().Addr == f[2]
+		}
+		if moved || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.submit(ops...)
+}
+
+// learn has the scripts learn their digests from the node that serves key,
+// in the background (FIPS 140-only mode; see lua.Learn): until then they
+// are sent whole.
+func (t *transport) learn(key string) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		defer cancel()
+		node, ok := t.rdb.(*redis.Client)
+		if t.cc != nil {
+			m, err := t.cc.MasterForKey(ctx, key)
+			node, ok = m, err == nil
+		}
+		if ok {
+			lua.Learn(ctx, node)
+		}
+	}()
+}
+
+// slotReload bounds the wait for a reloaded slot map after MOVED.
+const slotReload = time.Second
+
+// script returns the call of s with keys and args.
+func script(s *lua.Script, keys []string, args ...any) call {
+	return call{script: s, keys: keys, args: args}
+}
+
+// drain waits, at most d, until no worker runs: once the client is
+// closed, workers stop as soon as their lanes are empty.
+func (t *transport) drain(d time.Duration) {
+	deadline := time.Now().Add(d)
+	for t.workers.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+}
