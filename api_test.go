@@ -164,12 +164,12 @@ func semOps(n int) func(t *testing.T, c *Client, name string) apiOps {
 }
 
 var apiKinds = []apiKind{
-	{name: "Mutex", event: "lock", setup: noSetup, mine: mutexOps, rival: mutexOps},
-	{name: "FairMutex", event: "fair lock", setup: noSetup, mine: fairOps, rival: fairOps},
-	{name: "RWMutexWrite", event: "rw write", setup: noSetup, mine: rwWriteOps, rival: rwWriteOps},
-	{name: "RWMutexRead", event: "rw read", setup: noSetup, mine: rwReadOps, rival: rwWriteOps},
-	{name: "Semaphore", event: "semaphore", setup: semSetup, mine: semOps(1), rival: semOps(apiSemTotal)},
-	{name: "MultiLock", event: "multilock", setup: noSetup, mine: multiOps, rival: mutexOps, holdName: multiHoldName},
+	{name: "Mutex", event: KindMutex, setup: noSetup, mine: mutexOps, rival: mutexOps},
+	{name: "FairMutex", event: KindFairMutex, setup: noSetup, mine: fairOps, rival: fairOps},
+	{name: "RWMutexWrite", event: KindRWWrite, setup: noSetup, mine: rwWriteOps, rival: rwWriteOps},
+	{name: "RWMutexRead", event: KindRWRead, setup: noSetup, mine: rwReadOps, rival: rwWriteOps},
+	{name: "Semaphore", event: KindSemaphore, setup: semSetup, mine: semOps(1), rival: semOps(apiSemTotal)},
+	{name: "MultiLock", event: KindMultiLock, setup: noSetup, mine: multiOps, rival: mutexOps, holdName: multiHoldName},
 }
 
 // forEachKind runs fn for every primitive as a subtest, with a lock name of
@@ -1261,4 +1261,14 @@ func TestAPILatchDelete(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, "hash", typ)
 	})
+}
+
+// HoldEvent.Kind's constants keep the strings the field always carried, so
+// code that compared it with literals still works.
+func TestAPIHoldEventKinds(t *testing.T) {
+	assert.Equal(t, "lock", KindMutex)
+	assert.Equal(t, "fair lock", KindFairMutex)
+	assert.Equal(t, "rw read", KindRWRead)
+	assert.Equal(t, "rw write", KindRWWrite)
+	assert.Equal(t, "semaphore", KindSemaphore)
 }

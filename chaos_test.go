@@ -16,8 +16,14 @@ package redisync
 //  2. Every wait is bounded: a call with a deadline returns within the
 //     deadline plus chaosSlack, whatever Redis does.
 //  3. The Semaphore never grants more permits to live holders than it has.
-//  5. Nothing is left in Redis at the end (but the semaphore's total).
+//  5. Nothing is left in Redis at the end (but the semaphore's total and
+//     the fencing counter; release records expire by themselves).
 //  6. No goroutine of the library outlives the Clients' Close.
+//  7. Fencing tokens keep increasing across every fault, restarts that lose
+//     the data while a fenced holder holds included, and the resource that
+//     checks them is never locked out (chaos_fence_test.go).
+//  8. The Semaphore's handles state its total (WithPermits): after a
+//     restart that lost it, nobody sets it again by hand.
 //
 // The faults run for 20s (at least one of each kind; about 25s in all),
 // REDISYNC_CHAOS=5m runs them for five minutes. Skipped with -short.
@@ -30,6 +36,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -140,6 +147,8 @@ type chaos struct {
 	maxRelease  time.Duration
 	maxRelWhat  string
 	leasesLost  int
+
+	fence chaosFence // the fenced holders (chaos_fence_test.go)
 }
 
 func (ch *chaos) since(at time.Time) string {
@@ -407,6 +416,8 @@ type chaosOps struct {
 	// downgrade takes the read lock through a write hold (RWMutex writers).
 	downgrade   func(hctx context.Context) (context.Context, error)
 	undowngrade func(ctx context.Context) error
+	// token reads a fenced hold's token (the fenced Mutex); nil otherwise.
+	token func(ctx context.Context) (int64, bool)
 }
 
 func chaosMutexOps(m *Mutex, tr *chaosTracker) chaosOps {
@@ -607,6 +618,17 @@ func (ch *chaos) iterate(who string, ops chaosOps, rng *rand.Rand) {
 	}
 	ch.enter(tr, h)
 	defer ch.exit(tr, h) // after the release and cancel below (deferred later, run first)
+	var token int64
+	if ops.token != nil {
+		var ok bool
+		if token, ok = ops.token(hctx); !ok {
+			ch.violate("%s: a fenced hold without a token", h.who)
+		}
+		ch.fenceAcquired(h.who, token, began, ret)
+		if hctx.Err() == nil {
+			ch.fenceWrite(h, token)
+		}
+	}
 	defer func() {
 		cancel()
 		if errors.Is(context.Cause(hctx), ErrLeaseLost) {
@@ -619,6 +641,9 @@ func (ch *chaos) iterate(who string, ops chaosOps, rng *rand.Rand) {
 
 	held := n // the hold's count (Semaphore: permits) as the library has it
 	ch.work(tr, h, rng, time.Duration(5+rng.IntN(100))*time.Millisecond)
+	if ops.token != nil && hctx.Err() == nil {
+		ch.fenceWrite(h, token) // once more, at the end of the work
+	}
 
 	// Sometimes re-enter (Semaphore: add a permit to the hold).
 	if rng.IntN(3) == 0 && hctx.Err() == nil {
@@ -761,8 +786,10 @@ func TestChaos(t *testing.T) {
 		fairName  = "chaos:fair"
 		rwName    = "chaos:rw"
 		semName   = "chaos:sem"
+		fenceName = "chaos:fenced"
 	)
 	trMutex, trFair := newTracker(mutexName, 0), newTracker(fairName, 0)
+	trFenced := newTracker(fenceName, 0)
 	trRW, trSem := newTracker(rwName, 0), newTracker(semName, chaosPermits)
 
 	// The admin: one connection (so SKIPME spares it), and a Client of its
@@ -770,11 +797,12 @@ func TestChaos(t *testing.T) {
 	admin := chaosRDB(t, srv.Addr(), 1)
 	adminC, err := New(admin, WithWatchdogTimeout(chaosLease))
 	require.NoError(t, err)
-	adminSem := adminC.Semaphore(semName)
+	adminSem := adminC.Semaphore(semName, WithPermits(chaosPermits))
 	require.NoError(t, adminSem.SetPermits(bg, chaosPermits))
 
 	// The workers: per Client, two goroutines on each of the Mutex, the
-	// FairMutex, the RWMutex's read lock and the Semaphore, and one writer.
+	// FairMutex, the RWMutex's read lock, the Semaphore and the fenced
+	// Mutex, and one writer.
 	var clients []*Client
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -790,7 +818,8 @@ func TestChaos(t *testing.T) {
 				chaosMutexOps(c.Mutex(mutexName), trMutex),
 				chaosFairOps(c.FairMutex(fairName, WithWaiterTimeout(chaosWaiterTimeout)), trFair),
 				chaosReaderOps(rw, trRW),
-				chaosSemOps(c.Semaphore(semName), trSem))
+				chaosSemOps(c.Semaphore(semName, WithPermits(chaosPermits)), trSem),
+				chaosFencedOps(c.Mutex(fenceName, WithFencing()), trFenced))
 		}
 		set = append(set, chaosWriterOps(rw, trRW))
 		for j, ops := range set {
@@ -847,6 +876,18 @@ func TestChaos(t *testing.T) {
 		{"pause-short", pause(chaosLease / 4)},
 		{"pause-long", pause(chaosLease * 5 / 3)},
 		{"restart", func() string {
+			// While a fenced holder holds, if one does within a second.
+			fenced := false
+			for limit := time.Now().Add(time.Second); !fenced && time.Now().Before(limit); {
+				if fenced = trFenced.holding(); !fenced {
+					time.Sleep(time.Millisecond)
+				}
+			}
+			if fenced {
+				ch.fence.mu.Lock()
+				ch.fence.restarts++
+				ch.fence.mu.Unlock()
+			}
 			ch.mu.Lock()
 			ch.restarts = append(ch.restarts, window{start: time.Now()})
 			i := len(ch.restarts) - 1
@@ -855,8 +896,12 @@ func TestChaos(t *testing.T) {
 			ch.mu.Lock()
 			ch.restarts[i].done = time.Now()
 			ch.mu.Unlock()
-			// Every key is gone, the semaphore's permits too.
-			adminDo("SetPermits", func() error { return adminSem.SetPermits(bg, chaosPermits) })
+			// Every key is gone, the semaphore's total and the fencing
+			// counter too: the workers' handles state the total
+			// (WithPermits), and tokens go on from the server's clock.
+			if fenced {
+				return "all data lost, a fenced holder holding"
+			}
 			return "all data lost"
 		}},
 		{"kill-normal", func() string {
@@ -916,13 +961,15 @@ faulting:
 	}
 
 	// 5. Nothing left in Redis: holds whose release could not be sent
-	// expire within a lease, waiters' entries within the waiter timeout;
-	// only the semaphore's total stays, by design.
+	// expire within a lease, waiters' entries within the waiter timeout,
+	// release records within recordWindow; only the semaphore's total and
+	// the fencing counter stay, by design.
 	var left []string
-	limit := time.Now().Add(max(chaosLease, chaosWaiterTimeout) + 2*time.Second)
+	limit := time.Now().Add(max(chaosLease, chaosWaiterTimeout, recordWindow) + 2*time.Second)
 	for {
 		left, err = admin.Keys(bg, "*").Result()
-		if err == nil && (len(left) == 0 || len(left) == 1 && left[0] == semName) {
+		left = slices.DeleteFunc(left, func(k string) bool { return k == semName || k == fenceKey(fenceName) })
+		if err == nil && len(left) == 0 {
 			break
 		}
 		if time.Now().After(limit) {
@@ -964,10 +1011,17 @@ faulting:
 	}
 
 	// Every primitive made progress despite the faults.
-	for _, p := range []string{"Mutex", "FairMutex", "RWMutex-read", "RWMutex-write", "Semaphore"} {
+	for _, p := range []string{"Mutex", "FairMutex", "RWMutex-read", "RWMutex-write", "Semaphore", "FencedMutex"} {
 		if ch.stats[p]["acquired"] == 0 {
 			ch.violate("%s was never acquired", p)
 		}
+	}
+	// 7. At least one restart lost the data while a fenced holder held.
+	ch.fence.mu.Lock()
+	fencedRestarts := ch.fence.restarts
+	ch.fence.mu.Unlock()
+	if fencedRestarts == 0 {
+		ch.violate("no restart lost the data while a fenced holder held")
 	}
 
 	// The summary.
@@ -980,7 +1034,7 @@ faulting:
 		kinds = append(kinds, fmt.Sprintf("%s %d", f.name, ch.faults[f.name]))
 	}
 	t.Logf("  faults injected: %s", strings.Join(kinds, ", "))
-	for _, p := range []string{"Mutex", "FairMutex", "RWMutex-read", "RWMutex-write", "Semaphore"} {
+	for _, p := range []string{"Mutex", "FairMutex", "RWMutex-read", "RWMutex-write", "Semaphore", "FencedMutex"} {
 		m := ch.stats[p]
 		var evs []string
 		for k := range m {
@@ -996,6 +1050,7 @@ faulting:
 	t.Logf("  longest re-entry overshoot past a deadline: %v (%s); allowed %v", ch.maxSync.Round(time.Millisecond), ch.maxSyncWhat, chaosSyncSlack)
 	t.Logf("  longest release: %v (%s)", ch.maxRelease.Round(time.Millisecond), ch.maxRelWhat)
 	t.Logf("  leases lost: %d", ch.leasesLost)
+	t.Logf("  fenced: %s", ch.fenceSummary())
 	t.Logf("  exclusion/permit checks made: %d; overlaps excused after a restart that lost the data: %d (seen up to %v after the restart)",
 		ch.checks, ch.excused, ch.maxStale.Round(time.Millisecond))
 	t.Logf("  keys gone %v after the workers stopped; library goroutines after Close: %d", keysGone.Round(time.Millisecond), len(alive))

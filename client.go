@@ -198,9 +198,10 @@ func (c *Client) checkOpen() error {
 type LockOption func(*lockConfig) error
 
 type lockConfig struct {
-	lease  time.Duration // 0: kept alive by the watchdog
-	waiter time.Duration // 0: DefaultWaiterTimeout (FairMutex, RWMutex)
-	fence  bool          // WithFencing (Mutex, FairMutex, RWMutex)
+	lease   time.Duration // 0: kept alive by the watchdog
+	waiter  time.Duration // 0: DefaultWaiterTimeout (FairMutex, RWMutex)
+	fence   bool          // WithFencing (Mutex, FairMutex, RWMutex)
+	permits int           // WithPermits (Semaphore); 0: none stated
 }
 
 // WithLease gives every hold of the lock a fixed lease of d that the watchdog
@@ -231,10 +232,24 @@ func checkName(name string) error {
 	return nil
 }
 
-// lockSetup validates a lock's name and options; the error is kept by the
-// lock and returned by each of its methods. queued says whether the lock
-// has waiters in Redis, the only locks WithWaiterTimeout applies to.
-func lockSetup(name string, opts []LockOption, queued bool) (lockConfig, error) {
+// The primitives that take LockOptions, for lockSetup: each option applies
+// to some of them only.
+type primitive uint8
+
+const (
+	primMutex primitive = iota
+	primFair
+	primRW
+	primSemaphore
+	primMultiLock
+	primElection // WithFencing applies, and changes nothing: terms are tokens
+)
+
+// lockSetup validates a lock's name and options for the primitive p; the
+// error is kept by the lock and returned by each of its methods. An option
+// that does not apply to p is refused, naming the primitives it applies
+// to.
+func lockSetup(name string, opts []LockOption, p primitive) (lockConfig, error) {
 	var lc lockConfig
 	if err := checkName(name); err != nil {
 		return lc, err
@@ -247,8 +262,15 @@ func lockSetup(name string, opts []LockOption, queued bool) (lockConfig, error) 
 			return lc, err
 		}
 	}
-	if lc.waiter > 0 && !queued {
+	switch {
+	case lc.waiter > 0 && p != primFair && p != primRW:
 		return lc, fmt.Errorf("%w: WithWaiterTimeout applies to FairMutex and RWMutex only", ErrInvalid)
+	case lc.fence && p == primSemaphore:
+		return lc, fmt.Errorf("%w: WithFencing applies to Mutex, FairMutex and RWMutex only, not to a Semaphore", ErrInvalid)
+	case lc.fence && p == primMultiLock:
+		return lc, fmt.Errorf("%w: WithFencing applies to Mutex, FairMutex and RWMutex only, not to a MultiLock", ErrInvalid)
+	case lc.permits > 0 && p != primSemaphore:
+		return lc, fmt.Errorf("%w: WithPermits applies to Semaphore only", ErrInvalid)
 	}
 	return lc, nil
 }

@@ -38,6 +38,18 @@
 // bound only the wait, use TryLockFor. Unlock works with a cancelled
 // context.
 //
+// It tells the truth even to a process that was stopped past its lease (a
+// long GC pause, SIGSTOP, a VM paused) and runs again before any of its
+// timers: every hold keeps a local deadline (when the last renewal was
+// sent, plus the lease, less a margin), and from the moment it has passed
+// the hold's context, and the context of every re-entry and downgrade,
+// reports the loss in Err (and context.Cause), Done (already closed) and
+// Value, whether or not a timer has run yet. Contexts you derive from it
+// (context.WithCancel, WithTimeout...) follow as soon as the cancellation
+// reaches them: at the first look at the hold's context or when its timer
+// runs, whichever comes first; check lctx itself where it matters. Unlock
+// then reports ErrLeaseLost too (see Mutex.Unlock).
+//
 // # Leases and the watchdog
 //
 // Every hold has a lease in Redis, so a holder that crashes frees its locks
@@ -74,7 +86,12 @@
 // prefix such as "lock:" will do). Locks that need more than one key keep
 // the others in the name's Redis Cluster slot, named
 // "{tag}:<purpose>:<name>", where tag is the name's hash tag, or the whole
-// name when it has none; two different names never share a key.
+// name when it has none; two different names never share a key. The last
+// release of a hold also leaves a record,
+// "{tag}:released:<name>:<owner>", which expires by itself six seconds
+// later: an Unlock that go-redis sent again after a network error,
+// although Redis had run it, finds it and reports success, where the
+// release of a hold that Redis lost reports ErrLeaseLost.
 //
 // # Fencing tokens
 //
@@ -86,7 +103,10 @@
 // without a round trip with Token; the resource refuses writes whose token
 // is lower than the highest it has seen (see ExampleWithFencing). The
 // counter, "{tag}:fence:<name>", never expires and is never reset by an
-// unlock.
+// unlock; and as a token is never lower than the Redis server's clock in
+// microseconds, tokens keep increasing even when Redis loses the counter
+// with its data, as long as the server's clock has not gone back (see
+// WithFencing for exactly what is promised).
 //
 // # Observing
 //
@@ -134,6 +154,14 @@
 // replica that did not acknowledge can still lose the lock (see
 // WithReplicaAck for what it does and does not guarantee).
 //
+// Redis can also lose all its data (a restart without persistence): every
+// lock is free at once, its holders are told at their next renewal, and an
+// Unlock before that reports ErrLeaseLost. Fencing tokens keep increasing
+// across such a loss (see WithFencing); a Semaphore's total is lost
+// unless its handles state it (WithPermits), and a CountDownLatch's count
+// is lost, which releases its waiters (see CountDownLatch). The README's
+// "When Redis loses its data" puts it all in one table.
+//
 // # Reading the code
 //
 // The files are layers; each calls only the layers below it (a lower one
@@ -142,8 +170,8 @@
 //	primitives  reentrant.go (Mutex), fair.go, rwlock.go, semaphore.go,
 //	            latch.go: what each promises, one file each
 //	holds       acquire.go (a first acquisition across the attempts of a
-//	            wait), hold.go (the hold, its context, re-entry, release,
-//	            give-back), owner.go (holds carried in contexts), wait.go
+//	            wait), hold.go (the hold, re-entry, release, give-back),
+//	            holdctx.go (the hold's context and its deadline), owner.go (holds carried in contexts), wait.go
 //	            (waiting between attempts)
 //	machinery   watchdog.go (the lease table and its renewal loop),
 //	            pubsub.go (the one subscription, its wake-ups), cohort.go

@@ -60,7 +60,8 @@ type Election struct {
 //
 // WithLease gives each leadership a fixed lease that the watchdog does not
 // renew: a leader leads for that long at most. WithFencing changes
-// nothing: terms are fencing tokens already. WithWaiterTimeout is refused.
+// nothing: terms are fencing tokens already. WithWaiterTimeout and
+// WithPermits are refused.
 func (c *Client) Election(name string, opts ...LockOption) *Election {
 	e := &Election{c: c, name: name, keys: []string{name, "", ""}}
 	if keys.Taggable(name) {
@@ -72,12 +73,12 @@ func (c *Client) Election(name string, opts ...LockOption) *Election {
 		e.err = e.spec.wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
 		return e
 	}
-	lc, err := lockSetup(name, opts, false)
+	lc, err := lockSetup(name, opts, primElection)
 	if err == nil && !keys.Taggable(name) {
 		err = fmt.Errorf("%w: election name %q contains \"}\" without a hash tag", ErrInvalid, name)
 	}
 	e.err = e.spec.wrap(err)
-	e.spec.ref = lockRef{c, "election", name}
+	e.spec.ref = lockRef{c, KindElection, name}
 	e.spec.fenced = true // terms are its tokens
 	e.spec.lease, e.spec.renewed = c.lease, true
 	if lc.lease > 0 {

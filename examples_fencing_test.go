@@ -55,9 +55,9 @@ func ExampleWithFencing() {
 			panic(err)
 		}
 		if ok {
-			fmt.Printf("%s writes with token %d: accepted\n", who, token)
+			fmt.Printf("%s writes with its token: accepted\n", who)
 		} else {
-			fmt.Printf("%s writes with token %d: rejected\n", who, token)
+			fmt.Printf("%s writes with its token: rejected\n", who)
 		}
 	}
 
@@ -67,7 +67,7 @@ func ExampleWithFencing() {
 		panic(err)
 	}
 	tokenA, _ := a.Token(actx)
-	fmt.Println("A holds the lock with token", tokenA)
+	fmt.Println("A holds the lock")
 	write("A", tokenA)
 
 	// A stalls, and its lease runs out in Redis (here, Redis's clock is
@@ -80,7 +80,7 @@ func ExampleWithFencing() {
 		panic(err)
 	}
 	tokenB, _ := b.Token(bctx)
-	fmt.Println("B holds the lock with token", tokenB)
+	fmt.Println("B holds the lock, with a higher token:", tokenB > tokenA)
 	write("B", tokenB)
 
 	// A resumes in code already past its last check, and writes.
@@ -90,10 +90,10 @@ func ExampleWithFencing() {
 	v, _ := rdb.HGet(ctx, "account:7", "value").Result()
 	fmt.Println("the account was", v)
 	// Output:
-	// A holds the lock with token 1
-	// A writes with token 1: accepted
-	// B holds the lock with token 2
-	// B writes with token 2: accepted
-	// A writes with token 1: rejected
+	// A holds the lock
+	// A writes with its token: accepted
+	// B holds the lock, with a higher token: true
+	// B writes with its token: accepted
+	// A writes with its token: rejected
 	// the account was written by B
 }

@@ -34,10 +34,9 @@ func ExampleSemaphore() {
 	defer done()
 	ctx := context.Background()
 
-	sem := c.Semaphore("jobs")
-	if _, err := sem.TrySetPermits(ctx, 2); err != nil { // first process to start sets it
-		panic(err)
-	}
+	// Every process states the total on its handle: the first acquisition
+	// sets it, and sets it again if Redis loses it (see WithPermits).
+	sem := c.Semaphore("jobs", redisync.WithPermits(2))
 
 	var running, peak atomic.Int32
 	var wg sync.WaitGroup
@@ -61,6 +60,49 @@ func ExampleSemaphore() {
 	free, _ := sem.Available(ctx)
 	fmt.Println("never more than 2 at once:", peak.Load() <= 2, "- free again:", free)
 	// Output: never more than 2 at once: true - free again: 2
+}
+
+// Redis restarts without its data: the semaphore's total is lost with it.
+// A handle that states the total creates it again at its next acquisition,
+// where a total set once with TrySetPermits would be gone and every
+// Acquire would wait.
+func ExampleWithPermits() {
+	mr, err := miniredis.Run()
+	if err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	c, err := redisync.New(rdb)
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+
+	sem := c.Semaphore("heavy-jobs", redisync.WithPermits(3))
+	hctx, err := sem.Acquire(ctx, 1) // no SetPermits first
+	if err != nil {
+		panic(err)
+	}
+	free, _ := sem.Available(ctx)
+	fmt.Println("free:", free)
+	_ = sem.Release(hctx, 1)
+
+	mr.FlushAll() // Redis lost its data, the total with it
+
+	hctx, err = sem.Acquire(ctx, 2)
+	if err != nil {
+		panic(err)
+	}
+	total, _ := rdb.HGet(ctx, "heavy-jobs", "permits").Result()
+	free, _ = sem.Available(ctx)
+	fmt.Println("total:", total, "- free:", free)
+	_ = sem.Release(hctx, 2)
+	// Output:
+	// free: 2
+	// total: 3 - free: 1
 }
 
 // One owner may hold several permits and give them back in parts.

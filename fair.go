@@ -65,6 +65,9 @@ type FairMutex struct {
 // FairMutex returns a handle on the fair lock name. Bad input (an empty name,
 // a name whose companion keys cannot share its Cluster slot, a bad option) is
 // reported by every method of the handle.
+//
+// Options: WithLease, WithFencing and WithWaiterTimeout. WithPermits does
+// not apply to a FairMutex and is refused (ErrInvalid).
 func (c *Client) FairMutex(name string, opts ...LockOption) *FairMutex {
 	f := &FairMutex{c: c, name: name, waiter: DefaultWaiterTimeout}
 	if keys.Taggable(name) {
@@ -77,7 +80,7 @@ func (c *Client) FairMutex(name string, opts ...LockOption) *FairMutex {
 		f.err = f.spec.wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
 		return f
 	}
-	lc, err := lockSetup(name, opts, true)
+	lc, err := lockSetup(name, opts, primFair)
 	if err == nil && !keys.Taggable(name) {
 		err = fmt.Errorf("%w: lock name %q has a \"}\" outside a hash tag", ErrInvalid, name)
 	}
@@ -86,7 +89,7 @@ func (c *Client) FairMutex(name string, opts ...LockOption) *FairMutex {
 		f.spec.wrap = wrapFor(c, "fair lock", name, keyType{name, "hash"}, keyType{f.queue, "zset"}, keyType{f.timeouts, "zset"}, keyType{f.fence, "string"})
 	}
 	f.err = f.spec.wrap(err)
-	f.spec.ref = lockRef{c, "fair lock", name}
+	f.spec.ref = lockRef{c, KindFairMutex, name}
 	f.spec.lease, f.spec.renewed = c.lease, true
 	if lc.lease > 0 {
 		f.spec.lease, f.spec.renewed = lc.lease, false
@@ -247,7 +250,8 @@ func (f *FairMutex) Unlock(ctx context.Context) error {
 		return err
 	}
 	return f.c.release(ctx, &f.spec, 1, func(ctx context.Context, h *hold, count int) (int64, time.Time, error) {
-		return f.c.releaseBy(ctx, script(lua.FairUnlock, f.keys(), h.field, count, h.lease.Milliseconds(), f.prefix, publish))
+		return f.c.releaseBy(ctx, script(lua.FairUnlock, append(f.keys(), keys.Record(f.name, h.field)),
+			h.field, count, h.lease.Milliseconds(), f.prefix, publish, recordMs))
 	})
 }
 

@@ -699,7 +699,7 @@ func TestResentLastUnlockSucceeds(t *testing.T) {
 		free := func(t *testing.T, name string) {
 			ks, err := admin.Keys(ctx, "*"+name+"*").Result()
 			require.NoError(t, err)
-			assert.Empty(t, ks, "the lock is not free")
+			assert.Empty(t, notRecords(ks), "the lock is not free")
 		}
 		// ended checks that the hold's context ended plainly.
 		ended := func(t *testing.T, hctx context.Context) {
@@ -762,6 +762,116 @@ func TestResentLastUnlockSucceeds(t *testing.T) {
 			n, err := s.Available(ctx)
 			require.NoError(t, err)
 			assert.Equal(t, 1, n)
+		})
+	})
+}
+
+// Issue 19, item 1, the other half of TestResentLastUnlockSucceeds: a
+// hold whose keys vanished behind its back before its deadline (a
+// ForceUnlock elsewhere, a failover, a Redis that lost its data, a DEL)
+// was not exclusive throughout, and its last release must say so
+// (ErrLeaseLost), whether the lock is then free or held by another owner,
+// instead of taking the missing field for its own release resent.
+func TestLostLastUnlockReportsLeaseLost(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		ctx := context.Background()
+		admin := e.rdb(t)
+		c := e.client(t)
+		other := e.client(t)
+		// vanish deletes every key of name, as a data loss would.
+		vanish := func(t *testing.T, name string) {
+			ks, err := admin.Keys(ctx, "*"+name+"*").Result()
+			require.NoError(t, err)
+			require.NotEmpty(t, ks)
+			require.NoError(t, admin.Del(ctx, ks...).Err())
+		}
+		type kind struct {
+			name   string
+			lock   func(c *Client, name string) (context.Context, error)
+			unlock func(c *Client, ctx context.Context, name string) error
+		}
+		kinds := []kind{
+			{"mutex",
+				func(c *Client, name string) (context.Context, error) { return c.Mutex(name).Lock(ctx) },
+				func(c *Client, hctx context.Context, name string) error { return c.Mutex(name).Unlock(hctx) }},
+			{"fair",
+				func(c *Client, name string) (context.Context, error) { return c.FairMutex(name).Lock(ctx) },
+				func(c *Client, hctx context.Context, name string) error { return c.FairMutex(name).Unlock(hctx) }},
+			{"rw write",
+				func(c *Client, name string) (context.Context, error) { return c.RWMutex(name).Lock(ctx) },
+				func(c *Client, hctx context.Context, name string) error { return c.RWMutex(name).Unlock(hctx) }},
+			{"rw read",
+				func(c *Client, name string) (context.Context, error) { return c.RWMutex(name).RLock(ctx) },
+				func(c *Client, hctx context.Context, name string) error { return c.RWMutex(name).RUnlock(hctx) }},
+			{"semaphore",
+				func(c *Client, name string) (context.Context, error) {
+					s := c.Semaphore(name)
+					if err := s.SetPermits(ctx, 1); err != nil {
+						return nil, err
+					}
+					return s.Acquire(ctx, 1)
+				},
+				func(c *Client, hctx context.Context, name string) error { return c.Semaphore(name).Release(hctx, 1) }},
+		}
+		for _, k := range kinds {
+			for _, taken := range []bool{false, true} {
+				what := k.name + ", gone"
+				if taken {
+					what = k.name + ", taken by another owner"
+				}
+				t.Run(what, func(t *testing.T) {
+					name := "lost19-" + strings.ReplaceAll(what, " ", "-")
+					hctx, err := k.lock(c, name)
+					require.NoError(t, err)
+					vanish(t, name)
+					var octx context.Context
+					if taken {
+						octx, err = k.lock(other, name)
+						require.NoError(t, err)
+					}
+					err = k.unlock(c, hctx, name)
+					assert.ErrorIs(t, err, ErrNotHeld, "the hold vanished before its last release")
+					assert.ErrorIs(t, err, ErrLeaseLost, "the hold vanished before its last release")
+					require.Error(t, hctx.Err())
+					if taken {
+						require.NoError(t, octx.Err(), "the other owner's hold is untouched")
+						require.NoError(t, k.unlock(other, octx, name))
+					}
+				})
+			}
+		}
+		// A Mutex's last Unlock with a waiter of its own Client hands the
+		// lock over (cohort handoff): a releaser whose hold is gone has
+		// nothing to hand over and is told so; the waiter takes the free
+		// lock as its own attempt would.
+		t.Run("mutex, gone, with a local waiter", func(t *testing.T) {
+			m := c.Mutex("lost19-handoff")
+			hctx, err := m.Lock(ctx)
+			require.NoError(t, err)
+			w := idleWaiter(t, ctx, c, m)
+			vanish(t, m.Name())
+			err = m.Unlock(hctx)
+			assert.ErrorIs(t, err, ErrNotHeld)
+			assert.ErrorIs(t, err, ErrLeaseLost)
+			got := <-w
+			require.NoError(t, got.err)
+			require.NoError(t, m.Unlock(got.hctx), "the waiter holds it")
+		})
+		// A release that releases leaves its record, which expires by
+		// itself.
+		t.Run("record", func(t *testing.T) {
+			m := c.Mutex("lost19-record")
+			hctx, err := m.Lock(ctx)
+			require.NoError(t, err)
+			require.NoError(t, m.Unlock(hctx))
+			ks, err := admin.Keys(ctx, "*lost19-record*").Result()
+			require.NoError(t, err)
+			require.Len(t, ks, 1)
+			assert.True(t, isRecord(ks[0]), "%q", ks[0])
+			ttl, err := admin.PTTL(ctx, ks[0]).Result()
+			require.NoError(t, err)
+			assert.Greater(t, ttl, time.Duration(0))
+			assert.LessOrEqual(t, ttl, recordWindow)
 		})
 	})
 }

@@ -18,10 +18,24 @@ import (
 //
 // The counter is a key of the lock's Cluster slot,
 // "{tag}:fence:<name>" (tag is the name's hash tag, or the name), kept
-// without expiry: Unlock, ForceUnlock and an expired lease never reset it
-// (deleting it by hand does, and breaks the order). The acquire script
-// increments it and returns the token, so it costs no extra round trip;
-// a lock without WithFencing never touches it.
+// without expiry: Unlock, ForceUnlock and an expired lease never reset it.
+// The acquire script moves it on and returns the token, so it costs no
+// extra round trip; a lock without WithFencing never touches it.
+//
+// A token is one more than the last one, and never lower than the Redis
+// server's clock in microseconds (TIME, read by the script), so tokens are
+// large numbers (about 1.7e15 in 2024), and they keep increasing across a
+// loss of the counter: when Redis restarts without its data, fails over to
+// a replica that did not have the counter yet, or the key is deleted, the
+// next token is the server's clock, above every token given before as
+// long as that clock reads later than the clock of the server that gave
+// them, when it gave them. In the normal case tokens are strictly
+// increasing whatever the clocks do. Not promised: across a loss of the
+// counter, a server whose clock is behind (a promoted replica whose clock
+// lags the old primary's by more than the time since the last token, a
+// clock stepped back) may give a token that was given before, or a lower
+// one; and tokens given faster than one per microsecond run ahead of the
+// clock by that excess, which a loss within that lead could repeat.
 //
 // It applies to Mutex, FairMutex and the write holds of RWMutex (its read
 // holds get no token); a Semaphore refuses it, and so does a lock whose
@@ -88,7 +102,8 @@ func fencingText(fenced bool) string {
 // The token stays ctx's after the hold ends (Unlock, a lost lease): it is
 // the hold's for good, and a resource that checks tokens refuses it once a
 // later holder has written, which is the point. Whether the hold is still
-// live is ctx.Err()'s to say, not Token's. Tokens begin at 1.
+// live is ctx.Err()'s to say, not Token's. Tokens are at least the Redis
+// server's clock in microseconds (see WithFencing).
 func (m *Mutex) Token(ctx context.Context) (int64, bool) {
 	if m == nil {
 		return 0, false

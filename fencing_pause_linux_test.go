@@ -77,6 +77,10 @@ func TestFencingPausedProcess(t *testing.T) {
 					return l
 				}
 			case <-timeout:
+				_ = syscall.Kill(pid, syscall.SIGQUIT) // its goroutines, on stderr
+				for range lines {
+				}
+				_ = cmd.Wait()
 				t.Fatalf("the child did not say %q in 30s; it said %q; stderr:\n%s", prefix, said, stderr.String())
 			}
 		}
@@ -108,7 +112,7 @@ func TestFencingPausedProcess(t *testing.T) {
 
 	next("resumed")
 	write := next("write ")
-	next("context at resume: ") // live or not: whether the child's timers ran before its code did
+	atResume := next("context at resume: ")
 	done := next("context: ")
 	lost := next("lease lost: ")
 	for range lines {
@@ -116,6 +120,7 @@ func TestFencingPausedProcess(t *testing.T) {
 	t.Logf("the child said:\n  %s", strings.Join(said, "\n  "))
 
 	assert.Equal(t, "write rejected", write, "the late write from past the last check is refused by its token")
+	assert.Equal(t, "context at resume: live=false", atResume, "the hold's context tells as soon as the process resumes (issue 19)")
 	assert.Contains(t, done, "context: context canceled", "the hold's context is done on resume")
 	assert.Equal(t, "lease lost: true", lost, "with cause ErrLeaseLost")
 	v, err := srv.Client(t).HGet(bg, resource, "value").Result()
@@ -154,16 +159,18 @@ func TestHelperFencedChild(t *testing.T) {
 		say("lost before the write: %v", context.Cause(lctx))
 		return
 	}
-	say("past its last check")
 	// Work that does not look at lctx, during which the process is stopped:
-	// the stop shows as a jump of the (monotonic) clock.
+	// the stop shows as a jump of the (monotonic) clock, measured from
+	// before saying so (the stop may come at once).
+	t0 := time.Now()
+	say("past its last check")
 	var gap time.Duration
 	for limit := time.Now().Add(time.Minute); ; {
-		t0 := time.Now()
 		time.Sleep(10 * time.Millisecond)
 		if gap = time.Since(t0); gap > time.Second {
 			break
 		}
+		t0 = time.Now()
 		if time.Now().After(limit) {
 			say("never stopped")
 			return

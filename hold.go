@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -56,23 +57,33 @@ type hold struct {
 	taken time.Time // when it was granted
 	token int64     // fencing token (WithFencing); 0: none, and re-entries share it
 
+	dl   dlStore       // the local deadline while live, for the hold's contexts (holdctx.go)
+	over chan struct{} // closed once the hold has ended and its contexts are cancelled
+	// firsting is set while the firsts of its end run: they look at
+	// contexts, its own included, as they were before it ended.
+	firsting atomic.Bool
+
 	tmu   sync.Mutex // guards the fields below
 	sent  time.Time  // when the newest script that set the lease was sent
 	timer *time.Timer
 	why   endReason
-	stops []func() bool // undone when the hold ends
+	stops []func() bool                      // undone when the hold ends
+	ties  map[uint64]context.CancelCauseFunc // re-entries' contexts, cancelled when it ends
+	nties uint64
 	// firsts run when the hold ends, before its context is cancelled:
 	// what they see of other contexts was not caused by its end.
 	firsts []func()
 }
 
+// live reports whether h is live; a hold whose local deadline has passed is
+// not, even before its timer has run (it is ended then, see overdue).
 func (h *hold) live() bool {
-	h.tmu.Lock()
-	defer h.tmu.Unlock()
-	return h.why == live
+	return h.reason() == live
 }
 
+// reason says why h ended, or live; see live.
 func (h *hold) reason() endReason {
+	h.overdue()
 	h.tmu.Lock()
 	defer h.tmu.Unlock()
 	return h.why
@@ -101,19 +112,6 @@ func (h *hold) first(f func()) {
 	}
 	h.tmu.Unlock()
 	f()
-}
-
-// contextFor returns the context a re-entry with ctx hands out: ctx itself
-// when it ends with the hold (it is the hold's context, or carries values
-// on top of it), else a child of ctx that also ends when the hold does.
-func (h *hold) contextFor(ctx context.Context) context.Context {
-	if ctx.Done() == h.ctx.Done() {
-		return ctx
-	}
-	cctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(h.ctx, func() { cancel(context.Cause(h.ctx)) })
-	context.AfterFunc(cctx, func() { stop() })
-	return cctx
 }
 
 // MinLease is the shortest lease redisync accepts (WithLease,
@@ -226,6 +224,8 @@ func (c *Client) newHold(s *spec, parent context.Context, field string, count in
 // grantHold is grant's and grantAll's common part.
 func (c *Client) grantHold(s *spec, h *hold, start time.Time, st stamp) (context.Context, error) {
 	sent, parent := st.sent, h.parent
+	h.dl.clear() // until the watchdog has it
+	h.over = make(chan struct{})
 	giveUp := func(err error) (context.Context, error) {
 		c.cleanup(parent, h.release...)
 		return nil, err
@@ -237,7 +237,7 @@ func (c *Client) grantHold(s *spec, h *hold, start time.Time, st stamp) (context
 		return giveUp(err)
 	}
 	cctx, cancel := context.WithCancelCause(parent)
-	h.ctx, h.cancel = context.WithValue(cctx, s.ref, h), cancel
+	h.ctx, h.cancel = &holdCtx{Context: context.WithValue(cctx, s.ref, h), h: h}, cancel
 	if err := c.wd.add(h, st); err != nil {
 		cancel(err)
 		return giveUp(err)
@@ -483,6 +483,16 @@ func endedError(h *hold) error {
 	}
 }
 
+// recordWindow is how long the record of a last release lives in Redis
+// (see keys.Record): longer than go-redis can resend the release, which it
+// does only within the release's own context (releaseTimeout). A last
+// release that finds its hold gone reads it to tell its own resend (the
+// record is there: released) from a lost hold (it is not: ErrLeaseLost).
+const recordWindow = releaseTimeout + time.Second
+
+// recordMs is recordWindow as the release scripts take it.
+var recordMs = recordWindow.Milliseconds()
+
 // errLost is the error of a call through a hold whose lease was lost.
 var errLost = &multiError{msg: "redisync: not held: lease lost", errs: []error{ErrNotHeld, ErrLeaseLost}}
 
@@ -571,6 +581,7 @@ func (c *Client) releaseAll(ctx context.Context, calls []call) error {
 
 // releaseBy sends k, a release script, for release's send.
 func (c *Client) releaseBy(ctx context.Context, k call) (int64, time.Time, error) {
+	k.direct = true
 	r := c.tr.do(ctx, k, nil)
 	n, err := r.Int64()
 	return n, r.sent, err

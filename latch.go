@@ -21,7 +21,15 @@ const latchRecheck = time.Second
 // wakes the waiters.
 //
 // A CountDownLatch is a cheap handle, safe for concurrent use. It has no
-// owner: anyone may count it down.
+// owner: anyone may count it down. It takes no options.
+//
+// When Redis loses its data (a restart without persistence, a failover to
+// a replica that did not have it yet), the count is lost, and a latch that
+// was never set or reached zero looks the same: Wait returns at once, as
+// if the count had reached zero, and CountDown does nothing. Where waiters
+// must not be released early by a loss, keep the count in a store that
+// survives it, or check the work itself after Wait. (The README's "When
+// Redis loses its data" says what each primitive does then.)
 type CountDownLatch struct {
 	c       *Client
 	name    string

@@ -58,8 +58,8 @@ type multiGroup struct {
 // type). The order of names does not matter. Bad input (no names, an
 // empty or duplicated name, a name whose unlock channel is in another
 // Cluster slot, a bad option) is reported by every method of the handle,
-// as an error wrapping ErrInvalid. WithLease applies; WithFencing and
-// WithWaiterTimeout do not, and are refused.
+// as an error wrapping ErrInvalid. WithLease applies; WithFencing,
+// WithWaiterTimeout and WithPermits do not, and are refused.
 func (c *Client) MultiLock(names []string, opts ...LockOption) *MultiLock {
 	sorted := slices.Clone(names)
 	slices.Sort(sorted)
@@ -76,7 +76,7 @@ func (c *Client) MultiLock(names []string, opts ...LockOption) *MultiLock {
 	}
 	lc, err := m.setup(opts)
 	m.err = m.spec.wrap(err)
-	m.spec.ref = lockRef{c, "multilock", ref}
+	m.spec.ref = lockRef{c, KindMultiLock, ref}
 	m.spec.parts = true
 	m.spec.lease, m.spec.renewed = c.lease, true
 	if lc.lease > 0 {
@@ -98,12 +98,9 @@ func (m *MultiLock) setup(opts []LockOption) (lockConfig, error) {
 			return lockConfig{}, fmt.Errorf("%w: name %q is given twice", ErrInvalid, name)
 		}
 	}
-	lc, err := lockSetup(m.names[0], opts, false)
+	lc, err := lockSetup(m.names[0], opts, primMultiLock)
 	if err != nil {
 		return lc, err
-	}
-	if lc.fence {
-		return lc, fmt.Errorf("%w: WithFencing applies to Mutex, FairMutex and RWMutex only, not to a MultiLock", ErrInvalid)
 	}
 	cluster := isCluster(m.c.rdb)
 	bySlot := map[int]*multiGroup{}

@@ -25,9 +25,21 @@ type Observer struct {
 	Renewed func(RenewalEvent)
 }
 
+// The kinds of hold, as HoldEvent.Kind reports them. They are plain
+// strings, so a comparison with the literal works as well.
+const (
+	KindMutex     = "lock"      // a hold of a Mutex
+	KindFairMutex = "fair lock" // a hold of a FairMutex
+	KindRWRead    = "rw read"   // a read hold of an RWMutex
+	KindRWWrite   = "rw write"  // a write hold of an RWMutex
+	KindSemaphore = "semaphore" // a hold of a Semaphore's permits
+	KindMultiLock = "multilock" // a hold of a MultiLock (its Name: its names, quoted)
+	KindElection  = "election"  // a leadership of an Election
+)
+
 // HoldEvent describes one hold of one lock.
 type HoldEvent struct {
-	Kind  string        // "lock", "fair lock", "rw read", "rw write" or "semaphore"
+	Kind  string        // KindMutex, KindFairMutex, KindRWRead, KindRWWrite, KindSemaphore, KindMultiLock or KindElection
 	Name  string        // the lock's name
 	Wait  time.Duration // Acquired: from the call to the grant
 	Held  time.Duration // Released, LeaseLost: from the grant to the end

@@ -16,7 +16,7 @@ import (
 // carries a hold of it.
 type lockRef struct {
 	c    *Client
-	kind string // "lock", "fair lock", "rw read", "rw write", "semaphore"
+	kind string // KindMutex, KindFairMutex, KindRWRead, KindRWWrite, KindSemaphore, KindMultiLock, KindElection
 	name string
 }
 

@@ -37,6 +37,9 @@ type Mutex struct {
 
 // Mutex returns a handle on the reentrant lock name. Bad input (an empty
 // name, a bad option) is reported by every method of the handle.
+//
+// Options: WithLease and WithFencing. WithWaiterTimeout and WithPermits do
+// not apply to a Mutex and are refused (ErrInvalid).
 func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
 	m := &Mutex{c: c, name: name, channel: redissonName("redisson_lock__channel", name)}
 	m.spec.wrap = wrapFor(c, "lock", name, keyType{name, "hash"})
@@ -44,7 +47,7 @@ func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
 		m.err = m.spec.wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
 		return m
 	}
-	lc, err := lockSetup(name, opts, false)
+	lc, err := lockSetup(name, opts, primMutex)
 	if err = fencingSetup(name, lc, err); err == nil && lc.fence {
 		m.fence, m.spec.fenced = fenceKey(name), true
 		m.spec.wrap = wrapFor(c, "lock", name, keyType{name, "hash"}, keyType{m.fence, "string"})
@@ -53,7 +56,7 @@ func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
 		err = fmt.Errorf("%w: on a Cluster, name %q and its unlock channel %q (Redisson's naming) hash to different slots", ErrInvalid, name, m.channel)
 	}
 	m.err = m.spec.wrap(err)
-	m.spec.ref = lockRef{c, "lock", name}
+	m.spec.ref = lockRef{c, KindMutex, name}
 	m.spec.lease, m.spec.renewed = c.lease, true
 	if lc.lease > 0 {
 		m.spec.lease, m.spec.renewed = lc.lease, false
@@ -87,9 +90,12 @@ func (m *Mutex) wrap(err error) error { return wrapOr(m.spec.wrap, err) }
 // context is then cancelled with cause ErrLeaseLost), or until ctx ends:
 // then redisync releases the lock in Redis and wakes a waiter, so a lock
 // never outlives the context it was taken with. While the hold's context is
-// live the owner holds the lock; once it is done the owner does not. A
-// re-entry's context also ends with the context given to it, but the
-// re-entry counts until its Unlock. To bound only the wait, use TryLockFor.
+// live the owner holds the lock; once it is done the owner does not: from
+// the moment the hold's local deadline has passed, its Err reports the
+// loss (cause ErrLeaseLost) even before any timer has run (see the package
+// documentation). A re-entry's context also ends with the context given to
+// it, but the re-entry counts until its Unlock. To bound only the wait,
+// use TryLockFor.
 // On error, Lock returns ctx.
 func (m *Mutex) Lock(ctx context.Context) (context.Context, error) {
 	return m.lock(ctx, ctx, true, false)
@@ -252,10 +258,20 @@ func (m *Mutex) script(field string, count int) call {
 // with (redisync released it then), and an error wrapping ErrNotHeld when
 // ctx carries no hold of the lock, a hold already released, or a hold whose
 // lease was lost (that error also wraps ErrLeaseLost, and whatever Redis
-// still kept of the hold is cleared). After another error on the last hold
-// (Redis unreachable), the hold has ended: redisync retries the release in
-// the background, and Redis frees the lock when its lease ends at the
-// latest.
+// still kept of the hold is cleared). So its error answers "was the lock
+// mine throughout?": a hold whose local deadline had passed when Unlock
+// was called (its process was stopped past its lease, say) was lost, even
+// if no timer has told it yet, and so was one that Redis no longer had
+// (its lease ran out, another process forced it, Redis lost its data).
+// go-redis may send an Unlock again after a network error although Redis
+// ran it: that release still returns nil, as the last release of a hold
+// leaves a record of itself in Redis, "{tag}:released:<name>:<owner>",
+// which expires by itself a few seconds later (see Keys in the package
+// documentation). When the last release finds its hold gone in Redis, the
+// hold's context has already ended, plainly, as Unlock ends it before the
+// lock can be free. After another error on the last hold (Redis
+// unreachable), the hold has ended: redisync retries the release in the
+// background, and Redis frees the lock when its lease ends at the latest.
 func (m *Mutex) Unlock(ctx context.Context) error {
 	if err := m.check(ctx); err != nil {
 		return err
@@ -266,14 +282,16 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 				return m.handOver(ctx, h, ho, mine)
 			}
 		}
-		return m.c.releaseBy(ctx, script(lua.Unlock, []string{m.name, m.channel}, h.field, count, h.lease.Milliseconds(), publish, unlockMessage))
+		return m.c.releaseBy(ctx, script(lua.Unlock, []string{m.name, m.channel, keys.Record(m.name, h.field)},
+			h.field, count, h.lease.Milliseconds(), publish, unlockMessage, recordMs))
 	})
 }
 
 // handOver hands the lock from h, releasing its last hold, to the local
 // waiter reserved by ho (cohort.go), or at the end of a run of handoffs
-// releases it for other clients; it reports h released (2). mine is this
-// client's subscriptions to the channel.
+// releases it for other clients; it reports h released (2), or lost (0)
+// when Redis no longer had h's hold. mine is this client's subscriptions
+// to the channel.
 func (m *Mutex) handOver(ctx context.Context, h *hold, ho *handoff, mine int) (int64, time.Time, error) {
 	ho.release = ho.acc.release(ho.field)
 	ho.st = m.c.stamp(m.spec.ref)
@@ -304,6 +322,9 @@ func (m *Mutex) handOver(ctx context.Context, h *hold, ho *handoff, mine int) (i
 	}
 	if err != nil && notReplicated(err) == nil {
 		return 0, rep.sent, err
+	}
+	if len(r) > 3 && r[3] == 1 {
+		return 0, rep.sent, nil // the releaser's hold was gone: lost
 	}
 	return 2, rep.sent, nil
 }

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/alicebob/miniredis/v2"
 )
 
 // Benchmarks run against a private real redis-server:
@@ -162,4 +164,38 @@ func redisCPU(b *testing.B, addr string) time.Duration {
 		}
 	}
 	return time.Duration(total * float64(time.Second))
+}
+
+// The hold's context looks at the hold's local deadline on every Err, Done
+// and Value (issue 19): what that costs, next to a plain cancelCtx's Err.
+//
+//	go test -run '^$' -bench HoldContext .
+func BenchmarkHoldContext(b *testing.B) {
+	mr := miniredis.RunT(b)
+	c := newClient(b, newRDB(b, mr.Addr()))
+	hctx, err := c.Mutex("bench:holdctx").Lock(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	plain, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b.Run("Err", func(b *testing.B) {
+		for b.Loop() {
+			if hctx.Err() != nil {
+				b.Fatal("lost")
+			}
+		}
+	})
+	b.Run("Done", func(b *testing.B) {
+		for b.Loop() {
+			_ = hctx.Done()
+		}
+	})
+	b.Run("plain cancelCtx Err", func(b *testing.B) {
+		for b.Loop() {
+			if plain.Err() != nil {
+				b.Fatal("cancelled")
+			}
+		}
+	})
 }

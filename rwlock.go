@@ -54,6 +54,10 @@ var errUpgrade = fmt.Errorf("%w: the context holds the read lock, and a reader c
 // RWMutex returns a handle on the read-write lock name. Bad input (an empty
 // name, a name whose companion keys cannot share its Cluster slot, a bad
 // option) is reported by every method of the handle.
+//
+// Options: WithLease (read and write holds), WithFencing (write holds get
+// tokens) and WithWaiterTimeout (waiting writers). WithPermits does not
+// apply to an RWMutex and is refused (ErrInvalid).
 func (c *Client) RWMutex(name string, opts ...LockOption) *RWMutex {
 	r := &RWMutex{c: c, name: name, waiter: DefaultWaiterTimeout}
 	layout := []keyType{{name, "hash"}}
@@ -77,7 +81,7 @@ func (c *Client) RWMutex(name string, opts ...LockOption) *RWMutex {
 		r.err = wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
 		return r
 	}
-	lc, err := lockSetup(name, opts, true)
+	lc, err := lockSetup(name, opts, primRW)
 	if err == nil && !keys.Taggable(name) {
 		err = fmt.Errorf("%w: lock name %q has a \"}\" outside a hash tag", ErrInvalid, name)
 	}
@@ -93,8 +97,8 @@ func (c *Client) RWMutex(name string, opts ...LockOption) *RWMutex {
 		r.fence = fenceKey(name)
 		wrap = wrapFor(c, "rw lock", name, append(layout, keyType{r.fence, "string"})...)
 	}
-	r.rspec = spec{ref: lockRef{c, "rw read", name}, lease: lease, renewed: renewed, wrap: wrap}
-	r.wspec = spec{ref: lockRef{c, "rw write", name}, lease: lease, renewed: renewed, fenced: r.fence != "", wrap: wrap}
+	r.rspec = spec{ref: lockRef{c, KindRWRead, name}, lease: lease, renewed: renewed, wrap: wrap}
+	r.wspec = spec{ref: lockRef{c, KindRWWrite, name}, lease: lease, renewed: renewed, fenced: r.fence != "", wrap: wrap}
 	return r
 }
 
@@ -340,7 +344,8 @@ func (r *RWMutex) RUnlock(ctx context.Context) error {
 		return err
 	}
 	return r.c.release(ctx, &r.rspec, 1, func(ctx context.Context, h *hold, count int) (int64, time.Time, error) {
-		return r.c.releaseBy(ctx, call{script: lua.RWRUnlock, keys: r.pkeys(), args: []any{h.field, count, h.lease.Milliseconds(), publish}})
+		return r.c.releaseBy(ctx, call{script: lua.RWRUnlock, keys: append(r.pkeys(), keys.Record(r.name, "r:"+h.field)),
+			args: []any{h.field, count, h.lease.Milliseconds(), publish, recordMs}})
 	})
 }
 
@@ -353,7 +358,8 @@ func (r *RWMutex) Unlock(ctx context.Context) error {
 		return err
 	}
 	return r.c.release(ctx, &r.wspec, 1, func(ctx context.Context, h *hold, count int) (int64, time.Time, error) {
-		return r.c.releaseBy(ctx, call{script: lua.RWUnlock, keys: r.pkeys(), args: []any{h.field, count, h.lease.Milliseconds(), publish}})
+		return r.c.releaseBy(ctx, call{script: lua.RWUnlock, keys: append(r.pkeys(), keys.Record(r.name, "w:"+h.field)),
+			args: []any{h.field, count, h.lease.Milliseconds(), publish, recordMs}})
 	})
 }
 

@@ -26,8 +26,17 @@ const maxPermits = 1 << 50
 
 // Semaphore is a distributed counting semaphore whose permits are held by
 // owners under a lease, so a crashed holder's permits come back by
-// themselves. Its total is set with SetPermits, TrySetPermits or AddPermits;
-// to follow a configuration change, call SetPermits with the new total.
+// themselves. Its total is set with SetPermits, TrySetPermits or AddPermits,
+// or stated on the handle with WithPermits; to follow a configuration
+// change, call SetPermits with the new total.
+//
+// When Redis loses its data (a restart without persistence, a failover to
+// a replica that did not have it yet), the total is lost with the holders:
+// every hold's context ends with ErrLeaseLost at its next renewal, and
+// Acquire waits until the total is set again, which a handle made with
+// WithPermits does by itself at its next acquisition; without it, some
+// process must call SetPermits again. The README's "When Redis loses its
+// data" says what each primitive does then.
 //
 // Permits are held as a Mutex's holds are: Acquire returns the hold's
 // context; acquiring again through it adds permits to the same hold, and
@@ -53,6 +62,7 @@ type Semaphore struct {
 	keys    []string // name, holders, expiry
 	channel string
 	spec    spec
+	permits int // WithPermits: the total an acquisition creates when missing; 0: none
 	err     error
 }
 
@@ -60,8 +70,12 @@ type Semaphore struct {
 // name, a name that cannot share its slot with companion keys, a bad
 // option) is reported by every method of the handle.
 //
-// WithLease gives the permits a fixed lease that the watchdog does not
-// renew: they come free that long after the owner's latest Acquire.
+// Options: WithLease gives the permits a fixed lease that the watchdog does
+// not renew (they come free that long after the owner's latest Acquire);
+// WithPermits states the total, which acquisitions then create whenever it
+// is missing (before anyone set it, after Redis lost its data). WithFencing
+// and WithWaiterTimeout do not apply to a Semaphore and are refused
+// (ErrInvalid).
 func (c *Client) Semaphore(name string, opts ...LockOption) *Semaphore {
 	s := &Semaphore{c: c, name: name, keys: []string{name, "", "", ""}}
 	if keys.Taggable(name) {
@@ -73,19 +87,17 @@ func (c *Client) Semaphore(name string, opts ...LockOption) *Semaphore {
 		s.err = s.spec.wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
 		return s
 	}
-	lc, err := lockSetup(name, opts, false)
-	if err == nil && lc.fence {
-		err = fmt.Errorf("%w: WithFencing applies to Mutex, FairMutex and RWMutex only, not to a Semaphore", ErrInvalid)
-	}
+	lc, err := lockSetup(name, opts, primSemaphore)
 	if err == nil && !keys.Taggable(name) {
 		err = fmt.Errorf("%w: semaphore name %q contains \"}\" without a hash tag", ErrInvalid, name)
 	}
 	s.err = s.spec.wrap(err)
-	s.spec.ref = lockRef{c, "semaphore", name}
+	s.spec.ref = lockRef{c, KindSemaphore, name}
 	s.spec.lease, s.spec.renewed = c.lease, true
 	if lc.lease > 0 {
 		s.spec.lease, s.spec.renewed = lc.lease, false
 	}
+	s.permits = lc.permits
 	return s
 }
 
@@ -173,7 +185,8 @@ func (s *Semaphore) set(ctx context.Context, mode string, n int) (bool, error) {
 
 // Available returns how many permits can be acquired now: the total minus
 // the permits held under a live lease (never negative; 0 when the permits
-// were never set). Expired holders are reclaimed first, never counted.
+// were never set, unless the handle states them with WithPermits). Expired
+// holders are reclaimed first, never counted.
 func (s *Semaphore) Available(ctx context.Context) (int, error) {
 	if err := s.check(ctx); err != nil {
 		return 0, err
@@ -186,10 +199,14 @@ func (s *Semaphore) Available(ctx context.Context) (int, error) {
 		if r[2] == 1 {
 			continue // more expired holders to reclaim
 		}
-		if r[0] < 0 || r[1] >= r[0] {
+		total := r[0]
+		if total < 0 && s.permits > 0 {
+			total = int64(s.permits) // WithPermits: a missing total counts as stated
+		}
+		if total < 0 || r[1] >= total {
 			return 0, nil
 		}
-		return int(r[0] - r[1]), nil
+		return int(total - r[1]), nil
 	}
 }
 
@@ -262,7 +279,7 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 	var hctx context.Context // a hold added to
 	neverSet := false
 	acquire := func(field string, prev int) call {
-		return script(lua.SemAcquire, s.keys, field, n, prev, leaseMs, publish, semReclaimLimit)
+		return script(lua.SemAcquire, s.keys, field, n, prev, leaseMs, publish, semReclaimLimit, s.permits)
 	}
 	giveBack := func(field string, after int64) call {
 		return script(lua.SemRelease, s.keys, field, n, after, publish, semReclaimLimit)
@@ -381,13 +398,11 @@ func semBound(ms int64) time.Duration {
 // Releasing more than the hold has returns an error wrapping ErrNotHeld and
 // changes nothing. Its other results are Mutex.Unlock's: nil when the hold
 // already ended with the context it was taken with, and an error wrapping
-// ErrNotHeld (and ErrLeaseLost) when its lease was lost, in which case
-// whatever Redis still kept of the hold is released.
-//
-// One exception: releasing all of a hold's permits after Redis lost them (a
-// failover, a deleted key) before this process noticed succeeds: the script
-// cannot tell that case from the same release resent by go-redis after it
-// succeeded.
+// ErrNotHeld (and ErrLeaseLost) when its lease was lost (its deadline had
+// passed, or Redis no longer had its permits), in which case whatever
+// Redis still kept of the hold is released. A release of the last permits
+// that go-redis resent after it ran returns nil, by its record in Redis
+// (see Mutex.Unlock).
 func (s *Semaphore) Release(ctx context.Context, n int) error {
 	if err := s.check(ctx); err != nil {
 		return err
@@ -396,7 +411,8 @@ func (s *Semaphore) Release(ctx context.Context, n int) error {
 		return err
 	}
 	return s.c.release(ctx, &s.spec, n, func(ctx context.Context, h *hold, count int) (int64, time.Time, error) {
-		return s.c.releaseBy(ctx, script(lua.SemRelease, s.keys, h.field, n, count, publish, semReclaimLimit))
+		return s.c.releaseBy(ctx, script(lua.SemRelease, append(s.keys[:len(s.keys):len(s.keys)], keys.Record(s.name, h.field)),
+			h.field, n, count, publish, semReclaimLimit, recordMs))
 	})
 }
 

@@ -72,6 +72,9 @@ type call struct {
 	// re-entry, a handoff, a renewal): with WithReplicaAck it is followed
 	// by WAIT, and its reply says whether the replicas have it.
 	takes bool
+	// direct says its caller need not leave before go-redis's own
+	// timeouts (a release): on an idle lane it sends the call itself.
+	direct bool
 }
 
 // publishArg stands, in a call's arguments, for the command the script
@@ -169,6 +172,7 @@ type lane struct {
 	queue   []*op
 	workers int
 	idle    int
+	sending int // pipelines in flight: workers' and callers' own
 	kick    chan struct{}
 }
 
@@ -184,6 +188,13 @@ func newTransport(rdb redis.UniversalClient, ack replicaAck, mode *pubMode, log 
 // goroutine of its own.
 func (t *transport) do(ctx context.Context, k call, late func(reply)) reply {
 	o := &op{call: k, done: make(chan struct{}), late: late}
+	if k.direct || ctx.Done() == nil {
+		// A caller that cannot leave early sends its call itself when
+		// the lane is idle: no worker to wake, nothing to batch with.
+		if l, err := t.lane(&o.call); err == nil && l.sendDirect(o) {
+			return o.r
+		}
+	}
 	t.submit(o)
 	if ctx.Done() == nil {
 		<-o.done
@@ -320,6 +331,27 @@ func (l *lane) queueOps(ops []*op) {
 	}
 }
 
+// sendDirect sends o from its caller's goroutine if l is idle (nothing
+// queued, nothing in flight), reporting whether it did.
+func (l *lane) sendDirect(o *op) bool {
+	l.mu.Lock()
+	if len(l.queue) > 0 || l.sending > 0 {
+		l.mu.Unlock()
+		return false
+	}
+	l.sending++
+	node := l.node
+	l.mu.Unlock()
+	l.send(node, []*op{o})
+	l.mu.Lock()
+	l.sending--
+	l.mu.Unlock()
+	if o.state.Load() == opWaiting { // sent again after MOVED: on its way
+		<-o.done
+	}
+	return true
+}
+
 // work is a worker of l: it sends what is queued, a pipeline at a time,
 // until l has been idle for laneIdle or the client closes.
 func (l *lane) work() {
@@ -355,8 +387,12 @@ func (l *lane) work() {
 			l.queue = nil
 		}
 		node := l.node
+		l.sending++
 		l.mu.Unlock()
 		l.send(node, batch)
+		l.mu.Lock()
+		l.sending--
+		l.mu.Unlock()
 	}
 }
 

@@ -69,6 +69,7 @@ func (w *watchdog) add(h *hold, st stamp) error {
 	w.holds[h] = struct{}{}
 	h.tmu.Lock()
 	h.sent = sent
+	h.dl.set(deadline(sent, h.lease))
 	h.timer = time.AfterFunc(time.Until(deadline(sent, h.lease)), func() {
 		if w.end(h, endLost, ErrLeaseLost) {
 			w.c.giveBack(h) // Redis may keep it a little longer: give it back
@@ -79,13 +80,16 @@ func (w *watchdog) add(h *hold, st stamp) error {
 }
 
 // extend moves h's local deadline after a script sent at sent set its lease.
+// A deadline that has passed is not moved: the hold was lost then, whether
+// or not anyone has looked yet, and a late reply does not bring it back.
 func (w *watchdog) extend(h *hold, sent time.Time) {
 	h.tmu.Lock()
 	defer h.tmu.Unlock()
-	if h.why != live || !sent.After(h.sent) {
+	if h.why != live || !sent.After(h.sent) || h.dl.passed() {
 		return
 	}
 	h.sent = sent
+	h.dl.set(deadline(sent, h.lease))
 	h.timer.Reset(time.Until(deadline(sent, h.lease)))
 }
 
@@ -105,13 +109,22 @@ func (w *watchdog) end(h *hold, why endReason, cause error) bool {
 	if h.timer != nil {
 		h.timer.Stop()
 	}
-	stops, firsts := h.stops, h.firsts
-	h.stops, h.firsts = nil, nil
+	stops, ties, firsts := h.stops, h.ties, h.firsts
+	h.stops, h.ties, h.firsts = nil, nil, nil
+	h.firsting.Store(len(firsts) > 0)
 	h.tmu.Unlock()
 	for _, f := range firsts {
 		f()
 	}
+	h.firsting.Store(false)
 	h.cancel(cause)
+	for _, cancel := range ties {
+		cancel(cause)
+	}
+	// Only now that every context of the hold is cancelled: until then,
+	// one that finds the deadline passed waits for this (see overdue).
+	h.dl.clear()
+	close(h.over)
 	for _, stop := range stops {
 		stop()
 	}

@@ -1,9 +1,9 @@
 package lua
 
-// The scripts of the Election. Those that make terms have elect_term.lua
-// (next_term) before them.
+// The scripts of the Election. The one that makes terms has fence.lua and
+// elect_term.lua (next_term) before it.
 var (
-	ElectCampaign = LoadWith("elect_term.lua", "elect_campaign.lua")
+	ElectCampaign = LoadWith("elect_campaign.lua", "fence.lua", "elect_term.lua")
 	ElectRenew    = Load("elect_renew.lua")
 	ElectResign   = Load("elect_resign.lua")
 	ElectLeader   = Load("elect_leader.lua")

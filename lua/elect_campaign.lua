@@ -3,7 +3,8 @@
 -- KEYS[1]  the election: a hash of owner (the leader's field), value and
 --          term, with a PEXPIRE lease; it exists exactly while someone
 --          leads
--- KEYS[2]  the term counter (elect_term.lua), which never expires
+-- KEYS[2]  the term counter (elect_term.lua), which never expires; its
+--          terms follow fence.lua's rule, so they are large numbers
 -- KEYS[3]  the election's channel (in KEYS[1]'s slot)
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  the candidate's owner field "<client uuid>:<n>"

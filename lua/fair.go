@@ -4,7 +4,7 @@ package lua
 // format plus a queue of waiters, granted in arrival order. Waiter deadlines
 // are taken from Redis's clock (TIME), never from a client's.
 var (
-	FairLock        = Load("fair_lock.lua")
+	FairLock        = LoadWith("fair_lock.lua", "fence.lua")
 	FairUnlock      = Load("fair_unlock.lua")
 	FairLeave       = Load("fair_leave.lua")
 	FairDrop        = Load("fair_drop.lua")

@@ -4,8 +4,9 @@
 -- KEYS[2]  the queue: zset of waiter field -> arrival number
 -- KEYS[3]  the waiters' deadlines: zset of waiter field -> ms (Redis clock)
 -- KEYS[4]  optional: the fencing counter (WithFencing), a string that never
---          expires; a first hold (ARGV[3] = 0) increments it and returns it
---          as a third reply element, {1, 1, token}
+--          expires; a first hold (ARGV[3] = 0) moves it on to the next
+--          token (fence.lua, prepended) and returns it as a third reply
+--          element, {1, 1, token}
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner field "<client uuid>:<n>"
 -- ARGV[3]  hold count the caller had before this call (0 for a first hold)
@@ -46,7 +47,7 @@ local function take(queued)
   local token
   if n == 1 and KEYS[4] then
     -- First, so that a counter of another type fails with nothing written.
-    token = redis.call('incr', KEYS[4])
+    token = fence_next(KEYS[4])
   end
   if queued then
     redis.call('zrem', KEYS[3], field)

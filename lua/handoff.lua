@@ -8,7 +8,8 @@
 -- KEYS[1]  the lock's hash
 -- KEYS[2]  the lock's channel (in the lock's slot)
 -- KEYS[3]  optional: the fencing counter (WithFencing); the receiver's is a
---          first hold, so it is incremented and returned
+--          first hold, so it is moved on to the next token (fence.lua,
+--          prepended) and returned
 -- ARGV[1]  the releasing owner's field
 -- ARGV[2]  the receiving owner's field
 -- ARGV[3]  the receiving owner's lease in milliseconds
@@ -21,23 +22,29 @@
 --
 -- A releasing owner whose field is gone (its lease was lost) has nothing to
 -- hand over: the receiver gets the lock only if it is free, as its own
--- attempt would. A resent call finds the receiver holding and reports it.
+-- attempt would, and the reply says that the releaser's hold was gone. A
+-- resent call finds the receiver holding and reports it, as the first run
+-- did.
 --
--- Returns {1, 1} when the receiver holds the lock with one hold ({1, 1,
--- token} with KEYS[3]; a resent call reads the counter, which nobody else
--- can have incremented since, as the receiver holds the lock), {2, 0}
--- when the lock was released for other clients, {0, pttl} when another
--- owner holds it (nothing changed). A key of another type fails with
--- WRONGTYPE and is not touched.
+-- Returns {code, n, token, gone}: {1, 1, token, gone} when the receiver
+-- holds the lock with one hold (token 0 without KEYS[3]; a resent call
+-- reads the counter, which nobody else can have changed since, as the
+-- receiver holds the lock), {2, 0, 0, gone} when the lock was released for
+-- other clients, {0, pttl, 0, 1} when another owner holds it (nothing
+-- changed); gone is 1 when the releaser's hold was already gone (lost),
+-- 0 otherwise. A key of another type fails with WRONGTYPE and is not
+-- touched.
 
 -- The common case, the releaser still holding, costs one read.
 local received = false
+local gone = 0
 if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
   received = redis.call('hexists', KEYS[1], ARGV[2]) == 1
   if not received then
+    gone = 1
     local pttl = redis.call('pttl', KEYS[1])
     if pttl ~= -2 then
-      return {0, pttl}
+      return {0, pttl, 0, 1}
     end
   end
 end
@@ -49,21 +56,18 @@ if ARGV[4] ~= '' and not received then
   if others > 0 then
     redis.call('del', KEYS[1])
     redis.call(ARGV[5], KEYS[2], ARGV[6])
-    return {2, 0}
+    return {2, 0, 0, gone}
   end
 end
-local token
+local token = 0
 if KEYS[3] then
   if received then
     token = tonumber(redis.call('get', KEYS[3]))
   else
-    token = redis.call('incr', KEYS[3])
+    token = fence_next(KEYS[3])
   end
 end
 redis.call('hset', KEYS[1], ARGV[2], 1)
 redis.call('hdel', KEYS[1], ARGV[1])
 redis.call('pexpire', KEYS[1], ARGV[3])
-if token then
-  return {1, 1, token}
-end
-return {1, 1}
+return {1, 1, token, gone}

@@ -3,7 +3,8 @@
 --
 -- KEYS[1]  the lock's hash
 -- KEYS[2]  optional: the fencing counter (WithFencing), a string that never
---          expires; a first hold (ARGV[3] = 0) increments it and returns it
+--          expires; a first hold (ARGV[3] = 0) moves it on to the next
+--          token (fence.lua, prepended) and returns it
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner field "<client uuid>:<n>"
 -- ARGV[3]  hold count the caller had before this call (0 for a first hold)
@@ -14,7 +15,7 @@
 -- force-unlock, an expiry, a failover): it is refused, never re-created.
 --
 -- Returns {1, count} when the owner holds the lock ({1, 1, token} for a
--- first hold with KEYS[2]; the counter is incremented before the hash is
+-- first hold with KEYS[2]; the counter is moved on before the hash is
 -- written, so a counter of another type fails with nothing written),
 -- {0, pttl} when another
 -- owner does, {-1, 0} when a re-entry finds its hold gone. A key of another
@@ -31,7 +32,7 @@ end
 local n = tonumber(ARGV[3]) + 1
 local token
 if n == 1 and KEYS[2] then
-  token = redis.call('incr', KEYS[2])
+  token = fence_next(KEYS[2])
 end
 redis.call('hset', KEYS[1], ARGV[2], n)
 redis.call('pexpire', KEYS[1], ARGV[1])

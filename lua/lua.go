@@ -49,10 +49,14 @@ func Load(name string) *Script {
 	return newScript(name, read(name), fips140.Enforced())
 }
 
-// LoadWith returns the embedded script name with the embedded prelude (the
-// helpers a family of scripts shares) before it.
-func LoadWith(prelude, name string) *Script {
-	return newScript(name, read(prelude)+"\n"+read(name), fips140.Enforced())
+// LoadWith returns the embedded script name with the embedded preludes (the
+// helpers a family of scripts shares) before it, in order.
+func LoadWith(name string, preludes ...string) *Script {
+	src := ""
+	for _, p := range preludes {
+		src += read(p) + "\n"
+	}
+	return newScript(name, src+read(name), fips140.Enforced())
 }
 
 // newScript returns the script name with source src. With serverSHA (FIPS
@@ -307,12 +311,13 @@ func unsupported(ctx context.Context) *redis.Cmd {
 
 var errDigestOnly = errors.New("redisync/lua: a learned digest runs nothing")
 
-// The scripts of the reentrant Mutex (Redisson's RLock wire format).
+// The scripts of the reentrant Mutex (Redisson's RLock wire format). Those
+// that give fencing tokens have fence.lua before them.
 var (
-	Lock        = Load("lock.lua")
+	Lock        = LoadWith("lock.lua", "fence.lua")
 	Unlock      = Load("unlock.lua")
 	Renew       = Load("renew.lua")
 	ForceUnlock = Load("forceunlock.lua")
 	Drop        = Load("drop.lua")
-	Handoff     = Load("handoff.lua")
+	Handoff     = LoadWith("handoff.lua", "fence.lua")
 )

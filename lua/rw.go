@@ -11,7 +11,7 @@ package lua
 var (
 	RWRLock      = loadRW("rw_rlock.lua")
 	RWRUnlock    = loadRW("rw_runlock.lua")
-	RWLock       = loadRW("rw_lock.lua")
+	RWLock       = loadRW("rw_lock.lua", "fence.lua")
 	RWUnlock     = loadRW("rw_unlock.lua")
 	RWRenewRead  = Load("rw_renew_read.lua")
 	RWRenewWrite = Load("rw_renew_write.lua")
@@ -20,5 +20,8 @@ var (
 	RWInfo       = Load("rw_info.lua")
 )
 
-// loadRW returns a state-changing RWMutex script with rw_prelude.lua before it.
-func loadRW(name string) *Script { return LoadWith("rw_prelude.lua", name) }
+// loadRW returns a state-changing RWMutex script with rw_prelude.lua (and
+// then more, if given) before it.
+func loadRW(name string, more ...string) *Script {
+	return LoadWith(name, append([]string{"rw_prelude.lua"}, more...)...)
+}

@@ -3,8 +3,9 @@
 -- KEYS[1..5]  hash, read holders, waiting writers, waiting readers, admitted
 --              readers (see lua/rw.go)
 -- KEYS[6]  optional: the fencing counter (WithFencing), a string that never
---          expires; a first write hold (ARGV[3] = 0) increments it and
---          returns it as a third reply element, {1, 1, token}
+--          expires; a first write hold (ARGV[3] = 0) moves it on to the
+--          next token (fence.lua) and returns it as a third reply
+--          element, {1, 1, token}
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner field
 -- ARGV[3]  write hold count the caller had before this call (0 for a first)
@@ -21,7 +22,7 @@
 --
 -- Returns {1, count} or {0, ms}: how long to wait at most before trying again
 -- (-1: the lock has no expiry).
--- (rw_prelude.lua comes first: now, purge, extend.)
+-- (rw_prelude.lua comes first: now, purge, extend; then fence.lua.)
 
 local field = ARGV[2]
 local wf = 'w:' .. field
@@ -34,7 +35,7 @@ end
 -- written (a counter of another type then fails with nothing written).
 local function fence()
   if n == 1 and KEYS[6] then
-    return redis.call('incr', KEYS[6])
+    return fence_next(KEYS[6])
   end
 end
 local function granted(token)

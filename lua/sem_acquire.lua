@@ -8,6 +8,10 @@
 -- ARGV[4]     lease in milliseconds
 -- ARGV[5]     publish command ('publish' or 'spublish') for KEYS[4]
 -- ARGV[6]     most expired holders to reclaim in this call
+-- ARGV[7]     the total the caller states (WithPermits), set when the
+--             semaphore has none (never set, or lost with Redis's data);
+--             0: none stated, a missing total stays missing. A total that
+--             is set is never changed here.
 --
 -- The owner's count is set to ARGV[3] + ARGV[2] rather than incremented, so
 -- a call that go-redis resends after a network error cannot take twice; a
@@ -27,12 +31,19 @@ used = used - freed
 
 local held = tonumber(redis.call('hget', KEYS[2], field) or '0')
 local result
+local created -- the total this call set (WithPermits), or nil
 if prev > 0 and held == 0 then
   result = {-1, 0, 1}
 else
   local want = prev + n
   local delta = want - held
   local permits = redis.call('hget', KEYS[1], 'permits')
+  local stated = tonumber(ARGV[7] or '0')
+  if not permits and stated > 0 then
+    redis.call('hset', KEYS[1], 'permits', stated)
+    permits = stated
+    created = stated
+  end
   if delta > 0 and (not permits or delta > tonumber(permits) - used) then
     local set = 1
     if not permits then
@@ -48,6 +59,10 @@ else
     end
     result = {1, want, 1}
   end
+end
+if created then
+  -- Wake as many waiters as permits are free now (as sem_set.lua does).
+  freed = math.max(created - used, 0)
 end
 sem_finish(used, stored, freed, ARGV[5])
 return result

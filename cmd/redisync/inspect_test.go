@@ -92,7 +92,7 @@ func TestInspectPrimitives(t *testing.T) {
 	must(orphan.Acquire(ctx, 2))
 	must(nil, rdb.Del(ctx, "orphan").Err())
 
-	// A fenced Mutex taken twice (held now, token 2); a fenced RWMutex
+	// A fenced Mutex taken twice (held now, its second token); a fenced RWMutex
 	// write-locked once and freed (only its counter is left).
 	must(c1.Mutex("fenced", redisync.WithFencing()).Lock(ctx))
 	must(c2.Mutex("fenced", redisync.WithFencing()).ForceUnlock(ctx))
@@ -165,8 +165,8 @@ func TestInspectPrimitives(t *testing.T) {
 		"weird": {`^weird: free \(no redisync keys\)\n  \{weird\}:fair-queue:weird: a string, not a redisync key\n$`},
 		"gone":  {`^gone: free \(no keys\)\n$`},
 		"fenced": {`^fenced: lock \(Mutex or FairMutex\), held, ` + lease + `\n  holder ` + owner(id2) + `  holds 1  ` + parts(id2) + `\n`,
-			`\n  fencing counter \{fenced\}:fence:fenced: 2 \(the last token given\)\n$`},
-		"fencedfree": {`^fencedfree: free \(a fenced lock: its fencing counter stays\)\n  fencing counter \{fencedfree\}:fence:fencedfree: 1 \(the last token given\)\n$`},
+			`\n  fencing counter \{fenced\}:fence:fenced: \d{16,} \(the last token given\)\n$`},
+		"fencedfree": {`^fencedfree: free \(a fenced lock: its fencing counter stays\)\n  fencing counter \{fencedfree\}:fence:fencedfree: \d{16,} \(the last token given\)\n$`},
 	} {
 		for _, re := range want {
 			if !regexp.MustCompile(re).MatchString(blocks[name]) {
@@ -332,7 +332,7 @@ func TestInspectCluster(t *testing.T) {
 		"pool":  {`^pool: semaphore, 2 of 3 permits available \(1 held\)\n  holder ` + owner(id1) + `  holds 1, ` + lease},
 		"start": {`^start: latch, counting, 2 left\n  cluster slot`},
 		"{acct}:7": {`^\{acct\}:7: lock \(Mutex or FairMutex\), held, ` + lease + `\n  holder ` + owner(id2) + `  holds 1  `,
-			`\n  fencing counter \{acct\}:fence:\{acct\}:7: 1 \(the last token given\)\n`},
+			`\n  fencing counter \{acct\}:fence:\{acct\}:7: \d{16,} \(the last token given\)\n`},
 		"gone": {`^gone: free \(no keys\)\n  cluster slot`},
 	}
 	for _, args := range [][]string{
