@@ -192,16 +192,21 @@ func (e *Election) Term(ctx context.Context) (int64, bool) {
 // Resign ends the leadership ctx carries: its context is cancelled, then
 // the election is freed in Redis and the next candidate, in any process,
 // leads at once (woken by pub/sub, without waiting for a lease). It works
-// with a cancelled ctx. It returns an error wrapping ErrNotHeld when ctx
-// carries no leadership of this election, or one that has ended (also
-// wrapping ErrLeaseLost when it was lost), and nil when the leadership
-// already ended with the context it was won with.
+// with a cancelled ctx. It returns nil when the leadership already ended
+// with the context it was won with, and an error wrapping ErrNotHeld when
+// ctx carries no leadership of this election, or one that has ended; that
+// error also wraps ErrLeaseLost when the leadership was lost, which Resign
+// finds as Mutex.Unlock does (its local deadline had passed, or Redis no
+// longer had it), so its answer says whether the caller led throughout.
 func (e *Election) Resign(ctx context.Context) error {
 	if err := e.check(ctx); err != nil {
 		return err
 	}
 	return e.c.release(ctx, &e.spec, 1, func(ctx context.Context, h *hold, _ int) (int64, time.Time, error) {
-		return e.c.releaseBy(ctx, e.resign(h.field, h.token))
+		k := e.resign(h.field, h.token)
+		k.keys = append(k.keys[:len(k.keys):len(k.keys)], keys.Record(e.name, h.field))
+		k.args = append(k.args, recordMs)
+		return e.c.releaseBy(ctx, k)
 	})
 }
 

@@ -163,10 +163,21 @@ func TestElectionBasics(t *testing.T) {
 		assert.Equal(t, Leadership{}, l)
 		assert.NoError(t, e1.Resign(lctx), "the leadership ended with its context")
 
+		// A Resign that finds the leadership gone says it was lost.
+		lctx, err = e1.Campaign(bg, "node-1")
+		require.NoError(t, err)
+		t4, _ := e1.Term(lctx)
+		o.waitFor(Leadership{Value: "node-1", Term: t4}, time.Second)
+		require.NoError(t, env.rdb(t).Del(bg, "elect:basic").Err())
+		err = e1.Resign(lctx)
+		assert.ErrorIs(t, err, ErrNotHeld)
+		assert.ErrorIs(t, err, ErrLeaseLost)
+		o.waitFor(Leadership{}, time.Second) // the resignation said so
+
 		stop()
 		<-o.done
 		seen := o.check()
-		assert.Equal(t, []Leadership{{}, {"node-1", t1}, {}, {"node 2", t2}, {}, {"node-1", t3}, {}}, seen)
+		assert.Equal(t, []Leadership{{}, {"node-1", t1}, {}, {"node 2", t2}, {}, {"node-1", t3}, {}, {"node-1", t4}, {}}, seen)
 		assert.Equal(t, []string{"{elect:basic}:elect-term:elect:basic"}, env.keys(t), "only the term counter is left")
 	})
 }

@@ -319,7 +319,7 @@ func (m *MultiLock) takeBack(a *acquisition, field string, i int, failing bool) 
 	if i == 0 {
 		return nil
 	}
-	calls := m.unlockCallsOf(m.groups[:i], field, 1)
+	calls := m.unlockCallsOf(m.groups[:i], field, 1, false)
 	if failing {
 		m.c.undo(calls...)
 		return nil
@@ -337,15 +337,22 @@ func (m *MultiLock) takeBack(a *acquisition, field string, i int, failing bool) 
 }
 
 // unlockCalls returns the calls that release the hold of field with count
-// holds by one, one per slot.
+// holds by one, one per slot, without a release record: a give-back.
 func (m *MultiLock) unlockCalls(field string, count int) []call {
-	return m.unlockCallsOf(m.groups, field, count)
+	return m.unlockCallsOf(m.groups, field, count, false)
 }
 
-func (m *MultiLock) unlockCallsOf(groups []multiGroup, field string, count int) []call {
+// unlockCallsOf returns the calls that release the hold of field in
+// groups; with record, a last release leaves its record in each slot (see
+// lua/multi_unlock.lua), to tell its own resend from a lost hold.
+func (m *MultiLock) unlockCallsOf(groups []multiGroup, field string, count int, record bool) []call {
 	calls := make([]call, len(groups))
 	for i, g := range groups {
-		calls[i] = script(lua.MultiUnlock, g.both, field, count, m.spec.lease.Milliseconds(), publish, unlockMessage)
+		k := g.both
+		if record {
+			k = append(k[:len(k):len(k)], keys.Record(g.keys[0], field))
+		}
+		calls[i] = script(lua.MultiUnlock, k, field, count, m.spec.lease.Milliseconds(), publish, unlockMessage, recordMs)
 	}
 	return calls
 }
@@ -357,14 +364,18 @@ func (m *MultiLock) unlockCallsOf(groups []multiGroup, field string, count int) 
 // was taken with, an error wrapping ErrNotHeld when ctx carries no hold of
 // this MultiLock (the same names) or a hold that ended, also wrapping
 // ErrLeaseLost when it was lost from any of the names (the others are
-// then given back). After another error on the last hold, the hold has
-// ended and redisync retries the release in the background.
+// then freed too), so its answer says whether every name was the
+// caller's throughout. Like Mutex.Unlock, a last release leaves a record
+// of itself in each slot, "{tag}:released:<name>:<owner>" for the first of
+// the slot's names, which expires by itself a few seconds later. After
+// another error on the last hold, the hold has ended and redisync retries
+// the release in the background.
 func (m *MultiLock) Unlock(ctx context.Context) error {
 	if err := m.check(ctx); err != nil {
 		return err
 	}
 	return m.c.release(ctx, &m.spec, 1, func(ctx context.Context, h *hold, count int) (int64, time.Time, error) {
-		calls := m.unlockCalls(h.field, count)
+		calls := m.unlockCallsOf(m.groups, h.field, count, count == 1)
 		if len(calls) == 1 {
 			return m.c.releaseBy(ctx, calls[0])
 		}

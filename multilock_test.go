@@ -263,6 +263,16 @@ func TestMultiLockLoss(t *testing.T) {
 			return len(e.keys(t)) == 0
 		})
 
+		// A last Unlock that finds one name gone says the hold was lost,
+		// and frees the others.
+		c3 := e.client(t)
+		lctx, err = c3.MultiLock(names).Lock(bg)
+		require.NoError(t, err)
+		require.NoError(t, rdb.Del(bg, "loss:a").Err())
+		err = c3.MultiLock(names).Unlock(lctx)
+		assert.ErrorIs(t, err, ErrLeaseLost)
+		assert.Empty(t, e.keys(t))
+
 		// The context it was taken with ends: released at once.
 		ctx, cancel := context.WithCancel(bg)
 		lctx, err = m.Lock(ctx)
@@ -341,6 +351,17 @@ func TestMultiLockCluster(t *testing.T) {
 		got <- err
 	}()
 	eventually(t, 3*time.Second, "the MultiLock to wait", func() bool { return localWaiters(c1, multiChannel(last)) == 1 })
+	// It tries once more when its subscription is confirmed, taking the
+	// names before the last for a moment: then it holds none of them.
+	eventually(t, 2*time.Second, "the names before the last to be free while the MultiLock waits", func() bool {
+		for _, n := range names {
+			if n != last && cc.Exists(bg, n).Val() != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	time.Sleep(100 * time.Millisecond)
 	for _, n := range names {
 		if n != last {
 			assert.Zero(t, cc.Exists(bg, n).Val(), "%s is held while the MultiLock waits", n)
