@@ -256,3 +256,160 @@ func TestElectionObserveEnds(t *testing.T) {
 	}
 	assert.Equal(t, before, observeGoroutines())
 }
+
+// electionRun has candidates on several Clients campaign on one election,
+// again and again, each leading for a moment and then resigning or
+// letting its campaign's context end, while observers on other Clients
+// watch. It fails if two leaderships' contexts are live at once, if a
+// leader's term is not greater than every earlier leader's, or if an
+// observer breaks Observe's promises. kill, if not nil, runs in the
+// background meanwhile.
+func electionRun(t *testing.T, client func(opts ...Option) *Client, name string, run time.Duration, kill func(ctx context.Context)) {
+	const clients, perClient, observers = 3, 3, 2
+	const lease = time.Second
+	bg := context.Background()
+	octx, stopObs := context.WithCancel(bg)
+	defer stopObs()
+	var obs []*observed
+	for range observers {
+		obs = append(obs, observe(t, client().Election(name), octx))
+	}
+	ctx, cancel := context.WithTimeout(bg, run)
+	defer cancel()
+	var mu sync.Mutex
+	live := map[context.Context]int64{} // leaderships' contexts, by term
+	var wins []Leadership
+	var ended time.Time
+	var gaps []time.Duration // from a leadership's end to the next win
+	var wg sync.WaitGroup
+	for i := range clients {
+		c := client(WithWatchdogTimeout(lease))
+		for j := range perClient {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				e := c.Election(name)
+				value := fmt.Sprintf("c%d-%d", i, j)
+				for n := 0; ctx.Err() == nil; n++ {
+					cctx, stop := context.WithCancel(ctx)
+					lctx, err := e.Campaign(cctx, value)
+					if err != nil {
+						stop()
+						continue // the run ended
+					}
+					term, _ := e.Term(lctx)
+					mu.Lock()
+					for other, ot := range live {
+						if other.Err() == nil {
+							t.Errorf("two leaders: term %d won while term %d's context is live", term, ot)
+						}
+					}
+					if len(wins) > 0 && term <= wins[len(wins)-1].Term {
+						t.Errorf("term %d after term %d", term, wins[len(wins)-1].Term)
+					}
+					if !ended.IsZero() {
+						gaps = append(gaps, time.Since(ended))
+					}
+					live[lctx] = term
+					wins = append(wins, Leadership{Value: value, Term: term})
+					mu.Unlock()
+					time.Sleep(time.Duration(n%3) * time.Millisecond)
+					mu.Lock()
+					delete(live, lctx)
+					ended = time.Now()
+					mu.Unlock()
+					if n%2 == 0 {
+						assert.NoError(t, e.Resign(lctx))
+					} else {
+						stop() // the campaign's context ends: so does the leadership
+						<-lctx.Done()
+					}
+					stop()
+				}
+			}()
+		}
+	}
+	if kill != nil {
+		go kill(ctx)
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	var worst time.Duration
+	for _, g := range gaps {
+		worst = max(worst, g)
+	}
+	t.Logf("%d leaderships in %v; longest time without a leader between two: %v", len(wins), run, worst)
+	require.NotEmpty(t, wins)
+	// Every observer ends up seeing that nobody leads, and saw the
+	// leaders in the order they led, each at most once.
+	for _, o := range obs {
+		o.waitFor(Leadership{}, lease)
+	}
+	stopObs()
+	index := map[int64]int{}
+	for k, w := range wins {
+		index[w.Term] = k
+	}
+	for i, o := range obs {
+		<-o.done
+		seen := o.check()
+		k, n, unknown := -1, 0, 0
+		for _, l := range seen {
+			if l.Term == 0 {
+				continue
+			}
+			n++
+			at, ok := index[l.Term]
+			if !ok {
+				// A Campaign that won in Redis as its context ended
+				// (the run's end): given back, never returned.
+				unknown++
+				continue
+			}
+			assert.Equal(t, wins[at], l, "observer %d", i)
+			assert.Greater(t, at, k, "observer %d saw %v out of order", i, l)
+			k = at
+		}
+		assert.LessOrEqual(t, unknown, clients*perClient, "observer %d saw leaders nobody won", i)
+		t.Logf("observer %d saw %d of the %d leaderships (and %d won as their campaigns ended)", i, n-unknown, len(wins), unknown)
+	}
+}
+
+// Several candidates on several Clients, and observers on others.
+func TestElectionManyCandidates(t *testing.T) {
+	run := 3 * time.Second
+	if testing.Short() {
+		run = time.Second
+	}
+	t.Run("redis", func(t *testing.T) {
+		e := realEnv(t)
+		electionRun(t, func(opts ...Option) *Client { return e.client(t, opts...) }, "elect:many", run, nil)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		cl := redistestCluster(t)
+		electionRun(t, func(opts ...Option) *Client { return newClient(t, cl.Client(t), opts...) }, "elect:many", run, nil)
+	})
+}
+
+// The same while the subscription connections are killed again and again
+// (CLIENT KILL TYPE pubsub): no promise breaks, and observers and
+// candidates still hear of every change soon after.
+func TestElectionPubSubKilled(t *testing.T) {
+	e := realEnv(t)
+	admin := e.rdb(t)
+	run := 4 * time.Second
+	if testing.Short() {
+		run = 2 * time.Second
+	}
+	kills := 0
+	electionRun(t, func(opts ...Option) *Client { return e.client(t, opts...) }, "elect:kill", run, func(ctx context.Context) {
+		for ctx.Err() == nil {
+			time.Sleep(time.Duration(100+kills*37%200) * time.Millisecond)
+			if n, err := admin.ClientKillByFilter(context.Background(), "TYPE", "pubsub").Result(); err == nil && n > 0 {
+				kills++
+			}
+		}
+	})
+	t.Logf("%d kills", kills)
+}

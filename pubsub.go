@@ -162,7 +162,7 @@ type waiter struct {
 
 // watchBacklog bounds the messages a watcher keeps untaken: beyond it
 // they are dropped, and the watcher told it missed some.
-const watchBacklog = 64
+const watchBacklog = 256
 
 // newPubSub returns the subscription of a client on rdb. mode resolves
 // whether it is sharded; it is called by the router goroutine only, and
