@@ -306,6 +306,7 @@ func (e *Election) observe(ctx context.Context, w *waiter, out chan<- Leadership
 	}
 	w.take()
 	reread := true
+	backoff := retryAfter // after a read that failed, doubled up to every
 	for {
 		next := every
 		if reread {
@@ -315,8 +316,9 @@ func (e *Election) observe(ctx context.Context, w *waiter, out chan<- Leadership
 				return
 			case err != nil:
 				e.c.log.Warn("redisync: an election's observer cannot read it; retrying", "name", e.name, "error", err)
-				next = min(every, retryAfter)
+				next, backoff = min(every, backoff), min(every, 2*backoff)
 			default:
+				backoff = retryAfter
 				if l, ok := seen.state(st); ok && !emit(l) {
 					return
 				}

@@ -330,7 +330,11 @@ func electionRun(t *testing.T, client func(opts ...Option) *Client, name string,
 		}
 	}
 	if kill != nil {
-		go kill(ctx)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			kill(ctx)
+		}()
 	}
 	wg.Wait()
 	mu.Lock()

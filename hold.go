@@ -40,12 +40,15 @@ type hold struct {
 	renew   []call
 	release []call
 	one     [2]call // backs renew and release for one call each: no allocation
+	parent  context.Context
+	ctx     context.Context // carries the hold; ends with it
+	cancel  context.CancelCauseFunc
+
 	// parts: the hold is on several locks, and can be lost from some of
-	// them only (a MultiLock): a loss gives back the others.
+	// them only (a MultiLock): a loss gives back the others. covers are
+	// those locks, which a ForceUnlock in this process ends it with.
 	parts  bool
-	parent context.Context
-	ctx    context.Context // carries the hold; ends with it
-	cancel context.CancelCauseFunc
+	covers []lockRef
 
 	// mu serialises the scripts that change this hold (re-entries,
 	// releases, a give-back), so the count sent stays in step with Redis
@@ -163,8 +166,10 @@ type spec struct {
 	lease   time.Duration
 	renewed bool
 	fenced  bool // WithFencing: first acquisitions get a token
-	parts   bool // a hold is on several locks (see hold.parts)
 	wrap    func(error) error
+
+	parts  bool      // a hold is on several locks (see hold.parts)
+	covers []lockRef // those locks (see hold.covers)
 }
 
 // errUntrusted reports a grant that could not be trusted: its reply came
@@ -217,7 +222,7 @@ func (c *Client) grantAll(s *spec, parent context.Context, field string, count i
 func (c *Client) newHold(s *spec, parent context.Context, field string, count int, token int64, ends []func() bool) *hold {
 	return &hold{
 		ref: s.ref, field: field, scope: scopeOf(parent), lease: s.lease, renewed: s.renewed, token: token,
-		parts: s.parts, parent: parent, count: count, stops: ends, taken: time.Now(),
+		parts: s.parts, covers: s.covers, parent: parent, count: count, stops: ends, taken: time.Now(),
 	}
 }
 

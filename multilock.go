@@ -31,7 +31,10 @@ import (
 // one context, live exactly while every name is held; one lease kept by
 // the watchdog for all the names (one renewal per slot, in the watchdog's
 // batches); losing any of the names ends the hold (its context is
-// cancelled with ErrLeaseLost) and gives back the others. A MultiLock
+// cancelled with ErrLeaseLost) and gives back the others. A
+// Mutex.ForceUnlock of one of the names ends it so too, in the
+// ForceUnlock's process before the name is freed, elsewhere at the next
+// renewal. A MultiLock
 // hold's context does not re-enter a Mutex of one of its names, nor a
 // Mutex's hold context a MultiLock: they are different locks, and such a
 // Lock waits for the caller's own hold, as another owner would. MultiLock
@@ -78,6 +81,9 @@ func (c *Client) MultiLock(names []string, opts ...LockOption) *MultiLock {
 	m.err = m.spec.wrap(err)
 	m.spec.ref = lockRef{c, KindMultiLock, ref}
 	m.spec.parts = true
+	for _, n := range sorted {
+		m.spec.covers = append(m.spec.covers, lockRef{c, KindMutex, n})
+	}
 	m.spec.lease, m.spec.renewed = c.lease, true
 	if lc.lease > 0 {
 		m.spec.lease, m.spec.renewed = lc.lease, false

@@ -292,6 +292,22 @@ func TestMultiLockLoss(t *testing.T) {
 	})
 }
 
+// A ForceUnlock of one of its names, in its own process, ends a
+// MultiLock's hold before the name is free, and gives back the others.
+func TestMultiLockForceUnlockOfAName(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		bg := context.Background()
+		c := e.client(t)
+		lctx, err := c.MultiLock([]string{"force:a", "force:b"}).Lock(bg)
+		require.NoError(t, err)
+		ok, err := c.Mutex("force:b").ForceUnlock(bg)
+		require.NoError(t, err)
+		assert.True(t, ok)
+		assert.ErrorIs(t, context.Cause(lctx), ErrLeaseLost, "told before ForceUnlock returned")
+		eventually(t, time.Second, "force:a to be given back", func() bool { return len(e.keys(t)) == 0 })
+	})
+}
+
 // namesBySlot returns n names, each in a slot of its own, spread over the
 // masters of cc, and prefix-tagged names that share one slot.
 func clusterMultiNames(t *testing.T, cc *redis.ClusterClient, n int) []string {

@@ -3,6 +3,7 @@ package redisync
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -148,22 +149,32 @@ func (w *watchdog) epoch(ref lockRef) uint64 {
 // Call done once the ForceUnlock's script has answered: until then no
 // grant of the lock is trusted (its script may have run before the
 // ForceUnlock's, and its hold be freed by it), and the epoch moves again,
-// so that a grant sent meanwhile and answered later is refused too.
+// so that a grant sent meanwhile and answered later is refused too. A
+// MultiLock's hold that covers the lock ends too, and done gives back its
+// other locks (only then: the ForceUnlock finds the lock held, as it was).
+// A MultiLock's grant in flight is not refused: it learns of the loss at
+// its first renewal, as holders in other processes do.
 func (w *watchdog) force(ref lockRef) (done func()) {
 	w.mu.Lock()
 	w.forced[ref]++
 	w.forcing[ref]++
 	var hs []*hold
 	for h := range w.holds {
-		if h.ref == ref {
+		if h.ref == ref || slices.Contains(h.covers, ref) {
 			hs = append(hs, h)
 		}
 	}
 	w.mu.Unlock()
+	var others []*hold // MultiLocks: their other names are given back after
 	for _, h := range hs {
-		w.end(h, endForced, ErrLeaseLost)
+		if w.end(h, endForced, ErrLeaseLost) && h.ref != ref {
+			others = append(others, h)
+		}
 	}
 	return func() {
+		for _, h := range others {
+			w.c.giveBack(h)
+		}
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		// A grant whose script ran before the ForceUnlock's can answer
