@@ -80,8 +80,9 @@ func (p *pubsub) endRun(key string) {
 
 // claim picks the first waiter of lock key on channel name that can be
 // handed the lock now (it takes handoffs and is waiting, not trying), and
-// reserves it: the waiter does not try again until the outcome is settled.
-// It returns nil when there is none. mine is how many subscriptions of this
+// reserves it, unless a waiter that takes no handoffs (a MultiLock of the
+// name) waits before it: the waiter does not try again until the outcome
+// is settled. It returns nil when there is none. mine is how many subscriptions of this
 // client Redis counts on the channel now (0 or 1).
 func (p *pubsub) claim(name, key string) (h *handoff, mine int) {
 	p.mu.Lock()
@@ -92,7 +93,12 @@ func (p *pubsub) claim(name, key string) (h *handoff, mine int) {
 		return nil, 0
 	}
 	for _, w := range ch.waiters {
-		if w.acc == nil || w.acc.key != key || !w.idle || w.h != nil {
+		if w.acc == nil {
+			// A waiter that cannot be handed the lock (a MultiLock)
+			// came first: the lock is freed, and its message wakes it.
+			break
+		}
+		if w.acc.key != key || !w.idle || w.h != nil {
 			continue
 		}
 		r := p.runs[key]

@@ -519,3 +519,51 @@ func multiContention(t *testing.T, client func() *Client, names []string) {
 // nolint helpers
 var _ = errors.Is
 var _ = fmt.Sprint
+
+// A MultiLock waiting in a Client whose goroutines keep handing a Mutex of
+// one of its names to each other (cohort handoff) still gets its turn.
+func TestMultiLockNotStarvedByHandoffs(t *testing.T) {
+	e := realEnv(t)
+	c := e.client(t)
+	run := 2 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), run)
+	defer cancel()
+	var wg sync.WaitGroup
+	var mutexWins, multiWins atomic.Int32
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := c.Mutex("starve:x")
+			for ctx.Err() == nil {
+				lctx, err := m.Lock(ctx)
+				if err != nil {
+					return
+				}
+				mutexWins.Add(1)
+				time.Sleep(200 * time.Microsecond)
+				_ = m.Unlock(lctx)
+			}
+		}()
+	}
+	var worst time.Duration
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		m := c.MultiLock([]string{"starve:x", "starve:y"})
+		for ctx.Err() == nil {
+			start := time.Now()
+			lctx, err := m.Lock(ctx)
+			if err != nil {
+				return
+			}
+			worst = max(worst, time.Since(start))
+			multiWins.Add(1)
+			_ = m.Unlock(lctx)
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	wg.Wait()
+	t.Logf("in %v: Mutex %d holds, MultiLock %d (longest wait %v)", run, mutexWins.Load(), multiWins.Load(), worst)
+	assert.Greater(t, multiWins.Load(), int32(10), "the MultiLock starved")
+}
