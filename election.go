@@ -87,8 +87,14 @@ func (c *Client) Election(name string, opts ...LockOption) *Election {
 	return e
 }
 
-// Name returns the election's name, which is also its main Redis key.
-func (e *Election) Name() string { return e.name }
+// Name returns the election's name, which is also its main Redis key ("" for
+// a nil handle).
+func (e *Election) Name() string {
+	if e == nil {
+		return ""
+	}
+	return e.name
+}
 
 func (e *Election) check(ctx context.Context) error {
 	if e == nil {

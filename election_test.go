@@ -207,6 +207,8 @@ func TestElectionInvalid(t *testing.T) {
 		_, ok := e.Term(bg)
 		assert.False(t, ok, name)
 	}
+	assert.Empty(t, (*Election)(nil).Name())
+	assert.Empty(t, (*MultiLock)(nil).Names())
 	e := c.Election("e")
 	_, err := e.Campaign(nil, "v") //nolint:staticcheck // refused
 	assert.ErrorIs(t, err, ErrInvalid)

@@ -153,8 +153,13 @@ func multiRef(sorted []string) string {
 	return strings.Join(q, ", ")
 }
 
-// Names returns the lock's names, sorted.
-func (m *MultiLock) Names() []string { return slices.Clone(m.names) }
+// Names returns the lock's names, sorted (none for a nil handle).
+func (m *MultiLock) Names() []string {
+	if m == nil {
+		return nil
+	}
+	return slices.Clone(m.names)
+}
 
 func (m *MultiLock) check(ctx context.Context) error {
 	if m == nil {
