@@ -45,7 +45,7 @@ type acceptor struct {
 // but what it is handed: a way to wake each waiter.
 type cohort struct {
 	mu      sync.Mutex
-	entries map[string][]*waitEntry       // by lock key, in arrival order
+	entries map[string][]*waitEntry   // by lock key, in arrival order
 	byChan  map[string]map[string]int // channel -> lock key -> entries
 	runs    map[string]*handoffRun    // by lock key
 }

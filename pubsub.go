@@ -51,15 +51,15 @@ type pubsub struct {
 	hold func(channel string, now time.Time) (time.Time, bool)
 
 	mu      sync.Mutex
-	decided bool                   // the mode is known (sharded says which)
-	sharded bool                   // SSUBSCRIBE, one connection per node
-	conns   map[string]*subConn    // by node address ("" for the one connection)
-	chans   map[string]*channel    // channels with local waiters
-	routes  []string               // channels to route to a node, in order
-	rkick   chan struct{}          // buffered 1: routes are queued
-	router  bool                   // the router goroutine runs
-	retry   *time.Timer            // re-sends unconfirmed subscriptions
-	armed   bool                   // retry is pending
+	decided bool                // the mode is known (sharded says which)
+	sharded bool                // SSUBSCRIBE, one connection per node
+	conns   map[string]*subConn // by node address ("" for the one connection)
+	chans   map[string]*channel // channels with local waiters
+	routes  []string            // channels to route to a node, in order
+	rkick   chan struct{}       // buffered 1: routes are queued
+	router  bool                // the router goroutine runs
+	retry   *time.Timer         // re-sends unconfirmed subscriptions
+	armed   bool                // retry is pending
 	stopped bool
 	wg      sync.WaitGroup // readers, writers and the router
 }
