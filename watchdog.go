@@ -22,6 +22,7 @@ import (
 // lease is gone before anyone else can take the lock.
 type watchdog struct {
 	c        *Client
+	giveBack func(*hold) // releases in Redis, in the background, a hold that ended
 	lease    time.Duration
 	interval time.Duration
 
@@ -41,6 +42,7 @@ const batchSize = 2000
 func newWatchdog(c *Client, lease time.Duration) *watchdog {
 	w := &watchdog{
 		c:        c,
+		giveBack: c.giveBack,
 		lease:    lease,
 		interval: lease / 3,
 		holds:    map[*hold]struct{}{},
@@ -72,7 +74,7 @@ func (w *watchdog) add(h *hold, st stamp) error {
 	h.dl.set(deadline(sent, h.lease))
 	h.timer = time.AfterFunc(time.Until(deadline(sent, h.lease)), func() {
 		if w.end(h, endLost, ErrLeaseLost) {
-			w.c.giveBack(h) // Redis may keep it a little longer: give it back
+			w.giveBack(h) // Redis may keep it a little longer: give it back
 		}
 	})
 	h.tmu.Unlock()
