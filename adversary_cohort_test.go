@@ -205,12 +205,12 @@ func TestAdvCohortCloseDuringHandoffWhoseReplyIsLost(t *testing.T) {
 // advIdleWaiters counts the waiters of c on channel that may be handed the
 // lock now (cohort.go: waiting, not trying, not reserved).
 func advIdleWaiters(c *Client, channel string) int {
-	c.ps.mu.Lock()
-	defer c.ps.mu.Unlock()
+	c.co.mu.Lock()
+	defer c.co.mu.Unlock()
 	n := 0
-	if ch := c.ps.chans[channel]; ch != nil {
-		for _, w := range ch.waiters {
-			if w.acc != nil && w.idle && w.h == nil {
+	for _, es := range c.co.entries {
+		for _, e := range es {
+			if e.channel == channel && e.idle && e.h == nil {
 				n++
 			}
 		}

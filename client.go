@@ -29,6 +29,7 @@ type Client struct {
 
 	wd   *watchdog
 	ps   *pubsub
+	co   *cohort
 	tr   *transport
 	mode pubMode
 
@@ -99,7 +100,8 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	c.mode.init()
 	c.tr = newTransport(rdb, c.ack, &c.mode, c.log, c.closed)
 	c.wd = newWatchdog(c, c.lease)
-	c.ps = newPubSub(rdb, c.closed, c.log, c.mode.sharded)
+	c.co = newCohort()
+	c.ps = newPubSub(rdb, c.closed, c.log, c.mode.sharded, c.co.chanYielding)
 	if mode := c.PubSub(); mode != PubSubAuto {
 		c.ps.setMode(mode == PubSubSharded)
 	}

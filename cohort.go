@@ -3,6 +3,7 @@ package redisync
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 )
 
@@ -38,13 +39,39 @@ type acceptor struct {
 	take func(h *handoff) (done bool, next time.Duration, err error)
 }
 
+// cohort is a Client's bookkeeping of cohort handoffs: the waiters that
+// can be handed a lock, the runs of handoffs per lock, and the yields that
+// end them. It has its own lock, and knows nothing of the subscription
+// but what it is handed: a way to wake each waiter.
+type cohort struct {
+	mu      sync.Mutex
+	entries map[string][]*waitEntry   // by lock key, in arrival order
+	byChan  map[string]map[string]int // channel -> lock key -> entries
+	runs    map[string]*handoffRun    // by lock key
+}
+
+func newCohort() *cohort {
+	return &cohort{entries: map[string][]*waitEntry{}, byChan: map[string]map[string]int{}, runs: map[string]*handoffRun{}}
+}
+
+// waitEntry is one waiting goroutine that can be handed the lock. Its fields
+// are guarded by the cohort's lock.
+type waitEntry struct {
+	acc     *acceptor
+	channel string
+	wake    func()          // wakes the waiter, without blocking
+	woken   <-chan struct{} // where the waiter is woken
+	idle    bool            // waiting, not trying: it may be handed the lock
+	h       *handoff        // the handoff it is reserved for
+}
+
 // handoff is a lock being handed to one waiter. Its state is guarded by
-// the pubsub's lock.
+// the cohort's lock.
 type handoff struct {
-	w       *waiter
+	e       *waitEntry
 	acc     *acceptor // the waiter's
 	field   string    // the waiter's owner when claimed
-	release call      // from acc, set by the releaser outside p.mu
+	release call      // from acc, set by the releaser
 	st      stamp     // of the releaser's script
 
 	bounded bool // the run's bound is reached: release for other clients
@@ -58,75 +85,129 @@ type handoff struct {
 }
 
 // handoffRun is one lock's run of local handoffs in this client. It is kept
-// by lock key, not on the channel: a channel's local state goes when its
-// last waiter leaves, which a run of handoffs between two goroutines does
-// every time; and two names may share a channel. It lives while the run
-// does, and then as long as the client's waiters yield.
+// by lock key: two names may share a channel. It lives while the run does,
+// and then as long as the client's waiters yield.
 type handoffRun struct {
 	n          int       // handoffs in a row
 	start      time.Time // when the run's first was claimed
 	yieldUntil time.Time // this client's waiters hold back until then
 }
 
+// blocking returns the acceptor of a waiter of lock key that takes no
+// handoffs (a MultiLock of the name): in line with those that do, it keeps
+// the lock from being handed past it, so that a MultiLock waiting in a
+// Client whose goroutines hand the lock to each other still gets its turn.
+func blocking(key string) *acceptor { return &acceptor{key: key} }
+
+// join registers a waiter on channel that can be handed the lock acc
+// names; wake wakes it without blocking, on woken. The entry must be left
+// with leave.
+func (co *cohort) join(channel string, acc *acceptor, wake func(), woken <-chan struct{}) *waitEntry {
+	e := &waitEntry{acc: acc, channel: channel, wake: wake, woken: woken}
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	co.entries[acc.key] = append(co.entries[acc.key], e)
+	keys := co.byChan[channel]
+	if keys == nil {
+		keys = map[string]int{}
+		co.byChan[channel] = keys
+	}
+	keys[acc.key]++
+	return e
+}
+
+// leave removes e. It returns a handoff that was delivered to e and not
+// taken, for the caller to give back; one still under way is marked
+// abandoned, for its releaser to give back.
+func (co *cohort) leave(e *waitEntry) (untaken *handoff) {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	key := e.acc.key
+	es := co.entries[key]
+	for i, x := range es {
+		if x == e {
+			es = append(es[:i:i], es[i+1:]...)
+			break
+		}
+	}
+	if len(es) == 0 {
+		delete(co.entries, key)
+	} else {
+		co.entries[key] = es
+	}
+	if keys := co.byChan[e.channel]; keys != nil {
+		if keys[key]--; keys[key] <= 0 {
+			delete(keys, key)
+		}
+		if len(keys) == 0 {
+			delete(co.byChan, e.channel)
+		}
+	}
+	h := e.h
+	e.h = nil
+	switch {
+	case h == nil:
+		return nil
+	case !h.delivered:
+		h.abandoned = true
+		return nil
+	}
+	return h
+}
+
 // endRun ends key's run: the lock was released, not handed over. Called
-// with p.mu held.
-func (p *pubsub) endRun(key string) {
-	if r := p.runs[key]; r != nil && !time.Now().Before(r.yieldUntil) {
-		delete(p.runs, key)
+// with co.mu held.
+func (co *cohort) endRun(key string) {
+	if r := co.runs[key]; r != nil && !time.Now().Before(r.yieldUntil) {
+		delete(co.runs, key)
 	} else if r != nil {
 		r.n = 0
 	}
 }
 
-// claim picks the first waiter of lock key on channel name that can be
-// handed the lock now (it takes handoffs and is waiting, not trying), and
-// reserves it, unless a waiter that takes no handoffs (a MultiLock of the
-// name) waits before it: the waiter does not try again until the outcome
-// is settled. It returns nil when there is none. mine is how many subscriptions of this
-// client Redis counts on the channel now (0 or 1).
-func (p *pubsub) claim(name, key string) (h *handoff, mine int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	ch := p.chans[name]
-	if ch == nil {
-		p.endRun(key)
-		return nil, 0
-	}
-	for _, w := range ch.waiters {
-		if w.acc == nil {
-			// A waiter that cannot be handed the lock (a MultiLock)
-			// came first: the lock is freed, and its message wakes it.
-			break
+// claim picks the first waiter of lock key that can be handed the lock
+// now (it takes handoffs and is waiting, not trying), and reserves it: the
+// waiter does not try again until the outcome is settled. It returns nil
+// when there is none, or when a waiter that takes no handoffs (see
+// blocking) comes before it. confirmed says this client's subscription to the
+// lock's channel is confirmed: mine is then 1, the subscriptions of this
+// client Redis counts on it.
+func (co *cohort) claim(key string, confirmed bool) (h *handoff, mine int) {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	for _, e := range co.entries[key] {
+		if e.acc.take == nil {
+			break // it is freed, and its message wakes that waiter
 		}
-		if w.acc.key != key || !w.idle || w.h != nil {
+		if !e.idle || e.h != nil {
 			continue
 		}
-		r := p.runs[key]
+		r := co.runs[key]
 		if r == nil {
 			r = &handoffRun{}
-			p.runs[key] = r
+			co.runs[key] = r
 		}
 		if r.n == 0 {
 			r.start = time.Now()
 		}
 		r.n++
-		w.h = &handoff{w: w, acc: w.acc, field: w.acc.field(),
+		e.h = &handoff{e: e, acc: e.acc, field: e.acc.field(),
 			bounded: r.n > cohortRun || time.Since(r.start) >= cohortTime}
-		if p.confirmed(ch) {
+		if confirmed {
 			mine = 1
 		}
-		return w.h, mine
+		return e.h, mine
 	}
-	p.endRun(key)
+	co.endRun(key)
 	return nil, 0
 }
 
 // settle records the reply of h's script (see lua/handoff.lua) and wakes
 // h's waiter. It returns false when the waiter has left meanwhile: the
 // caller gives back what the script may have granted (giveBackHandoff).
-func (p *pubsub) settle(h *handoff, r []int64, err error) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+func (co *cohort) settle(h *handoff, r []int64, err error) bool {
+	co.mu.Lock()
+	defer co.mu.Unlock()
 	key := h.acc.key
 	switch {
 	case err != nil:
@@ -135,103 +216,91 @@ func (p *pubsub) settle(h *handoff, r []int64, err error) bool {
 		h.granted, h.reply = true, r
 	case r[0] == 2:
 		h.next = cohortYield
-		run := p.runs[key]
+		run := co.runs[key]
 		if run == nil {
 			run = &handoffRun{}
-			p.runs[key] = run
+			co.runs[key] = run
 		}
 		run.yieldUntil = time.Now().Add(cohortYield)
 		time.AfterFunc(cohortYield, func() {
-			p.mu.Lock()
-			defer p.mu.Unlock()
-			if p.runs[key] == run && run.n == 0 {
-				p.endRun(key)
+			co.mu.Lock()
+			defer co.mu.Unlock()
+			if co.runs[key] == run && run.n == 0 {
+				co.endRun(key)
 			}
 		})
 	default:
 		h.next = bound(r[1], h.acc.lease/3)
 	}
 	if !h.granted || h.bounded {
-		p.endRun(key) // a new run starts
+		co.endRun(key) // a new run starts
 	}
 	if h.abandoned {
 		return false
 	}
 	h.delivered = true
-	wake([]*waiter{h.w}, 1)
+	h.e.wake()
 	return true
 }
 
 // yielding reports until when this client's callers of lock key hold back,
 // after a run of handoffs ended with the lock released for other clients.
-// Called with p.mu held.
-func (p *pubsub) yielding(key string, now time.Time) (time.Time, bool) {
-	if r := p.runs[key]; r != nil && now.Before(r.yieldUntil) {
+func (co *cohort) yielding(key string, now time.Time) (time.Time, bool) {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	return co.yieldingLocked(key, now)
+}
+
+func (co *cohort) yieldingLocked(key string, now time.Time) (time.Time, bool) {
+	if r := co.runs[key]; r != nil && now.Before(r.yieldUntil) {
 		return r.yieldUntil, true
 	}
 	return time.Time{}, false
 }
 
-// chanYielding is yielding for the locks whose waiters wait on ch. Called
-// with p.mu held.
-func (p *pubsub) chanYielding(ch *channel, now time.Time) (time.Time, bool) {
-	for _, w := range ch.waiters {
-		if w.acc != nil {
-			if y, ok := p.yielding(w.acc.key, now); ok {
-				return y, true
-			}
+// chanYielding is yielding for the locks whose waiters wait on channel:
+// the subscription holds its wake-ups back until then.
+func (co *cohort) chanYielding(channel string, now time.Time) (time.Time, bool) {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	for key := range co.byChan[channel] {
+		if y, ok := co.yieldingLocked(key, now); ok {
+			return y, true
 		}
 	}
 	return time.Time{}, false
 }
 
-// setIdle marks w as waiting (it may be handed the lock) or as trying, and
-// returns the handoff w is reserved for, if any.
-func (w *waiter) setIdle(idle bool) (claimed *handoff) {
-	w.p.mu.Lock()
-	defer w.p.mu.Unlock()
-	w.idle = idle
-	return w.h
+// setIdle marks e as waiting (it may be handed the lock) or as trying, and
+// returns the handoff e is reserved for, if any.
+func (co *cohort) setIdle(e *waitEntry, idle bool) (claimed *handoff) {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	e.idle = idle
+	return e.h
 }
 
-// handed waits for the outcome of the handoff w was reserved for and
+// handed waits for the outcome of the handoff e was reserved for and
 // consumes it; it returns ctx's error if ctx ends first (leave then
-// settles the handoff).
-func (w *waiter) handed(ctx context.Context) (*handoff, error) {
+// settles the handoff), and ErrClosed once closed is.
+func (co *cohort) handed(ctx context.Context, e *waitEntry, closed <-chan struct{}) (*handoff, error) {
 	for {
-		w.p.mu.Lock()
-		h := w.h
+		co.mu.Lock()
+		h := e.h
 		if h.delivered {
-			w.h = nil
-			w.p.mu.Unlock()
+			e.h = nil
+			co.mu.Unlock()
 			return h, nil
 		}
-		w.p.mu.Unlock()
+		co.mu.Unlock()
 		select {
-		case <-w.c:
+		case <-e.woken:
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-w.p.closed:
+		case <-closed:
 			return nil, ErrClosed
 		}
 	}
-}
-
-// dropHandoff settles, when w leaves, a handoff it had not consumed: a
-// pending one is marked abandoned (its releaser gives the lock back), a
-// delivered one is returned for the caller to give back. Called with p.mu
-// held.
-func (w *waiter) dropHandoff() *handoff {
-	h := w.h
-	w.h = nil
-	if h == nil {
-		return nil
-	}
-	if !h.delivered {
-		h.abandoned = true
-		return nil
-	}
-	return h
 }
 
 // giveBackHandoff gives back what a handoff nobody took may have granted:
@@ -252,14 +321,6 @@ func (c *Client) giveBackHandoff(h *handoff) {
 			c.undo(h.release)
 		}()
 	}
-}
-
-// waitIdle is wait during which w may be handed the lock.
-func (w *waiter) waitIdle(ctx context.Context, d time.Duration) (bool, error) {
-	if w.acc != nil {
-		w.setIdle(true)
-	}
-	return w.wait(ctx, d)
 }
 
 // subCounter names how lua/handoff.lua counts the subscribers of a channel

@@ -197,8 +197,9 @@
 //	            holdctx.go (the hold's context and its deadline), owner.go (holds carried in contexts), wait.go
 //	            (waiting between attempts)
 //	machinery   watchdog.go (the lease table and its renewal loop),
-//	            pubsub.go (the one subscription, its wake-ups), cohort.go
-//	            (handing a lock to a local waiter), pubsubmode.go
+//	            pubsub.go (the one subscription, its wake-ups) and
+//	            pubsubmode.go (how it publishes), cohort.go (which local
+//	            waiter a lock is handed to, and the runs' bounds)
 //	transport   transport.go: every script the Client sends, batched per
 //	            node into pipelines, with NOSCRIPT, MOVED and WAIT
 //	            (replica_ack.go) handled there

@@ -297,14 +297,16 @@ func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (cont
 	for {
 		on := blocker
 		channel := multiChannel(on)
-		err = m.c.await(wctx, channel, wakeOne, next, func() (bool, time.Duration, error) {
+		// In line with the Mutex waiters of the name in this Client, so
+		// that they are not handed it past this waiter (cohort.go).
+		err = m.c.awaitFrom(wctx, mark{}, channel, wakeOne, next, func() (bool, time.Duration, error) {
 			done, n, err := try()
 			if err == nil && !done && blocker != on {
 				next = n
 				return false, 0, errBlockerMoved
 			}
 			return done, n, err
-		})
+		}, false, blocking(on))
 		if !errors.Is(err, errBlockerMoved) {
 			break
 		}

@@ -47,18 +47,20 @@ type pubsub struct {
 	// mode resolves the pub/sub mode (sharded or not); ok is false while
 	// it cannot be told (the cluster unreachable). It may block.
 	mode func(ctx context.Context) (sharded, ok bool)
+	// hold says until when wake-ups on a channel are held back (the
+	// cohort's yield to other clients), or false.
+	hold func(channel string, now time.Time) (time.Time, bool)
 
 	mu      sync.Mutex
-	decided bool                   // the mode is known (sharded says which)
-	sharded bool                   // SSUBSCRIBE, one connection per node
-	conns   map[string]*subConn    // by node address ("" for the one connection)
-	chans   map[string]*channel    // channels with local waiters
-	runs    map[string]*handoffRun // by lock key: runs of local handoffs (cohort.go)
-	routes  []string               // channels to route to a node, in order
-	rkick   chan struct{}          // buffered 1: routes are queued
-	router  bool                   // the router goroutine runs
-	retry   *time.Timer            // re-sends unconfirmed subscriptions
-	armed   bool                   // retry is pending
+	decided bool                // the mode is known (sharded says which)
+	sharded bool                // SSUBSCRIBE, one connection per node
+	conns   map[string]*subConn // by node address ("" for the one connection)
+	chans   map[string]*channel // channels with local waiters
+	routes  []string            // channels to route to a node, in order
+	rkick   chan struct{}       // buffered 1: routes are queued
+	router  bool                // the router goroutine runs
+	retry   *time.Timer         // re-sends unconfirmed subscriptions
+	armed   bool                // retry is pending
 	stopped bool
 	wg      sync.WaitGroup // readers, writers and the router
 }
@@ -128,7 +130,7 @@ type channel struct {
 	// map, and the channel is routed again after a reload.
 	avoid      *subConn
 	avoidUntil time.Time
-	deferred   bool // a wake-up is due when its locks' yield ends (cohort.go)
+	deferred   bool // a wake-up is due when the hold on it ends
 
 	// watchers are told every message, with its payload, and every
 	// (re-)subscription (Election.Observe); the wake policy is not theirs.
@@ -147,11 +149,6 @@ type waiter struct {
 	ch *channel
 	c  chan struct{} // buffered 1: a wake-up not yet taken
 
-	// Cohort handoff (cohort.go), guarded by p.mu.
-	acc  *acceptor // nil: the waiter cannot be handed the lock
-	idle bool      // waiting, not trying: it may be handed the lock
-	h    *handoff  // the handoff it is reserved for
-
 	// A watcher's messages not yet taken, and whether some may have been
 	// missed (a re-subscription, or more messages than it keeps); guarded
 	// by p.mu.
@@ -168,10 +165,10 @@ const watchBacklog = 256
 // whether it is sharded; it is called by the router goroutine only, and
 // first at the first subscription.
 func newPubSub(rdb redis.UniversalClient, closed <-chan struct{}, log *slog.Logger,
-	mode func(context.Context) (sharded, ok bool)) *pubsub {
+	mode func(context.Context) (sharded, ok bool), hold func(string, time.Time) (time.Time, bool)) *pubsub {
 	return &pubsub{
-		rdb: rdb, closed: closed, log: log, mode: mode,
-		conns: map[string]*subConn{}, chans: map[string]*channel{}, runs: map[string]*handoffRun{},
+		rdb: rdb, closed: closed, log: log, mode: mode, hold: hold,
+		conns: map[string]*subConn{}, chans: map[string]*channel{},
 		rkick: make(chan struct{}, 1),
 	}
 }
@@ -192,7 +189,7 @@ func wakeAll(string) int { return -1 }
 // first local waiter. wake decides how many waiters a message wakes; the first
 // subscriber of a channel sets it. The waiter must be left with leave. It
 // fails only when the client is closed.
-func (p *pubsub) subscribe(name string, wake func(string) int, acc *acceptor) (*waiter, error) {
+func (p *pubsub) subscribe(name string, wake func(string) int) (*waiter, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	select {
@@ -201,7 +198,7 @@ func (p *pubsub) subscribe(name string, wake func(string) int, acc *acceptor) (*
 	default:
 	}
 	ch := p.channel(name, wake)
-	w := &waiter{p: p, ch: ch, c: make(chan struct{}, 1), acc: acc}
+	w := &waiter{p: p, ch: ch, c: make(chan struct{}, 1)}
 	ch.waiters = append(ch.waiters, w)
 	return w, nil
 }
@@ -637,19 +634,14 @@ func (p *pubsub) write(c *subConn) {
 // queued reports whether local waiters are already waiting on the channel,
 // and until when the lock's holder keeps it at most without renewing, as
 // the latest attempt saw.
-func (p *pubsub) mark(name, key string) (m mark, queued bool, until time.Time) {
+func (p *pubsub) mark(name string) (m mark, queued bool, until time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	now := time.Now()
-	y, yielding := p.yielding(key, now)
 	ch := p.chans[name]
 	if ch == nil {
-		return mark{}, yielding, y
+		return mark{}, false, time.Time{}
 	}
 	queued, until = len(ch.waiters) > 0, ch.until
-	if yielding {
-		queued, until = true, y
-	}
 	if !p.confirmed(ch) {
 		return mark{}, queued, until
 	}
@@ -709,12 +701,10 @@ func (p *pubsub) rotate(name string) {
 }
 
 // leave removes w from its channel, passing on a wake-up it did not take and
-// unsubscribing the channel when w was its last local waiter. It returns a
-// handoff that was delivered to w and not taken: the caller gives it back.
-func (p *pubsub) leave(w *waiter) (untaken *handoff) {
+// unsubscribing the channel when w was its last local waiter.
+func (p *pubsub) leave(w *waiter) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	untaken = w.dropHandoff()
 	ch := w.ch
 	if w.watcher {
 		ch.watchers = slices.DeleteFunc(ch.watchers, func(x *waiter) bool { return x == w })
@@ -732,14 +722,13 @@ func (p *pubsub) leave(w *waiter) (untaken *handoff) {
 		}
 	}
 	if len(ch.waiters) > 0 || len(ch.watchers) > 0 || p.chans[ch.name] != ch {
-		return untaken
+		return
 	}
 	delete(p.chans, ch.name)
 	ch.routing = false
 	if ch.conn != nil {
 		p.queueUnsub(ch.conn, ch.name)
 	}
-	return untaken
 }
 
 // ready waits for Redis to confirm the subscription, at most d: until then an
@@ -802,7 +791,24 @@ func (p *pubsub) nudge(name string) {
 }
 
 // leave ends the wait; see pubsub.leave.
-func (w *waiter) leave() *handoff { return w.p.leave(w) }
+func (w *waiter) leave() { w.p.leave(w) }
+
+// wakeNow wakes w, without blocking.
+func (w *waiter) wakeNow() {
+	select {
+	case w.c <- struct{}{}:
+	default:
+	}
+}
+
+// confirmedOn reports whether channel name is subscribed, as its
+// connection's replies say.
+func (p *pubsub) confirmedOn(name string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ch := p.chans[name]
+	return ch != nil && p.confirmed(ch)
+}
 
 // wake wakes up to n of ws (all when n < 0), in order, skipping those that
 // already have a wake-up pending. Called with p.mu held.
@@ -911,8 +917,8 @@ func (p *pubsub) deliver(name, payload string) {
 	}
 	ch.seq++
 	tell(ch, payload, false)
-	if y, ok := p.chanYielding(ch, time.Now()); ok {
-		// Other clients' turn (cohort.go): wake when the yield ends.
+	if y, ok := p.hold(ch.name, time.Now()); ok {
+		// Other clients' turn (cohort.go): wake when the hold ends.
 		if !ch.deferred {
 			ch.deferred = true
 			time.AfterFunc(time.Until(y), func() { p.wakeDeferred(ch, payload) })

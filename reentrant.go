@@ -185,7 +185,10 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 	queued := false
 	if wait {
 		var until time.Time
-		mk, queued, until = m.c.ps.mark(m.channel, m.name)
+		mk, queued, until = m.c.ps.mark(m.channel)
+		if y, yielding := m.c.co.yielding(m.name, time.Now()); yielding {
+			queued, until = true, y // other clients' turn (cohort.go)
+		}
 		next = time.Until(until)
 		queued = queued && next > 0
 	}
@@ -278,7 +281,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	}
 	return m.c.release(ctx, &m.spec, 1, func(ctx context.Context, h *hold, count int) (int64, time.Time, error) {
 		if count == 1 && !m.c.noCohort {
-			if ho, mine := m.c.ps.claim(m.channel, m.name); ho != nil {
+			if ho, mine := m.c.co.claim(m.name, m.c.ps.confirmedOn(m.channel)); ho != nil {
 				return m.handOver(ctx, h, ho, mine)
 			}
 		}
@@ -317,7 +320,7 @@ func (m *Mutex) handOver(ctx context.Context, h *hold, ho *handoff, mine int) (i
 		m.c.undo(ho.release)
 		r = nil
 	}
-	if !m.c.ps.settle(ho, r, err) {
+	if !m.c.co.settle(ho, r, err) {
 		m.c.giveBackHandoff(ho)
 	}
 	if err != nil && notReplicated(err) == nil {

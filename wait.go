@@ -66,29 +66,47 @@ func (c *Client) awaitShared(ctx context.Context, channel string, wake func(stri
 // handed the lock by a local releaser while it waits (cohort.go): then
 // acc.take stands for the next try.
 func (c *Client) awaitFrom(ctx context.Context, m mark, channel string, wake func(string) int, first time.Duration, try attempt, passOn bool, acc *acceptor) error {
-	w, err := c.ps.subscribe(channel, wake, acc)
+	w, err := c.ps.subscribe(channel, wake)
 	if err != nil {
 		return err
 	}
+	var e *waitEntry // with acc: it may be handed the lock while idle
+	if acc != nil {
+		e = c.co.join(channel, acc, w.wakeNow, w.c)
+	}
 	defer func() {
-		if h := w.leave(); h != nil {
-			c.giveBackHandoff(h)
+		if e != nil {
+			if h := c.co.leave(e); h != nil {
+				c.giveBackHandoff(h)
+			}
 		}
+		w.leave()
 	}()
+	// waitIdle waits, and meanwhile the waiter may be handed the lock.
+	waitIdle := func(d time.Duration) (bool, error) {
+		if e != nil {
+			c.co.setIdle(e, true)
+		}
+		return w.wait(ctx, d)
+	}
 	w.note(first)
 	if w.missed(m) {
 		if err := w.ready(ctx, first); err != nil {
 			return err
 		}
-	} else if _, err := w.waitIdle(ctx, first); err != nil {
+	} else if _, err := waitIdle(first); err != nil {
 		return err
 	}
 	woken := false
 	for {
 		var done bool
 		var next time.Duration
-		if h := w.setIdle(false); h != nil {
-			if h, err = w.handed(ctx); err != nil {
+		var h *handoff
+		if e != nil {
+			h = c.co.setIdle(e, false)
+		}
+		if h != nil {
+			if h, err = c.co.handed(ctx, e, c.closed); err != nil {
 				return err
 			}
 			done, next, err = acc.take(h)
@@ -102,7 +120,7 @@ func (c *Client) awaitFrom(ctx context.Context, m mark, channel string, wake fun
 		if woken && passOn {
 			w.passOn()
 		}
-		if woken, err = w.waitIdle(ctx, next); err != nil {
+		if woken, err = waitIdle(next); err != nil {
 			return err
 		}
 	}

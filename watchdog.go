@@ -23,6 +23,7 @@ import (
 // lease is gone before anyone else can take the lock.
 type watchdog struct {
 	c        *Client
+	giveBack func(*hold) // releases in Redis, in the background, a hold that ended
 	lease    time.Duration
 	interval time.Duration
 
@@ -42,6 +43,7 @@ const batchSize = 2000
 func newWatchdog(c *Client, lease time.Duration) *watchdog {
 	w := &watchdog{
 		c:        c,
+		giveBack: c.giveBack,
 		lease:    lease,
 		interval: lease / 3,
 		holds:    map[*hold]struct{}{},
@@ -73,7 +75,7 @@ func (w *watchdog) add(h *hold, st stamp) error {
 	h.dl.set(deadline(sent, h.lease))
 	h.timer = time.AfterFunc(time.Until(deadline(sent, h.lease)), func() {
 		if w.end(h, endLost, ErrLeaseLost) {
-			w.c.giveBack(h) // Redis may keep it a little longer: give it back
+			w.giveBack(h) // Redis may keep it a little longer: give it back
 		}
 	})
 	h.tmu.Unlock()
@@ -173,7 +175,7 @@ func (w *watchdog) force(ref lockRef) (done func()) {
 	}
 	return func() {
 		for _, h := range others {
-			w.c.giveBack(h)
+			w.giveBack(h)
 		}
 		w.mu.Lock()
 		defer w.mu.Unlock()
@@ -293,7 +295,9 @@ func (w *watchdog) renewBatch(hs []*hold, r *RenewalEvent) error {
 		switch {
 		case gone:
 			r.Lost++
-			w.c.lose(h, false)
+			if w.end(h, endLost, ErrLeaseLost) && h.parts {
+				w.giveBack(h) // a MultiLock: what Redis still keeps of it
+			}
 		case err == nil:
 			w.extend(h, sent)
 		default:
