@@ -258,11 +258,13 @@ func (e *Election) read(ctx context.Context) (electState, error) {
 // Changes come by pub/sub, within milliseconds. Each observer sees the
 // leaders' terms in increasing order and never the same change twice: a
 // message that comes late, after a newer change, is dropped. A message can
-// be lost (a subscription connection dies): while none comes, the
-// observer reads the election again at least every third of the lease
-// (and when the leader's lease would end), and as soon as its
-// subscription is back, so a lost message costs a delay, never a hang; a
-// change that came and went meanwhile is not seen. The observer takes a
+// be lost (a subscription connection dies), and a leader that crashes
+// says nothing: while no message comes, the observer reads the election
+// again at least every third of its handle's lease (the Client's watchdog
+// timeout, or WithLease), and when the leader's lease seen at its last
+// read would end, and as soon as its subscription is back; so a lost
+// message costs a delay, never a hang, and a change that came and went
+// meanwhile is not seen. The observer takes a
 // change only when the previous one has been received from the channel:
 // a reader that falls behind sees the latest state, not every step.
 func (e *Election) Observe(ctx context.Context) <-chan Leadership {

@@ -104,7 +104,9 @@ func TestElectionLeaderProcess(t *testing.T) {
 	defer stop()
 	var obs []*observed
 	for range 2 {
-		obs = append(obs, observe(t, newClient(t, srv.Client(t)).Election(name), octx))
+		// Their handles have the leaders' lease: they read the election
+		// again at least every third of it.
+		obs = append(obs, observe(t, newClient(t, srv.Client(t), WithWatchdogTimeout(processLease)).Election(name), octx))
 	}
 	e := newClient(t, srv.Client(t), WithWatchdogTimeout(processLease)).Election(name)
 
@@ -150,6 +152,16 @@ func TestElectionLeaderProcess(t *testing.T) {
 	b.next("past its last check")
 	b.signal(syscall.SIGSTOP)
 	stopped := time.Now()
+	// Its lease runs out in Redis, and nobody publishes anything: Leader
+	// says nobody leads, and the observers, which read the election again
+	// at least every third of their lease, say so too.
+	for _, o := range obs {
+		o.waitFor(Leadership{}, processLease+processLease/3+time.Second)
+	}
+	t.Logf("the observers saw that nobody leads %v after the leader's process was stopped", time.Since(stopped).Round(time.Millisecond))
+	l, err := e.Leader(bg)
+	require.NoError(t, err)
+	assert.Equal(t, Leadership{}, l, "a leader whose lease ran out is not reported")
 	wctx, cancel := context.WithTimeout(bg, 10*time.Second)
 	defer cancel()
 	lctx, err = e.Campaign(wctx, "parent-2")
@@ -167,7 +179,7 @@ func TestElectionLeaderProcess(t *testing.T) {
 	assert.Equal(t, "resign: lease lost", b.next("resign: "), "its Resign says it did not lead throughout")
 	assert.Equal(t, fmt.Sprintf("leader: parent-2 %d", t2), b.next("leader: "))
 	b.next("done")
-	l, err := e.Leader(bg)
+	l, err = e.Leader(bg)
 	require.NoError(t, err)
 	assert.Equal(t, Leadership{Value: "parent-2", Term: t2}, l, "the stopped leader's Resign freed nothing of its successor's")
 	require.NoError(t, e.Resign(lctx))
