@@ -17,7 +17,7 @@ package redisync
 //     deadline plus chaosSlack, whatever Redis does.
 //  3. The Semaphore never grants more permits to live holders than it has.
 //  5. Nothing is left in Redis at the end (but the semaphore's total and
-//     the fencing counter; release records expire by themselves).
+//     the fencing counter).
 //  6. No goroutine of the library outlives the Clients' Close.
 //  7. Fencing tokens keep increasing across every fault, restarts that lose
 //     the data while a fenced holder holds included, and the resource that
@@ -961,11 +961,10 @@ faulting:
 	}
 
 	// 5. Nothing left in Redis: holds whose release could not be sent
-	// expire within a lease, waiters' entries within the waiter timeout,
-	// release records within recordWindow; only the semaphore's total and
-	// the fencing counter stay, by design.
+	// expire within a lease, waiters' entries within the waiter timeout;
+	// only the semaphore's total and the fencing counter stay, by design.
 	var left []string
-	limit := time.Now().Add(max(chaosLease, chaosWaiterTimeout, recordWindow) + 2*time.Second)
+	limit := time.Now().Add(max(chaosLease, chaosWaiterTimeout) + 2*time.Second)
 	for {
 		left, err = admin.Keys(bg, "*").Result()
 		left = slices.DeleteFunc(left, func(k string) bool { return k == semName || k == fenceKey(fenceName) })

@@ -250,8 +250,7 @@ func (f *FairMutex) Unlock(ctx context.Context) error {
 		return err
 	}
 	return f.c.release(ctx, &f.spec, 1, func(ctx context.Context, h *hold, count int) (int64, time.Time, error) {
-		return f.c.releaseBy(ctx, script(lua.FairUnlock, append(f.keys(), keys.Record(f.name, h.field)),
-			h.field, count, h.lease.Milliseconds(), f.prefix, publish, recordMs))
+		return f.c.releaseBy(ctx, script(lua.FairUnlock, f.keys(), h.field, count, h.lease.Milliseconds(), f.prefix, publish))
 	})
 }
 

@@ -519,11 +519,10 @@ func TestFairMutexForceUnlock(t *testing.T) {
 		assert.True(t, ok)
 		assert.ErrorIs(t, context.Cause(hctx), ErrLeaseLost, "same process: lost at once")
 		assert.NoError(t, rb.ctx.Err(), "another process hears at its next renewal")
-		// Its last Unlock finds its field gone, and no record of its own
-		// release: the hold was lost.
-		err = bf.Unlock(rb.ctx)
-		assert.ErrorIs(t, err, ErrNotHeld)
-		assert.ErrorIs(t, err, ErrLeaseLost)
+		// Its last Unlock finds its field gone before the hold's deadline:
+		// it cannot tell that from its own unlock resent after it
+		// succeeded, and reports success (see Mutex.Unlock).
+		assert.NoError(t, bf.Unlock(rb.ctx))
 		assert.Error(t, rb.ctx.Err())
 		ok, err = holder.ForceUnlock(context.Background())
 		require.NoError(t, err)
@@ -831,7 +830,7 @@ func TestFairMutexUncontendedCost(t *testing.T) {
 	assert.Equal(t, map[string]int{
 		"evalsha": 2,
 		"pttl":    1, "zrange": 2, "hset": 1, "pexpire": 1, // Lock
-		"hdel": 1, "set": 1, // Unlock, with its release record (see Mutex.Unlock)
+		"hdel": 1, // Unlock
 	}, commandCalls(t, rdb))
 	assert.Empty(t, e.keys(t))
 }

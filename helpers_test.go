@@ -3,7 +3,6 @@ package redisync
 import (
 	"context"
 	"runtime"
-	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -72,22 +71,13 @@ func newClient(t testing.TB, rdb redis.UniversalClient, opts ...Option) *Client 
 	return c
 }
 
-// keys lists every key in the environment's Redis, sorted, but the
-// records of last releases, which expire by themselves (see notRecords).
+// keys lists every key in the environment's Redis, sorted.
 func (e *testEnv) keys(t testing.TB) []string {
 	ks, err := e.rdb(t).Keys(context.Background(), "*").Result()
 	require.NoError(t, err)
-	ks = notRecords(ks)
 	sort.Strings(ks)
 	return ks
 }
-
-// isRecord reports whether k is the record of a last release
-// (keys.Record), which lives recordWindow and then expires by itself.
-func isRecord(k string) bool { return strings.Contains(k, "}:released:") }
-
-// notRecords returns ks without the records of last releases.
-func notRecords(ks []string) []string { return slices.DeleteFunc(ks, isRecord) }
 
 // eventually fails the test unless cond holds within d.
 func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {

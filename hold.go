@@ -326,8 +326,7 @@ func (c *Client) release(ctx context.Context, s *spec, n int, send func(ctx cont
 	if h == nil {
 		return s.wrap(fmt.Errorf("%w (the context carries no hold of it)", ErrNotHeld))
 	}
-	ctx, cancel := detach(ctx)
-	defer cancel()
+	ctx = detach(ctx)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.live() {
@@ -366,7 +365,9 @@ func (c *Client) release(ctx context.Context, s *spec, n int, send func(ctx cont
 func (c *Client) afterEnd(ctx context.Context, s *spec, h *hold) error {
 	why := h.reason()
 	if why == endParent || why == endLost {
-		if err := c.tr.do(ctx, h.release, nil).Err(); err != nil && why == endParent {
+		k := h.release
+		k.direct = true
+		if err := c.tr.do(ctx, k, nil).Err(); err != nil && why == endParent {
 			return s.wrap(err)
 		}
 	}
@@ -389,16 +390,6 @@ func endedError(h *hold) error {
 		return errLost
 	}
 }
-
-// recordWindow is how long the record of a last release lives in Redis
-// (see keys.Record): longer than go-redis can resend the release, which it
-// does only within the release's own context (releaseTimeout). A last
-// release that finds its hold gone reads it to tell its own resend (the
-// record is there: released) from a lost hold (it is not: ErrLeaseLost).
-const recordWindow = releaseTimeout + time.Second
-
-// recordMs is recordWindow as the release scripts take it.
-var recordMs = recordWindow.Milliseconds()
 
 // errLost is the error of a call through a hold whose lease was lost.
 var errLost = &multiError{msg: "redisync: not held: lease lost", errs: []error{ErrNotHeld, ErrLeaseLost}}

@@ -11,11 +11,10 @@ import (
 // releaseTimeout bounds a release whose caller's context is already done.
 const releaseTimeout = 5 * time.Second
 
-// detach returns a context for a release: it keeps ctx's values, ignores its
-// cancellation and gives up after releaseTimeout.
-func detach(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-}
+// detach returns a context for a release: it keeps ctx's values and
+// ignores its cancellation. A release is bounded by releaseTimeout (see
+// transport.do's direct calls).
+func detach(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
 
 // cleanupGrace bounds how long a wait that ended waits for its traces in
 // Redis (a queue entry) to be removed.
