@@ -166,6 +166,17 @@ func (p *pubsub) yielding(key string, now time.Time) (time.Time, bool) {
 	return time.Time{}, false
 }
 
+// yielding is pubsub.yielding for w's lock: until when w holds back
+// before it tries (never when it cannot be handed the lock).
+func (w *waiter) yielding() (time.Time, bool) {
+	if w.acc == nil {
+		return time.Time{}, false
+	}
+	w.p.mu.Lock()
+	defer w.p.mu.Unlock()
+	return w.p.yielding(w.acc.key, time.Now())
+}
+
 // chanYielding is yielding for the locks whose waiters wait on ch. Called
 // with p.mu held.
 func (p *pubsub) chanYielding(ch *channel, now time.Time) (time.Time, bool) {
