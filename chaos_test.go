@@ -5,8 +5,9 @@ package redisync
 // Mutex, a FairMutex, an RWMutex (readers and writers) and a Semaphore, while
 // a fault injector disturbs the private redis-server they share: killed
 // subscription connections, a flushed script cache, pauses (SIGSTOP) shorter
-// and longer than the lease, restarts that lose every key, and killed
-// ordinary connections. Throughout, it checks the promises of the contract:
+// and longer than the lease, restarts that lose every key (some of them
+// loading another dataset for a second, answering LOADING meanwhile), and
+// killed ordinary connections. Throughout, it checks the promises of the contract:
 //
 //  1. Exclusion, and 4. every holder told before another holds: while a
 //     hold's context is live its owner holds the lock, so whenever a holder
@@ -68,8 +69,13 @@ const (
 	// a stale holder's context may still be live (see restartCovers).
 	chaosRestartWindow = chaosLease + time.Second
 
-	chaosClients = 3
-	chaosPermits = 2
+	// A restart-loading fault has Redis load chaosLoadKeys keys, one per
+	// chaosLoadPerKey, before it is ready: it answers LOADING for about a
+	// second.
+	chaosLoadKeys   = 2000
+	chaosLoadPerKey = 500 * time.Microsecond
+	chaosClients    = 3
+	chaosPermits    = 2
 )
 
 // chaosMode says how a holder takes part in its lock.
@@ -130,6 +136,7 @@ type chaos struct {
 	current     string   // the fault under way, if any
 	restarts    []window
 	violations  int
+	kinds       map[string]int // violations by kind
 	checks      int
 	excused     int
 	maxStale    time.Duration // the latest, after a restart, that an excused overlap was seen
@@ -160,14 +167,19 @@ func (ch *chaos) count(prim, event string) {
 }
 
 // violate fails the test with a message that says what was going on.
-func (ch *chaos) violate(format string, args ...any) {
+func (ch *chaos) violate(format string, args ...any) { ch.violateKind(format, format, args...) }
+
+// violateKind is violate, counting the violation under kind for the
+// summary; five of each kind are told.
+func (ch *chaos) violateKind(kind, format string, args ...any) {
 	ch.mu.Lock()
 	ch.violations++
-	n := ch.violations
+	ch.kinds[kind]++
+	n := ch.kinds[kind]
 	ctx := ch.faultContextLocked()
 	ch.mu.Unlock()
-	if n > 30 {
-		return // the first 30 tell the story; the count is in the summary
+	if n > 5 {
+		return // the first ones tell the story; the count is in the summary
 	}
 	ch.t.Errorf("VIOLATION at %s: %s [%s]", ch.since(time.Now()), fmt.Sprintf(format, args...), ctx)
 }
@@ -528,7 +540,7 @@ func (ch *chaos) lockFailed(prim, op string, err error, through context.Context)
 	}
 	ch.count(prim, op+" error: "+class)
 	if unexpected {
-		ch.violate("unexpected error from %s.%s: %v", prim, op, err)
+		ch.violateKind("unexpected error: "+class, "unexpected error from %s.%s: %v", prim, op, err)
 	}
 }
 
@@ -553,7 +565,7 @@ func (ch *chaos) unlocked(prim, op string, release func() error) bool {
 	}
 	ch.count(prim, op+" error: "+class)
 	if unexpected {
-		ch.violate("unexpected error from %s.%s: %v", prim, op, err)
+		ch.violateKind("unexpected error: "+class, "unexpected error from %s.%s: %v", prim, op, err)
 	}
 	return false
 }
@@ -777,11 +789,11 @@ func TestChaos(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("chaos: faults for %v, seed %d, lease %v", duration, seed, chaosLease)
 
-	srv := redistest.Start(t)
+	srv := redistest.Start(t, redistest.SlowLoading(chaosLoadPerKey)...)
 	bg := context.Background()
 	ch := &chaos{
 		t: t, start: time.Now(), lease: chaosLease,
-		stats: map[string]map[string]int{}, faults: map[string]int{},
+		stats: map[string]map[string]int{}, faults: map[string]int{}, kinds: map[string]int{},
 	}
 
 	const (
@@ -859,6 +871,19 @@ func TestChaos(t *testing.T) {
 			return fmt.Sprintf("paused %v", d)
 		}
 	}
+	// restart restarts Redis with do, which loses every key, the semaphore's
+	// permits too.
+	restart := func(do func(testing.TB)) {
+		ch.mu.Lock()
+		ch.restarts = append(ch.restarts, window{start: time.Now()})
+		i := len(ch.restarts) - 1
+		ch.mu.Unlock()
+		do(t)
+		ch.mu.Lock()
+		ch.restarts[i].done = time.Now()
+		ch.mu.Unlock()
+		adminDo("SetPermits", func() error { return adminSem.SetPermits(bg, chaosPermits) })
+	}
 	faults := []chaosFault{
 		{"pubsub-kill", func() string {
 			var n int64
@@ -874,18 +899,20 @@ func TestChaos(t *testing.T) {
 		}},
 		{"pause-short", pause(chaosLease / 4)},
 		{"pause-long", pause(chaosLease * 5 / 3)},
-		{"restart", func() string {
-			ch.mu.Lock()
-			ch.restarts = append(ch.restarts, window{start: time.Now()})
-			i := len(ch.restarts) - 1
-			ch.mu.Unlock()
-			srv.Restart(t)
-			ch.mu.Lock()
-			ch.restarts[i].done = time.Now()
-			ch.mu.Unlock()
-			// Every key is gone, the semaphore's permits too.
-			adminDo("SetPermits", func() error { return adminSem.SetPermits(bg, chaosPermits) })
-			return "all data lost"
+		{"restart", func() string { restart(srv.Restart); return "all data lost" }},
+		{"restart-loading", func() string {
+			restart(func(tb testing.TB) { srv.RestartLoading(tb, chaosLoadKeys) })
+			// The keys it loaded are not the workers': delete them.
+			var n int
+			adminDo("delete the keys loaded", func() error {
+				ks, err := admin.Keys(bg, redistest.LoadingKeys).Result()
+				if err == nil && len(ks) > 0 {
+					err = admin.Unlink(bg, ks...).Err()
+				}
+				n = len(ks)
+				return err
+			})
+			return fmt.Sprintf("all data lost, %d keys loaded meanwhile", n)
 		}},
 		{"kill-normal", func() string {
 			var n int64
@@ -1027,5 +1054,10 @@ faulting:
 	t.Logf("  exclusion/permit checks made: %d; overlaps excused after a restart that lost the data: %d (seen up to %v after the restart)",
 		ch.checks, ch.excused, ch.maxStale.Round(time.Millisecond))
 	t.Logf("  keys left right after the run, but the semaphore's total: %d; library goroutines after Close: %d", len(slices.DeleteFunc(left, func(k string) bool { return k == semName })), len(alive))
-	t.Logf("  violations: %d", ch.violations)
+	var byKind []string
+	for k, n := range ch.kinds {
+		byKind = append(byKind, fmt.Sprintf("%d × %s", n, k))
+	}
+	sort.Strings(byKind)
+	t.Logf("  violations: %d %v", ch.violations, byKind)
 }
