@@ -48,6 +48,10 @@ const (
 	// clusterNodeTimeout is set on every cluster node, so that a pause
 	// or a restart is not taken for a failure.
 	clusterNodeTimeout = 5000
+	// A restart of the single node loads loadKeys keys, loadPerKey each,
+	// before it is ready: it answers LOADING for half a second.
+	loadKeys   = 1000
+	loadPerKey = 500 * time.Microsecond
 )
 
 // admins keeps one plain go-redis client per server.
@@ -138,7 +142,7 @@ type nodeFixture struct {
 }
 
 func startNode(t *testing.T) *nodeFixture {
-	args := []string{"--repl-diskless-sync-delay", "0"}
+	args := append([]string{"--repl-diskless-sync-delay", "0"}, redistest.SlowLoading(loadPerKey)...)
 	fx := &nodeFixture{primary: redistest.Start(t, args...), replica: redistest.Start(t, args...)}
 	t.Cleanup(fx.close)
 	fx.proxy = faultproxy.New(t, fx.primary.Addr())
@@ -214,7 +218,15 @@ func (fx *nodeFixture) fault(t *testing.T, kind, _ string) bool {
 		time.Sleep(pauseFor)
 		fx.primary.Resume()
 	case faultRestart:
-		fx.primary.Restart(t)
+		// It loads another dataset first, answering LOADING meanwhile.
+		fx.primary.RestartLoading(t, loadKeys)
+		ks, err := p.Keys(ctx, redistest.LoadingKeys).Result()
+		if err == nil && len(ks) > 0 {
+			err = p.Unlink(ctx, ks...).Err()
+		}
+		if err != nil {
+			t.Fatalf("delete the keys loaded: %v", err)
+		}
 		fx.heal(t)
 		return true
 	case faultFlush:

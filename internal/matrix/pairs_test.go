@@ -38,7 +38,7 @@ const (
 	faultMigrate   = "migration"    // the lock's slot moves to another master
 	faultPubSub    = "pubsub-kill"  // CLIENT KILL TYPE pubsub on every node
 	faultPause     = "pause"        // the lock's node stopped (SIGSTOP) past the lease
-	faultRestart   = "restart"      // the lock's node restarted: its data is lost
+	faultRestart   = "restart"      // the lock's node restarted: its data is lost (a single node answers LOADING a while)
 	faultFlush     = "script-flush" // SCRIPT FLUSH on every node
 	faultDelayed   = "delayed-replies"
 	faultLostReply = "lost-replies"
