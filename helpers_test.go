@@ -28,8 +28,17 @@ type testEnv struct {
 // real reports whether the environment is a real redis-server.
 func (e *testEnv) real() bool { return e.srv != nil }
 
-// forEachEnv runs fn as a subtest against miniredis and a real redis-server.
+// forEachEnv runs fn as a subtest against miniredis and a real
+// redis-server, the two in parallel (each has its own server).
 func forEachEnv(t *testing.T, fn func(t *testing.T, e *testEnv)) {
+	t.Helper()
+	t.Run("miniredis", func(t *testing.T) { t.Parallel(); fn(t, miniEnv(t)) })
+	t.Run("redis", func(t *testing.T) { t.Parallel(); fn(t, realEnv(t)) })
+}
+
+// forEachEnvSerial is forEachEnv one environment after the other, for a
+// test that counts the process's goroutines.
+func forEachEnvSerial(t *testing.T, fn func(t *testing.T, e *testEnv)) {
 	t.Helper()
 	t.Run("miniredis", func(t *testing.T) { fn(t, miniEnv(t)) })
 	t.Run("redis", func(t *testing.T) { fn(t, realEnv(t)) })

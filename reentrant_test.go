@@ -614,7 +614,7 @@ func TestMutexRedissonWireFormat(t *testing.T) {
 }
 
 func TestCloseEndsWaitsReleasesHoldsAndStopsGoroutines(t *testing.T) {
-	forEachEnv(t, func(t *testing.T, e *testEnv) {
+	forEachEnvSerial(t, func(t *testing.T, e *testEnv) {
 		base := redisyncGoroutines()
 		c := e.client(t)
 		bc := e.client(t)
