@@ -527,7 +527,7 @@ func TestCohortHandoffFenced(t *testing.T) {
 // PUBSUB SHARDNUMSUB on the lock's node in sharded mode, assumed in
 // classic mode).
 func TestCohortOnCluster(t *testing.T) {
-	cl := redistestCluster(t)
+	cl := sharedCluster(t)
 	for _, mode := range []PubSubMode{PubSubSharded, PubSubClassic} {
 		t.Run(mode.String(), func(t *testing.T) {
 			var handed atomic.Int64

@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisync-go/redisync/internal/keys"
-	"github.com/redisync-go/redisync/internal/redistest"
 	"github.com/redisync-go/redisync/lua"
 )
 
@@ -539,7 +538,7 @@ func TestFairMutexForceUnlock(t *testing.T) {
 // Every key of a fair lock shares one Cluster slot (its scripts would fail
 // with CROSSSLOT otherwise), and the head waiter is woken across the cluster.
 func TestFairMutexOnCluster(t *testing.T) {
-	cl := redistest.StartCluster(t, 3)
+	cl := sharedCluster(t)
 	rdb := cl.Client(t)
 	a := newClient(t, cl.Client(t))
 	b := newClient(t, cl.Client(t))

@@ -2,9 +2,12 @@ package redisync
 
 import (
 	"context"
+	"errors"
+	"os"
 	"runtime"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -120,6 +123,43 @@ func redistestReplica(t *testing.T, e *testEnv) *redistest.Server {
 }
 
 func redistestCluster(t *testing.T) *redistest.Cluster { return redistest.StartCluster(t, 3) }
+
+// lasting owns the servers that several tests share; TestMain stops them.
+var lasting = redistest.NewLasting("servers shared by tests")
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	lasting.Close()
+	os.Exit(code)
+}
+
+var shared struct {
+	once sync.Once
+	cl   *redistest.Cluster
+	err  error
+}
+
+// sharedCluster returns a 3-master cluster shared by the tests that leave
+// it as they found it (no pause, no kill, no configuration left changed),
+// with every key deleted: one cluster started once instead of one per
+// test. The tests that use it do not run in parallel.
+func sharedCluster(t *testing.T) *redistest.Cluster {
+	t.Helper()
+	shared.once.Do(func() {
+		shared.err = lasting.Do(func() { shared.cl = redistest.StartCluster(lasting, 3) })
+	})
+	switch {
+	case errors.Is(shared.err, redistest.ErrSkipped):
+		t.Skip(shared.err)
+	case shared.err != nil:
+		t.Fatal(shared.err)
+	}
+	ctx := context.Background()
+	for _, m := range shared.cl.Masters {
+		require.NoError(t, m.Client(t).FlushAll(ctx).Err())
+	}
+	return shared.cl
+}
 
 func redistestStart(tb testing.TB) string { return redistest.Start(tb).Addr() }
 

@@ -761,7 +761,7 @@ func TestWatchdogRenewsInBatches(t *testing.T) {
 }
 
 func TestMutexOnCluster(t *testing.T) {
-	cl := redistestCluster(t)
+	cl := sharedCluster(t)
 	c1 := newClient(t, cl.Client(t))
 	c2 := newClient(t, cl.Client(t))
 	var counter int

@@ -55,7 +55,7 @@ func TestClusterRenewalPipelinesPerNode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("10,000 locks")
 	}
-	cl := redistestCluster(t)
+	cl := sharedCluster(t)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), PoolSize: 64})
 	t.Cleanup(func() { _ = cc.Close() })
 	pc := &pipeCounter{pipes: map[string]int{}, cmds: map[string]int{}}

@@ -620,7 +620,7 @@ func TestRWMutexForceUnlock(t *testing.T) {
 // Every key of a read-write lock shares one Cluster slot, and waiters are
 // woken across the cluster.
 func TestRWMutexOnCluster(t *testing.T) {
-	cl := redistest.StartCluster(t, 3)
+	cl := sharedCluster(t)
 	rdb := cl.Client(t)
 	a := newClient(t, cl.Client(t))
 	b := newClient(t, cl.Client(t))

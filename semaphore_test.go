@@ -15,7 +15,6 @@ import (
 
 	"github.com/redisync-go/redisync/internal/faultproxy"
 	"github.com/redisync-go/redisync/internal/keys"
-	"github.com/redisync-go/redisync/internal/redistest"
 	"github.com/redisync-go/redisync/lua"
 )
 
@@ -728,7 +727,7 @@ func TestSemaphoreErrorsWrapName(t *testing.T) {
 // (its scripts would fail with CROSSSLOT otherwise), and waiters in other
 // clients are woken across the cluster.
 func TestSemaphoreAndLatchOnCluster(t *testing.T) {
-	cl := redistest.StartCluster(t, 3)
+	cl := sharedCluster(t)
 	bg := context.Background()
 	a := newClient(t, cl.Client(t))
 	b := newClient(t, cl.Client(t))

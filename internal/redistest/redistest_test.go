@@ -183,3 +183,21 @@ func TestPausedServerCleanedUp(t *testing.T) {
 	_, err := net.Dial("tcp", addr)
 	require.Error(t, err, "the paused server was stopped when its test ended")
 }
+
+func TestLasting(t *testing.T) {
+	ctx := context.Background()
+	l := redistest.NewLasting("shared")
+	var s *redistest.Server
+	require.NoError(t, l.Do(func() { s = redistest.Start(l) }))
+	t.Run("a test using it", func(t *testing.T) {
+		require.NoError(t, s.Client(t).Set(ctx, "k", "v", 0).Err())
+	})
+	require.Equal(t, "v", s.Client(t).Get(ctx, "k").Val(), "it outlives the test that used it")
+	l.Close()
+	require.Error(t, redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1}).Ping(ctx).Err(), "Close stops it")
+
+	err := l.Do(func() { l.Fatalf("boom %d", 1) })
+	require.ErrorContains(t, err, "shared: boom 1")
+	require.NotErrorIs(t, err, redistest.ErrSkipped)
+	require.ErrorIs(t, l.Do(func() { l.Skip("no redis") }), redistest.ErrSkipped)
+}
