@@ -118,6 +118,14 @@ func redisyncGoroutines() int {
 
 func newProxy(t *testing.T, target string) *faultproxy.Proxy { return faultproxy.New(t, target) }
 
+// healProxy ends a partition and cuts the connections it left hanging, so
+// that what still reads on them (a renewal) fails at once instead of
+// after its read timeout: a test's Close then does not wait for it.
+func healProxy(p *faultproxy.Proxy) {
+	p.Blackhole(false)
+	p.CutAll()
+}
+
 func redistestReplica(t *testing.T, e *testEnv) *redistest.Server {
 	return redistest.StartReplica(t, e.srv)
 }

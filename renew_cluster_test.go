@@ -62,7 +62,7 @@ func TestClusterRenewalPipelinesPerNode(t *testing.T) {
 	cc.OnNewNode(func(rdb *redis.Client) { rdb.AddHook(pc.hook(rdb.Options().Addr)) })
 	var rounds atomic.Int64
 	var holdsSeen atomic.Int64
-	const lease = 9 * time.Second // renewed every 3s
+	const lease = 3 * time.Second // renewed every 1s
 	c := newClient(t, cc, WithWatchdogTimeout(lease), WithObserver(&Observer{Renewed: func(r RenewalEvent) {
 		rounds.Add(1)
 		holdsSeen.Store(int64(r.Holds))

@@ -344,7 +344,8 @@ func TestClusterAutoDetectedLater(t *testing.T) {
 	for _, m := range cl.Masters {
 		m.Pause()
 	}
-	cc := cl.Client(t)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ReadTimeout: time.Second})
+	t.Cleanup(func() { _ = cc.Close() })
 	start := time.Now()
 	c := newClient(t, cc)
 	took := time.Since(start)
@@ -353,7 +354,8 @@ func TestClusterAutoDetectedLater(t *testing.T) {
 	for _, m := range cl.Masters {
 		m.Resume()
 	}
-	time.Sleep(4 * time.Second) // go-redis's read timeout ends the first detection; detectEvery passes
+	// go-redis's read timeout ends the first detection; detectEvery passes.
+	time.Sleep(time.Second + detectEvery + 500*time.Millisecond)
 	other := newClient(t, cl.Client(t))
 	require.Equal(t, PubSubSharded, other.PubSub())
 	handoffs(t, []*Client{c, other}, []string{"later"})
