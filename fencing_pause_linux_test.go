@@ -30,6 +30,7 @@ import (
 // not at the moment it resumed, then done with cause ErrLeaseLost) and its
 // write's fate.
 func TestFencingPausedProcess(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	const (
 		name     = "fence:paused"
 		resource = "fence:paused:resource"

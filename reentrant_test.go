@@ -834,6 +834,7 @@ var _ = errors.Is
 // Dropped connections cost a renewal, not the lock: the watchdog retries
 // until the lease would have run out and never gives up after one error.
 func TestMutexSurvivesDroppedConnections(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	e := realEnv(t)
 	const lease = 1500 * time.Millisecond
 	proxy := newProxy(t, e.addr)
@@ -869,6 +870,7 @@ func TestMutexSurvivesDroppedConnections(t *testing.T) {
 // Sentinel: through a failover client, a replicated lock survives the
 // failover with its holder, keeps others out, and unlocks on the new master.
 func TestMutexSentinelFailover(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	e := realEnv(t)
 	replica := redistestReplica(t, e)
 	s := redistestSentinel(t, e, 1)

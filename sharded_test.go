@@ -340,6 +340,7 @@ func TestPubSubModeOption(t *testing.T) {
 // Client detects it when it first needs it: its waiters are then woken by
 // sharded unlocks.
 func TestClusterAutoDetectedLater(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	cl := redistestCluster(t)
 	for _, m := range cl.Masters {
 		m.Pause()

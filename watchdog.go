@@ -109,8 +109,12 @@ func (w *watchdog) end(h *hold, why endReason, cause error) bool {
 	}
 	stops := h.stops
 	h.stops = nil
-	h.tmu.Unlock()
+	// Cancelled before the lock is let go: whoever reads h.why (live,
+	// reason, a concurrent end) and finds the hold ended finds its context
+	// done too, and can tell its caller so. (Cancelling runs no code that
+	// takes h.tmu: AfterFunc callbacks run in goroutines of their own.)
 	h.cancel(cause)
+	h.tmu.Unlock()
 	for _, stop := range stops {
 		stop()
 	}
