@@ -44,7 +44,15 @@ type apiKind struct {
 	setup func(t *testing.T, c *Client, name string)
 	mine  func(t *testing.T, c *Client, name string) apiOps
 	rival func(t *testing.T, c *Client, name string) apiOps
+	// units is what a hold of mine, and of rival, takes of the lock's
+	// capacity: an exclusive lock has one unit, which each takes.
+	capacity, mineUnits, rivalUnits int
+	// force is ForceUnlock through c; nil when the primitive has none.
+	force func(c *Client, name string) (bool, error)
 }
+
+// shared reports whether holds of mine can overlap (readers, permits).
+func (k apiKind) shared() bool { return k.mineUnits < k.capacity }
 
 func noSetup(*testing.T, *Client, string) {}
 
@@ -153,12 +161,25 @@ func semOps(n int) func(t *testing.T, c *Client, name string) apiOps {
 	}
 }
 
+// apiRWUnits is an RWMutex's capacity in these tests: a reader takes one
+// unit, a writer all of them.
+const apiRWUnits = 64
+
 var apiKinds = []apiKind{
-	{name: "Mutex", event: "lock", setup: noSetup, mine: mutexOps, rival: mutexOps},
-	{name: "FairMutex", event: "fair lock", setup: noSetup, mine: fairOps, rival: fairOps},
-	{name: "RWMutexWrite", event: "rw write", setup: noSetup, mine: rwWriteOps, rival: rwWriteOps},
-	{name: "RWMutexRead", event: "rw read", setup: noSetup, mine: rwReadOps, rival: rwWriteOps},
-	{name: "Semaphore", event: "semaphore", setup: semSetup, mine: semOps(1), rival: semOps(apiSemTotal)},
+	{name: "Mutex", event: "lock", setup: noSetup, mine: mutexOps, rival: mutexOps,
+		capacity: 1, mineUnits: 1, rivalUnits: 1,
+		force: func(c *Client, name string) (bool, error) { return c.Mutex(name).ForceUnlock(context.Background()) }},
+	{name: "FairMutex", event: "fair lock", setup: noSetup, mine: fairOps, rival: fairOps,
+		capacity: 1, mineUnits: 1, rivalUnits: 1,
+		force: func(c *Client, name string) (bool, error) { return c.FairMutex(name).ForceUnlock(context.Background()) }},
+	{name: "RWMutexWrite", event: "rw write", setup: noSetup, mine: rwWriteOps, rival: rwWriteOps,
+		capacity: 1, mineUnits: 1, rivalUnits: 1,
+		force: func(c *Client, name string) (bool, error) { return c.RWMutex(name).ForceUnlock(context.Background()) }},
+	{name: "RWMutexRead", event: "rw read", setup: noSetup, mine: rwReadOps, rival: rwWriteOps,
+		capacity: apiRWUnits, mineUnits: 1, rivalUnits: apiRWUnits,
+		force: func(c *Client, name string) (bool, error) { return c.RWMutex(name).ForceUnlock(context.Background()) }},
+	{name: "Semaphore", event: "semaphore", setup: semSetup, mine: semOps(1), rival: semOps(apiSemTotal),
+		capacity: apiSemTotal, mineUnits: 1, rivalUnits: apiSemTotal},
 }
 
 // forEachEnvKind runs fn for every primitive, against miniredis and a
