@@ -187,10 +187,24 @@ var apiKinds = []apiKind{
 // parallel, each on a Redis of its own.
 func forEachEnvKind(t *testing.T, fn func(t *testing.T, e *testEnv, k apiKind, name string)) {
 	t.Helper()
-	for _, env := range []struct {
-		name string
-		new  func(t *testing.T) *testEnv
-	}{{"miniredis", miniEnv}, {"redis", realEnv}} {
+	forEachKindOn(t, []envMaker{{"miniredis", miniEnv}, {"redis", realEnv}}, fn)
+}
+
+// forEachRealKind is forEachEnvKind on real redis-servers only, for what
+// miniredis does not do (CLIENT KILL, replication).
+func forEachRealKind(t *testing.T, fn func(t *testing.T, e *testEnv, k apiKind, name string)) {
+	t.Helper()
+	forEachKindOn(t, []envMaker{{"redis", realEnv}}, fn)
+}
+
+type envMaker struct {
+	name string
+	new  func(t *testing.T) *testEnv
+}
+
+func forEachKindOn(t *testing.T, envs []envMaker, fn func(t *testing.T, e *testEnv, k apiKind, name string)) {
+	t.Helper()
+	for _, env := range envs {
 		t.Run(env.name, func(t *testing.T) {
 			t.Parallel()
 			for _, k := range apiKinds {

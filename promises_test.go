@@ -232,3 +232,60 @@ func TestForceUnlock(t *testing.T) {
 		assert.False(t, errors.Is(err, ErrInvalid))
 	})
 }
+
+// Waiters whose subscription connection is killed (CLIENT KILL TYPE
+// pubsub) are subscribed again and woken by the next release, which is
+// very likely published while nobody listens: promptly, well within the
+// holder's lease (30s) and the Semaphore's re-check (semWaitCap), not by
+// either.
+func TestWaitersSurviveKilledSubscription(t *testing.T) {
+	forEachRealKind(t, func(t *testing.T, e *testEnv, k apiKind, name string) {
+		bg := context.Background()
+		c1, c2 := e.client(t), e.client(t)
+		k.setup(t, c1, name)
+		holder := k.rival(t, c1, name)
+		hctx, err := holder.lock(bg)
+		require.NoError(t, err)
+		const waiters = 3
+		ctx, cancel := context.WithTimeout(bg, 10*time.Second)
+		defer cancel()
+		got := make(chan lockResult, waiters)
+		for range waiters {
+			go func() {
+				w := k.mine(t, c2, name)
+				r := <-lockAsync(ctx, w.lock)
+				if r.err == nil {
+					time.Sleep(10 * time.Millisecond)
+					r.err = w.unlock(r.ctx)
+				}
+				got <- r
+			}()
+		}
+		eventually(t, 2*time.Second, "the waiters subscribed", func() bool {
+			c2.ps.mu.Lock()
+			defer c2.ps.mu.Unlock()
+			n := 0
+			for _, ch := range c2.ps.chans {
+				if !c2.ps.confirmed(ch) {
+					return false
+				}
+				n += len(ch.waiters)
+			}
+			return n == waiters
+		})
+		n, err := e.rdb(t).ClientKillByFilter(bg, "TYPE", "pubsub").Result()
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n, "the waiters' one subscription connection")
+		released := time.Now()
+		require.NoError(t, holder.unlock(hctx))
+		for range waiters {
+			select {
+			case r := <-got:
+				require.NoError(t, r.err)
+				assert.Less(t, r.at.Sub(released), 1500*time.Millisecond, "woken by the release, not by a re-check")
+			case <-time.After(5 * time.Second):
+				t.Fatal("a waiter stranded by a killed subscription")
+			}
+		}
+	})
+}

@@ -425,46 +425,6 @@ func TestUnlockScriptIsIdempotent(t *testing.T) {
 	})
 }
 
-// A killed subscription does not strand waiters: go-redis re-subscribes and
-// every waiter looks again, so the unlock published while it was down costs
-// a reconnect, not the holder's whole lease.
-func TestMutexWaitersSurviveKilledSubscription(t *testing.T) {
-	e := realEnv(t)
-	holder := e.client(t).Mutex("killed-sub")
-	hctx, err := holder.Lock(context.Background())
-	require.NoError(t, err)
-	c := e.client(t)
-	const waiters = 5
-	got := make(chan error, waiters)
-	for i := 0; i < waiters; i++ {
-		go func() {
-			m := c.Mutex("killed-sub")
-			ctx, err := m.Lock(context.Background())
-			if err == nil {
-				err = m.Unlock(ctx)
-			}
-			got <- err
-		}()
-	}
-	admin := e.rdb(t)
-	eventually(t, 2*time.Second, "the waiters' subscription", func() bool {
-		n, _ := admin.PubSubNumSub(context.Background(), "redisson_lock__channel:{killed-sub}").Result()
-		return n["redisson_lock__channel:{killed-sub}"] == 1
-	})
-	require.NoError(t, admin.ClientKillByFilter(context.Background(), "TYPE", "pubsub").Err())
-	require.NoError(t, holder.Unlock(hctx)) // very likely published while nobody listens
-	start := time.Now()
-	for i := 0; i < waiters; i++ {
-		select {
-		case err := <-got:
-			require.NoError(t, err)
-		case <-time.After(5 * time.Second):
-			t.Fatal("waiter stranded by a killed subscription (lease is 30s)")
-		}
-	}
-	t.Logf("all %d waiters done %v after the kill", waiters, time.Since(start))
-}
-
 // Redisson compatibility: a Redisson holder (its hash written as Redisson's
 // script does) keeps redisync out, and its unlock message wakes redisync.
 func TestMutexRedissonWireFormat(t *testing.T) {

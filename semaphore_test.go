@@ -523,36 +523,6 @@ func TestSemaphoreLostMessage(t *testing.T) {
 	})
 }
 
-// TestSemaphoreKilledSubscription: killing the subscription's connection
-// (messages are lost meanwhile) does not hang a waiter.
-func TestSemaphoreKilledSubscription(t *testing.T) {
-	e := realEnv(t)
-	bg := context.Background()
-	holder := e.client(t).Semaphore("sem")
-	require.NoError(t, holder.SetPermits(bg, 1))
-	hctx, err := holder.Acquire(bg, 1)
-	require.NoError(t, err)
-
-	c := e.client(t)
-	s := c.Semaphore("sem")
-	ctx, cancel := context.WithTimeout(bg, semWaitCap+2*time.Second)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		h, err := s.Acquire(ctx, 1)
-		if err == nil {
-			err = s.Release(h, 1)
-		}
-		done <- err
-	}()
-	eventually(t, time.Second, "waiter subscribed", func() bool { return semSubscribed(c, s.channel, 1) })
-	n, err := e.rdb(t).ClientKillByFilter(bg, "TYPE", "pubsub").Result()
-	require.NoError(t, err)
-	require.EqualValues(t, 1, n)
-	require.NoError(t, holder.Release(hctx, 1))
-	require.NoError(t, <-done)
-}
-
 // TestSemaphoreScriptsIdempotent: a script that go-redis resends after a
 // network error (the same call twice) cannot count twice.
 func TestSemaphoreScriptsIdempotent(t *testing.T) {
