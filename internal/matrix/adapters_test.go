@@ -10,8 +10,15 @@ import (
 )
 
 // primitive is one kind of lock as the matrix drives it: one small adapter
-// per primitive. Adding a primitive (Election: Campaign/Resign; MultiLock:
-// Lock/Unlock over several names) is adding one value to primitives.
+// per primitive. Adding a primitive is adding one value to primitives; for
+// example, once they exist:
+//
+//	Election: contender{acquire: func(ctx) { return e.Campaign(ctx, id) },
+//		release: e.Resign, token: e.Term, claims: exclusive(name)}; no tryFor;
+//		idle: Leader(ctx).Term == 0.
+//	MultiLock: contender i locks {name}:i%3 and {name}:(i+1)%3 (one slot, so
+//		the fault hits them all): claims one unit of each of the two; idle:
+//		no Mutex of the three is locked.
 type primitive struct {
 	name string
 	// fencing says whether the primitive takes WithFencing (its holds then
@@ -43,8 +50,9 @@ type contender struct {
 	// release ends the hold whose context is hctx: Unlock, RUnlock,
 	// Release(n), Resign.
 	release func(hctx context.Context) error
-	// token returns the hold's fencing token (Token, Term); nil when the
-	// holds of this contender have none.
+	// token returns the hold's fencing token (Token, Term), and false when
+	// it has none (taken without WithFencing); nil when the holds of this
+	// contender never have one.
 	token func(hctx context.Context) (int64, bool)
 	// claims is what a hold takes: units of resources, each of which has
 	// capacity units in all. An exclusive lock takes its one unit.

@@ -314,9 +314,9 @@ func (r *cellRun) iterate(who string, ct contender, rng *rand.Rand) {
 	}
 	r.count("granted")
 	h := &hold{who: fmt.Sprintf("%s #%d", who, rng.Uint32()), claims: ct.claims, ctx: hctx, began: began, got: ret}
-	if r.fenced && ct.token != nil {
+	if ct.token != nil { // with WithFencing; an Election's term always
 		h.token, h.tokened = ct.token(hctx)
-		if !h.tokened {
+		if r.fenced && !h.tokened {
 			r.violate("%s: a hold taken WithFencing has no token", r.desc(h))
 		}
 	}
@@ -373,8 +373,9 @@ func (r *cellRun) release(h *hold, ct contender) {
 	}
 }
 
-// checkTokens checks, for every fenced resource, that a hold granted to a
-// call that began after another hold was granted got a greater token.
+// checkTokens checks, for every resource whose holds have tokens (fenced,
+// or an Election's terms), that a hold granted to a call that began after
+// another hold was granted got a greater token.
 // Pairs on either side of a fault that lost the data are left out: the
 // counter is lost with them (README, "Guarantees and limits"; issue 19
 // makes tokens survive that, and then this exception goes).
