@@ -208,6 +208,7 @@ func TestForceUnlock(t *testing.T) {
 		ok, err := k.force(c3, name)
 		require.NoError(t, err)
 		assert.True(t, ok)
+		assert.Zero(t, mine.count(hctx), "the hold count is Redis's: none left")
 		r := recvLock(t, got, time.Second, "the waiter, woken by ForceUnlock")
 		require.NoError(t, r.err)
 
