@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -47,10 +48,12 @@ func TestFencingPausedProcess(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
 	pid := cmd.Process.Pid
-	exited := make(chan error, 1)
+	var waitOnce sync.Once
+	var waitErr error
+	wait := func() error { waitOnce.Do(func() { waitErr = cmd.Wait() }); return waitErr }
 	t.Cleanup(func() {
 		_ = syscall.Kill(pid, syscall.SIGKILL) // a no-op once it has exited
-		<-exited
+		_ = wait()                             // also when the test failed before waiting itself
 	})
 	lines := make(chan string, 64)
 	go func() {
@@ -111,9 +114,9 @@ func TestFencingPausedProcess(t *testing.T) {
 	next("context at resume: ") // live or not: whether the child's timers ran before its code did
 	done := next("context: ")
 	lost := next("lease lost: ")
-	go func() { exited <- cmd.Wait() }()
 	for range lines {
 	}
+	_ = wait()
 	t.Logf("the child said:\n  %s", strings.Join(said, "\n  "))
 
 	assert.Equal(t, "write rejected", write, "the late write from past the last check is refused by its token")
@@ -158,13 +161,16 @@ func TestHelperFencedChild(t *testing.T) {
 	say("past its last check")
 	// Work that does not look at lctx, during which the process is stopped:
 	// the stop shows as a jump of the (monotonic) clock.
+	// The gap is measured between consecutive looks at the clock, so a stop
+	// anywhere in the loop shows (not only one during the Sleep).
 	var gap time.Duration
-	for limit := time.Now().Add(time.Minute); ; {
-		t0 := time.Now()
+	for limit, last := time.Now().Add(time.Minute), time.Now(); ; {
 		time.Sleep(10 * time.Millisecond)
-		if gap = time.Since(t0); gap > time.Second {
+		now := time.Now()
+		if gap = now.Sub(last); gap > time.Second {
 			break
 		}
+		last = now
 		if time.Now().After(limit) {
 			say("never stopped")
 			return
