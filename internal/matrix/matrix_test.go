@@ -3,6 +3,7 @@ package matrix
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/redisync-go/redisync"
@@ -40,7 +41,7 @@ func TestMatrix(t *testing.T) {
 			t.Parallel()
 			fx := g.start(t) // the group's: it outlives each cell
 			for _, c := range cells {
-				if contains(g.topos, c[fTopo]) {
+				if slices.Contains(g.topos, c[fTopo]) {
 					t.Run(c.String(), func(t *testing.T) {
 						runCell(t, fx, c, c.prim(), func(msg string) { t.Error(msg) })
 					})
@@ -48,15 +49,6 @@ func TestMatrix(t *testing.T) {
 			}
 		})
 	}
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if x == y {
-			return true
-		}
-	}
-	return false
 }
 
 // TestMatrixRefusals checks the pairs the matrix leaves out because the

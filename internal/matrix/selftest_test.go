@@ -110,3 +110,49 @@ func TestMatrixChecksCanFail(t *testing.T) {
 		}
 	}
 }
+
+// TestMatrixExcusesAreNarrow checks the two exceptions a cell makes for a
+// fault that lost Redis's data, so that they cannot hide a broken promise:
+// an overlap is excused only near the loss and only with a hold granted
+// before it ended; a token that does not grow only across the loss.
+func TestMatrixExcusesAreNarrow(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	var got []string
+	r := &cellRun{start: t0, kinds: map[string]int{}, fail: func(msg string) { got = append(got, msg) },
+		losses: []window{{start: at(1000), done: at(1200)}}}
+	mk := func(began, granted int, token int64) *hold {
+		return &hold{who: fmt.Sprint("h", granted), began: at(began), got: at(granted), token: token, tokened: true,
+			claims: []claim{{"x", 1, 1}}}
+	}
+	stale, fresh, fresh2 := mk(0, 900, 0), mk(1100, 1300, 0), mk(1250, 1400, 0)
+	for _, tc := range []struct {
+		what string
+		now  int
+		h    *hold
+		live []*hold
+		want bool
+	}{
+		{"a hold granted before the loss ended, seen soon after", 1500, fresh, []*hold{stale}, true},
+		{"the same seen long after", 1200 + int(restartWindow/time.Millisecond) + 100, fresh, []*hold{stale}, false},
+		{"two holds granted after the loss ended", 1500, fresh2, []*hold{fresh}, false},
+		{"an overlap before the loss began", 950, stale, []*hold{mk(0, 940, 0)}, false},
+	} {
+		if c := r.lostCovers(at(tc.now), tc.h, tc.live); c != tc.want {
+			t.Errorf("%s: excused %v, want %v", tc.what, c, tc.want)
+		}
+	}
+
+	// Tokens: 5 then 3 for holds granted one after the other is broken;
+	// 7 before the loss then 1 after it is excused.
+	r.all = []*hold{mk(0, 100, 5), mk(200, 300, 3), mk(400, 900, 7), mk(1300, 1400, 1)}
+	r.checkTokens()
+	if len(got) == 0 || !strings.Contains(got[0], "got token 3, not above the 5") {
+		t.Errorf("a token that did not grow was not reported: %q", got)
+	}
+	for _, msg := range got {
+		if strings.Contains(msg, "token 1,") {
+			t.Errorf("a token across the loss was reported: %s", msg)
+		}
+	}
+}
