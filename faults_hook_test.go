@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -60,6 +61,47 @@ func faultLockAsync(ctx context.Context, m *Mutex) <-chan faultLockResult {
 		done <- faultLockResult{hctx, err, time.Now()}
 	}()
 	return done
+}
+
+// A SUBSCRIBE that Redis has not confirmed within resendAfter (here its
+// write is held back past it, as a stalled connection would) is sent again,
+// with a warning; the waiter is then woken by the unlock.
+func TestUnconfirmedSubscribeIsSentAgain(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
+	e := realEnv(t)
+	ctx := context.Background()
+	holder := e.client(t) // default 30s watchdog lease
+	rdb, h := faultRDB(t, &redis.Options{Addr: e.addr})
+	logs := newRecHandler()
+	waiter := newClient(t, rdb, WithLogger(slog.New(logs)))
+	const name = "resend:lock"
+	channel := faultMutexChannel(name)
+	onChannel := func(args []string) bool { return len(args) > 1 && args[1] == channel }
+	slow := h.OnWrite(faultproxy.WriteRule{Name: "SUBSCRIBE", Args: onChannel, Times: 1,
+		Action: faultproxy.DelayWrite(resendAfter + 500*time.Millisecond)})
+	again := h.OnWrite(faultproxy.WriteRule{Name: "SUBSCRIBE", Args: onChannel})
+
+	hold, err := holder.Mutex(name).Lock(ctx)
+	require.NoError(t, err)
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	done := faultLockAsync(lctx, waiter.Mutex(name))
+	eventually(t, 2*resendAfter, "the SUBSCRIBE sent again", func() bool { return again.Fired() >= 1 })
+	assert.Equal(t, 1, slow.Fired())
+	eventually(t, 2*time.Second, "the subscription confirmed", func() bool {
+		return faultNumSub(t, e.rdb(t), channel) == 1
+	})
+	unlocked := time.Now()
+	require.NoError(t, holder.Mutex(name).Unlock(hold))
+	r := <-done
+	require.NoError(t, r.err)
+	assert.Less(t, r.at.Sub(unlocked), 2*time.Second, "woken by the unlock")
+	require.NoError(t, waiter.Mutex(name).Unlock(r.hctx))
+	warned := false
+	for _, rec := range logs.records() {
+		warned = warned || strings.Contains(rec.Message, "subscription not confirmed; sending it again")
+	}
+	assert.True(t, warned, "the resend is logged")
 }
 
 // S2 — A SUBSCRIBE whose write fails is never sent again. go-redis's

@@ -76,8 +76,14 @@ func (h *hold) live() bool {
 func (h *hold) reason() endReason {
 	h.overdue()
 	h.tmu.Lock()
-	defer h.tmu.Unlock()
-	return h.why
+	why := h.why
+	h.tmu.Unlock()
+	if why != live && !h.firsting.Load() {
+		// Ended: once every context of the hold is cancelled, so that a
+		// caller told it ended finds its context done too.
+		<-h.over
+	}
+	return why
 }
 
 // onEnd registers stop to be called when the hold ends (at once if it has).

@@ -186,7 +186,7 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 	if wait {
 		var until time.Time
 		mk, queued, until = m.c.ps.mark(m.channel)
-		if y, yielding := m.c.co.yielding(m.name, time.Now()); yielding {
+		if y, yielding := m.c.co.keyYielding(m.name, time.Now()); yielding {
 			queued, until = true, y // other clients' turn (cohort.go)
 		}
 		next = time.Until(until)

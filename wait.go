@@ -105,6 +105,14 @@ func (c *Client) awaitFrom(ctx context.Context, m mark, channel string, wake fun
 				return err
 			}
 			done, next, err = acc.take(h)
+		} else if y, ok := c.co.yielding(acc, time.Now()); ok {
+			// This client holds back for another client's waiter
+			// (cohort.go), whatever made w look again: a wake-up it may
+			// have missed, its wait's bound.
+			if _, err := waitIdle(time.Until(y)); err != nil {
+				return err
+			}
+			continue
 		} else {
 			done, next, err = try()
 		}
