@@ -162,7 +162,7 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (cont
 		return parent, f.wrap(err)
 	}
 	if h != nil {
-		hctx, err := f.c.reenter(parent, wctx, &f.spec, h, func(count int) call {
+		hctx, err := f.c.reenter(parent, wctx, wait, &f.spec, h, func(count int) call {
 			return f.script(h.field, count, false)
 		}, func(r []int64) (int, bool) {
 			return int(r[1]), r[0] != 1

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // endReason says why a hold ended.
@@ -229,13 +231,14 @@ func (c *Client) grant(s *spec, parent context.Context, field string, count int,
 }
 
 // reenter acquires once more through h, the live hold ctx carries,
-// waiting as long as wctx lasts: build makes the script's call for h's
+// waiting as long as wctx lasts (with wait, riding out a Redis that is
+// not ready, see notReady): build makes the script's call for h's
 // count, parse reads its reply (the new count, or lost when Redis no
 // longer has the hold), and undo makes the call that takes back a
 // re-entry to count n, for a re-entry that was not acknowledged
 // (WithReplicaAck) or whose caller left. A handle whose lease or fencing
 // differs from the hold's is refused, changing nothing.
-func (c *Client) reenter(ctx, wctx context.Context, s *spec, h *hold,
+func (c *Client) reenter(ctx, wctx context.Context, wait bool, s *spec, h *hold,
 	build func(count int) call, parse func([]int64) (n int, lost bool), undo func(n int) call) (context.Context, error) {
 	if h.lease != s.lease || h.renewed != s.renewed {
 		return nil, s.wrap(fmt.Errorf("%w: the context holds it with a %s, this handle asks for a %s",
@@ -245,7 +248,7 @@ func (c *Client) reenter(ctx, wctx context.Context, s *spec, h *hold,
 		return nil, s.wrap(fmt.Errorf("%w: the context holds it %s, this handle asks for it %s",
 			ErrInvalid, fencingText(h.token != 0), fencingText(s.fenced)))
 	}
-	r, err := c.underHold(wctx, h, build, func(v []int64) {
+	r, err := c.underHold(wctx, wait, h, build, func(v []int64) {
 		if v[0] == 1 {
 			c.undo(undo(int(v[1])))
 		}
@@ -289,30 +292,54 @@ var errEnded = errors.New("redisync: the hold has ended")
 // when the script took something, to give it back. A reply that took
 // something the replicas did not acknowledge (WithReplicaAck) is a
 // *notReplicatedError.
-func (c *Client) underHold(ctx context.Context, h *hold, build func(count int) call, taken func([]int64)) ([]int64, error) {
-	h.mu.Lock()
-	if !h.live() {
-		h.mu.Unlock()
-		return nil, errEnded
-	}
-	k := build(h.count)
-	k.takes = true
-	r := c.tr.do(ctx, k, func(r reply) {
-		defer h.mu.Unlock()
-		if v, err := r.Int64Slice(); err == nil && taken != nil && len(v) >= 2 {
-			taken(v)
+func (c *Client) underHold(ctx context.Context, wait bool, h *hold, build func(count int) call, taken func([]int64)) ([]int64, error) {
+	for {
+		h.mu.Lock()
+		if !h.live() {
+			h.mu.Unlock()
+			return nil, errEnded
 		}
-	})
-	if r.gone {
-		return nil, r.err
+		k := build(h.count)
+		k.takes = true
+		r := c.tr.do(ctx, k, func(r reply) {
+			defer h.mu.Unlock()
+			if v, err := r.Int64Slice(); err == nil && taken != nil && len(v) >= 2 {
+				taken(v)
+			}
+		})
+		if r.gone {
+			return nil, r.err
+		}
+		v, err := c.acquired(r)
+		if err != nil {
+			h.mu.Unlock()
+			var re redis.Error
+			if wait && errors.As(err, &re) && notReady(err) {
+				// Redis is loading its data or settling: the script did
+				// not run; a waiting call rides it out.
+				if err := sleepCtx(ctx, retryAfter); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			return nil, err
+		}
+		h.lastSent = r.sent
+		return v, nil
 	}
-	v, err := c.acquired(r)
-	if err != nil {
-		h.mu.Unlock()
-		return nil, err
+}
+
+// sleepCtx waits d, or less if ctx ends first (then it returns ctx's
+// error).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	h.lastSent = r.sent
-	return v, nil
 }
 
 func leaseText(d time.Duration, renewed bool) string {

@@ -144,7 +144,7 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 		return parent, m.wrap(err)
 	}
 	if h != nil {
-		hctx, err := m.c.reenter(parent, wctx, &m.spec, h, func(count int) call {
+		hctx, err := m.c.reenter(parent, wctx, wait, &m.spec, h, func(count int) call {
 			return m.script(h.field, count)
 		}, func(r []int64) (int, bool) {
 			return int(r[1]), r[0] != 1

@@ -201,7 +201,7 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		if read {
 			unlock = lua.RWRUnlock
 		}
-		hctx, err := r.c.reenter(parent, wctx, s, h, func(count int) call {
+		hctx, err := r.c.reenter(parent, wctx, wait, s, h, func(count int) call {
 			return r.script(script, h.field, "", count, false)
 		}, func(res []int64) (int, bool) {
 			return int(res[1]), res[0] != 1

@@ -289,7 +289,7 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 		if s.held(parent)+n > maxPermits {
 			return false, 0, fmt.Errorf("%w: would hold more than %d permits", ErrInvalid, maxPermits)
 		}
-		r, err := s.c.underHold(wctx, h, func(count int) call { return acquire(h.field, count) }, func(r []int64) {
+		r, err := s.c.underHold(wctx, wait, h, func(count int) call { return acquire(h.field, count) }, func(r []int64) {
 			if r[0] == 1 {
 				s.c.undo(giveBack(h.field, r[1]))
 			}
