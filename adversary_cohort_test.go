@@ -351,7 +351,7 @@ func TestAdvCohortHandoffUsesReceiversHandle(t *testing.T) {
 // when the handle is made, with a clear error, instead of failing with
 // CROSSSLOT at its first Unlock. Elsewhere it works.
 func TestMutexNameWhoseChannelIsInAnotherSlot(t *testing.T) {
-	cl := redistestCluster(t)
+	cl := sharedCluster(t)
 	c := newClient(t, cl.Client(t))
 	for _, name := range []string{"a}b", "a{}b"} {
 		_, err := c.Mutex(name).Lock(context.Background())

@@ -589,7 +589,7 @@ func TestAdvDowngradeOutlivesItsContext(t *testing.T) {
 // the redisync waiter is not woken — it sleeps out the holder's lease
 // (still waiting when its 2s context ends).
 func TestAdvClusterShardedUnlockMessages(t *testing.T) {
-	cl := redistestCluster(t)
+	cl := sharedCluster(t)
 	bg := context.Background()
 	cc := cl.Client(t)
 	c := newClient(t, cc)

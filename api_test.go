@@ -44,6 +44,11 @@ type apiKind struct {
 	setup func(t *testing.T, c *Client, name string)
 	mine  func(t *testing.T, c *Client, name string) apiOps
 	rival func(t *testing.T, c *Client, name string) apiOps
+	// units is what a hold of mine, and of rival, takes of the lock's
+	// capacity: an exclusive lock has one unit, which each takes.
+	capacity, mineUnits, rivalUnits int
+	// force is ForceUnlock through c; nil when the primitive has none.
+	force func(c *Client, name string) (bool, error)
 	// holdName is HoldEvent.Name for name (nil: name itself).
 	holdName func(name string) string
 }
@@ -55,6 +60,9 @@ func (k apiKind) nameOf(name string) string {
 	}
 	return k.holdName(name)
 }
+
+// shared reports whether holds of mine can overlap (readers, permits).
+func (k apiKind) shared() bool { return k.mineUnits < k.capacity }
 
 func noSetup(*testing.T, *Client, string) {}
 
@@ -163,21 +171,59 @@ func semOps(n int) func(t *testing.T, c *Client, name string) apiOps {
 	}
 }
 
+// apiRWUnits is an RWMutex's capacity in these tests: a reader takes one
+// unit, a writer all of them.
+const apiRWUnits = 64
+
 var apiKinds = []apiKind{
-	{name: "Mutex", event: KindMutex, setup: noSetup, mine: mutexOps, rival: mutexOps},
-	{name: "FairMutex", event: KindFairMutex, setup: noSetup, mine: fairOps, rival: fairOps},
-	{name: "RWMutexWrite", event: KindRWWrite, setup: noSetup, mine: rwWriteOps, rival: rwWriteOps},
-	{name: "RWMutexRead", event: KindRWRead, setup: noSetup, mine: rwReadOps, rival: rwWriteOps},
-	{name: "Semaphore", event: KindSemaphore, setup: semSetup, mine: semOps(1), rival: semOps(apiSemTotal)},
-	{name: "MultiLock", event: KindMultiLock, setup: noSetup, mine: multiOps, rival: mutexOps, holdName: multiHoldName},
+	{name: "Mutex", event: KindMutex, setup: noSetup, mine: mutexOps, rival: mutexOps,
+		capacity: 1, mineUnits: 1, rivalUnits: 1,
+		force: func(c *Client, name string) (bool, error) { return c.Mutex(name).ForceUnlock(context.Background()) }},
+	{name: "FairMutex", event: KindFairMutex, setup: noSetup, mine: fairOps, rival: fairOps,
+		capacity: 1, mineUnits: 1, rivalUnits: 1,
+		force: func(c *Client, name string) (bool, error) { return c.FairMutex(name).ForceUnlock(context.Background()) }},
+	{name: "RWMutexWrite", event: KindRWWrite, setup: noSetup, mine: rwWriteOps, rival: rwWriteOps,
+		capacity: 1, mineUnits: 1, rivalUnits: 1,
+		force: func(c *Client, name string) (bool, error) { return c.RWMutex(name).ForceUnlock(context.Background()) }},
+	{name: "RWMutexRead", event: KindRWRead, setup: noSetup, mine: rwReadOps, rival: rwWriteOps,
+		capacity: apiRWUnits, mineUnits: 1, rivalUnits: apiRWUnits,
+		force: func(c *Client, name string) (bool, error) { return c.RWMutex(name).ForceUnlock(context.Background()) }},
+	{name: "Semaphore", event: KindSemaphore, setup: semSetup, mine: semOps(1), rival: semOps(apiSemTotal),
+		capacity: apiSemTotal, mineUnits: 1, rivalUnits: apiSemTotal},
+	{name: "MultiLock", event: KindMultiLock, setup: noSetup, mine: multiOps, rival: mutexOps, holdName: multiHoldName,
+		capacity: 1, mineUnits: 1, rivalUnits: 1,
+		force: func(c *Client, name string) (bool, error) { return c.Mutex(name).ForceUnlock(context.Background()) }},
 }
 
-// forEachKind runs fn for every primitive as a subtest, with a lock name of
-// its own.
-func forEachKind(t *testing.T, fn func(t *testing.T, k apiKind, name string)) {
+// forEachEnvKind runs fn for every primitive, against miniredis and a
+// real redis-server (forEachEnv), with a lock name of its own; all in
+// parallel, each on a Redis of its own.
+func forEachEnvKind(t *testing.T, fn func(t *testing.T, e *testEnv, k apiKind, name string)) {
 	t.Helper()
-	for _, k := range apiKinds {
-		t.Run(k.name, func(t *testing.T) { fn(t, k, "api:"+k.name) })
+	forEachKindOn(t, []envMaker{{"miniredis", miniEnv}, {"redis", realEnv}}, fn)
+}
+
+// forEachRealKind is forEachEnvKind on real redis-servers only, for what
+// miniredis does not do (CLIENT KILL, replication).
+func forEachRealKind(t *testing.T, fn func(t *testing.T, e *testEnv, k apiKind, name string)) {
+	t.Helper()
+	forEachKindOn(t, []envMaker{{"redis", realEnv}}, fn)
+}
+
+type envMaker struct {
+	name string
+	new  func(t *testing.T) *testEnv
+}
+
+func forEachKindOn(t *testing.T, envs []envMaker, fn func(t *testing.T, e *testEnv, k apiKind, name string)) {
+	t.Helper()
+	for _, env := range envs {
+		t.Run(env.name, func(t *testing.T) {
+			t.Parallel()
+			for _, k := range apiKinds {
+				t.Run(k.name, func(t *testing.T) { t.Parallel(); fn(t, env.new(t), k, "api:"+k.name) })
+			}
+		})
 	}
 }
 
@@ -228,123 +274,119 @@ func noLocalWaiters(t *testing.T, c *Client) {
 // after the 30s watchdog lease), and a later Unlock returns nil. While the
 // hold's context is live, the owner holds the lock.
 func TestAPIHoldEndsWithItsContext(t *testing.T) {
-	forEachEnv(t, func(t *testing.T, e *testEnv) {
-		forEachKind(t, func(t *testing.T, k apiKind, name string) {
-			bg := context.Background()
-			c1, c2, c3 := e.client(t), e.client(t), e.client(t)
-			k.setup(t, c1, name)
-			base := redisState(t, e)
-			mine := k.mine(t, c1, name)
+	forEachEnvKind(t, func(t *testing.T, e *testEnv, k apiKind, name string) {
+		bg := context.Background()
+		c1, c2, c3 := e.client(t), e.client(t), e.client(t)
+		k.setup(t, c1, name)
+		base := redisState(t, e)
+		mine := k.mine(t, c1, name)
 
-			ctx, cancel := context.WithTimeout(bg, 300*time.Millisecond)
-			defer cancel()
-			hctx, err := mine.lock(ctx)
-			require.NoError(t, err)
-			rctx, err := mine.lock(hctx) // re-entry
-			require.NoError(t, err)
-			require.Equal(t, 2, mine.count(hctx))
-			_, err = k.rival(t, c3, name).try(bg)
-			require.ErrorIs(t, err, ErrNotAcquired, "held by the context's hold")
+		ctx, cancel := context.WithTimeout(bg, 300*time.Millisecond)
+		defer cancel()
+		hctx, err := mine.lock(ctx)
+		require.NoError(t, err)
+		rctx, err := mine.lock(hctx) // re-entry
+		require.NoError(t, err)
+		require.Equal(t, 2, mine.count(hctx))
+		_, err = k.rival(t, c3, name).try(bg)
+		require.ErrorIs(t, err, ErrNotAcquired, "held by the context's hold")
 
-			waiter := k.rival(t, c2, name)
-			wctx, wcancel := context.WithTimeout(bg, 10*time.Second)
-			defer wcancel()
-			got := lockAsync(wctx, waiter.lock)
-			// And one in the holder's own Client, a fresh owner.
-			local := k.rival(t, c1, name)
-			gotLocal := lockAsync(wctx, local.lock)
+		waiter := k.rival(t, c2, name)
+		wctx, wcancel := context.WithTimeout(bg, 10*time.Second)
+		defer wcancel()
+		got := lockAsync(wctx, waiter.lock)
+		// And one in the holder's own Client, a fresh owner.
+		local := k.rival(t, c1, name)
+		gotLocal := lockAsync(wctx, local.lock)
 
-			// While the hold's context is live, Redis has the hold.
-			polls := 0
-			for {
-				busy, n := mine.busy(), mine.count(hctx)
-				if hctx.Err() != nil {
-					break
-				}
-				polls++
-				require.True(t, busy, "the hold's context is live: the lock must be held")
-				require.Equal(t, 2, n, "the hold's context is live: both holds must be there")
-				time.Sleep(10 * time.Millisecond)
+		// While the hold's context is live, Redis has the hold.
+		polls := 0
+		for {
+			busy, n := mine.busy(), mine.count(hctx)
+			if hctx.Err() != nil {
+				break
 			}
-			ended := time.Now()
-			assert.Greater(t, polls, 5)
-			require.Error(t, rctx.Err(), "the re-entry's context ends with the hold")
-			assert.ErrorIs(t, context.Cause(hctx), context.DeadlineExceeded)
-			assert.NotErrorIs(t, context.Cause(hctx), ErrLeaseLost)
+			polls++
+			require.True(t, busy, "the hold's context is live: the lock must be held")
+			require.Equal(t, 2, n, "the hold's context is live: both holds must be there")
+			time.Sleep(10 * time.Millisecond)
+		}
+		ended := time.Now()
+		assert.Greater(t, polls, 5)
+		require.Error(t, rctx.Err(), "the re-entry's context ends with the hold")
+		assert.ErrorIs(t, context.Cause(hctx), context.DeadlineExceeded)
+		assert.NotErrorIs(t, context.Cause(hctx), ErrLeaseLost)
 
-			// One of the two waiters gets the lock promptly (not after the
-			// lease), then the other once the first lets go.
-			var r lockResult
-			second, wfirst, wsecond := gotLocal, waiter, local
-			select {
-			case r = <-got:
-			case r = <-gotLocal:
-				second, wfirst, wsecond = got, local, waiter
-			case <-time.After(2 * time.Second):
-				t.Fatal("no waiter got the lock within 2s of the hold's context ending")
-			}
-			require.NoError(t, r.err)
-			assert.Less(t, r.at.Sub(ended), time.Second, "a waiter gets the lock promptly, not after the lease")
-			assert.Zero(t, mine.count(hctx), "a done hold holds nothing")
-			assert.NoError(t, mine.unlock(rctx), "Unlock after the hold ended with its context")
-			assert.NoError(t, mine.unlock(hctx), "Unlock after the hold ended with its context")
-			assert.True(t, wfirst.busy(), "those Unlocks do not touch the waiter's hold")
-			assert.Positive(t, wfirst.count(r.ctx))
-			noLock(t, second, 100*time.Millisecond, "the other waiter")
-			unlocked := time.Now()
-			require.NoError(t, wfirst.unlock(r.ctx))
-			r2 := recvLock(t, second, 2*time.Second, "the second waiter")
-			require.NoError(t, r2.err)
-			assert.Less(t, r2.at.Sub(unlocked), time.Second)
-			require.NoError(t, wsecond.unlock(r2.ctx))
-			assert.Equal(t, base, redisState(t, e))
-		})
+		// One of the two waiters gets the lock promptly (not after the
+		// lease), then the other once the first lets go.
+		var r lockResult
+		second, wfirst, wsecond := gotLocal, waiter, local
+		select {
+		case r = <-got:
+		case r = <-gotLocal:
+			second, wfirst, wsecond = got, local, waiter
+		case <-time.After(2 * time.Second):
+			t.Fatal("no waiter got the lock within 2s of the hold's context ending")
+		}
+		require.NoError(t, r.err)
+		assert.Less(t, r.at.Sub(ended), time.Second, "a waiter gets the lock promptly, not after the lease")
+		assert.Zero(t, mine.count(hctx), "a done hold holds nothing")
+		assert.NoError(t, mine.unlock(rctx), "Unlock after the hold ended with its context")
+		assert.NoError(t, mine.unlock(hctx), "Unlock after the hold ended with its context")
+		assert.True(t, wfirst.busy(), "those Unlocks do not touch the waiter's hold")
+		assert.Positive(t, wfirst.count(r.ctx))
+		noLock(t, second, 100*time.Millisecond, "the other waiter")
+		unlocked := time.Now()
+		require.NoError(t, wfirst.unlock(r.ctx))
+		r2 := recvLock(t, second, 2*time.Second, "the second waiter")
+		require.NoError(t, r2.err)
+		assert.Less(t, r2.at.Sub(unlocked), time.Second)
+		require.NoError(t, wsecond.unlock(r2.ctx))
+		assert.Equal(t, base, redisState(t, e))
 	})
 }
 
 // 1, with cancellation: the lock is free in Redis for another Client's
 // TryLock within a second of the cancel.
 func TestAPIHoldEndsWhenItsContextIsCancelled(t *testing.T) {
-	forEachEnv(t, func(t *testing.T, e *testEnv) {
-		forEachKind(t, func(t *testing.T, k apiKind, name string) {
-			bg := context.Background()
-			c1, c2 := e.client(t), e.client(t)
-			k.setup(t, c1, name)
-			base := redisState(t, e)
-			mine, other := k.mine(t, c1, name), k.rival(t, c2, name)
+	forEachEnvKind(t, func(t *testing.T, e *testEnv, k apiKind, name string) {
+		bg := context.Background()
+		c1, c2 := e.client(t), e.client(t)
+		k.setup(t, c1, name)
+		base := redisState(t, e)
+		mine, other := k.mine(t, c1, name), k.rival(t, c2, name)
 
-			ctx, cancel := context.WithCancel(bg)
-			defer cancel()
-			hctx, err := mine.lock(ctx)
-			require.NoError(t, err)
-			rctx, err := mine.lock(hctx)
-			require.NoError(t, err)
-			require.Equal(t, 2, mine.count(rctx))
-			time.Sleep(50 * time.Millisecond)
-			require.NoError(t, hctx.Err())
-			require.True(t, mine.busy())
+		ctx, cancel := context.WithCancel(bg)
+		defer cancel()
+		hctx, err := mine.lock(ctx)
+		require.NoError(t, err)
+		rctx, err := mine.lock(hctx)
+		require.NoError(t, err)
+		require.Equal(t, 2, mine.count(rctx))
+		time.Sleep(50 * time.Millisecond)
+		require.NoError(t, hctx.Err())
+		require.True(t, mine.busy())
 
-			cancel()
-			start := time.Now()
-			select {
-			case <-rctx.Done():
-			case <-time.After(time.Second):
-				t.Fatal("the re-entry's context did not end with the hold's")
-			}
-			require.Error(t, hctx.Err())
-			assert.ErrorIs(t, context.Cause(hctx), context.Canceled)
-			var octx context.Context
-			eventually(t, time.Second, "another Client's TryLock to succeed", func() bool {
-				octx, err = other.try(bg)
-				return err == nil
-			})
-			t.Logf("free in Redis %v after the cancel", time.Since(start))
-			assert.NoError(t, mine.unlock(rctx))
-			assert.NoError(t, mine.unlock(hctx))
-			assert.True(t, other.busy())
-			require.NoError(t, other.unlock(octx))
-			assert.Equal(t, base, redisState(t, e))
+		cancel()
+		start := time.Now()
+		select {
+		case <-rctx.Done():
+		case <-time.After(time.Second):
+			t.Fatal("the re-entry's context did not end with the hold's")
+		}
+		require.Error(t, hctx.Err())
+		assert.ErrorIs(t, context.Cause(hctx), context.Canceled)
+		var octx context.Context
+		eventually(t, time.Second, "another Client's TryLock to succeed", func() bool {
+			octx, err = other.try(bg)
+			return err == nil
 		})
+		t.Logf("free in Redis %v after the cancel", time.Since(start))
+		assert.NoError(t, mine.unlock(rctx))
+		assert.NoError(t, mine.unlock(hctx))
+		assert.True(t, other.busy())
+		require.NoError(t, other.unlock(octx))
+		assert.Equal(t, base, redisState(t, e))
 	})
 }
 
@@ -397,142 +439,136 @@ func TestAPIDowngradeEndsWithTheWriteHoldsContext(t *testing.T) {
 // 2. TryLockFor waits at most wait, then fails with ErrNotAcquired (not
 // DeadlineExceeded) and leaves nothing behind.
 func TestAPITryLockForWaitsAtMostWait(t *testing.T) {
-	forEachEnv(t, func(t *testing.T, e *testEnv) {
-		forEachKind(t, func(t *testing.T, k apiKind, name string) {
-			bg := context.Background()
-			c1, c2 := e.client(t), e.client(t)
-			k.setup(t, c1, name)
-			rival := k.rival(t, c2, name)
-			held, err := rival.lock(bg)
-			require.NoError(t, err)
-			before := redisState(t, e)
-			mine := k.mine(t, c1, name)
+	forEachEnvKind(t, func(t *testing.T, e *testEnv, k apiKind, name string) {
+		bg := context.Background()
+		c1, c2 := e.client(t), e.client(t)
+		k.setup(t, c1, name)
+		rival := k.rival(t, c2, name)
+		held, err := rival.lock(bg)
+		require.NoError(t, err)
+		before := redisState(t, e)
+		mine := k.mine(t, c1, name)
 
-			ctx, cancel := context.WithTimeout(bg, 5*time.Second)
-			defer cancel()
-			const wait = 300 * time.Millisecond
-			start := time.Now()
-			got, err := mine.tryFor(ctx, wait)
-			took := time.Since(start)
-			require.Error(t, err)
-			assert.Equal(t, ctx, got, "on error it returns ctx")
-			assert.ErrorIs(t, err, ErrNotAcquired)
-			assert.NotErrorIs(t, err, context.DeadlineExceeded, "ctx did not end: only the wait ran out")
-			assert.Contains(t, err.Error(), name)
-			assert.GreaterOrEqual(t, took, wait)
-			assert.Less(t, took, wait+700*time.Millisecond, "returns after wait, not ctx's deadline")
-			assert.NoError(t, ctx.Err())
-			assert.Equal(t, before, redisState(t, e), "nothing left behind (queue entry, waiter, permit)")
-			noLocalWaiters(t, c1)
+		ctx, cancel := context.WithTimeout(bg, 5*time.Second)
+		defer cancel()
+		const wait = 300 * time.Millisecond
+		start := time.Now()
+		got, err := mine.tryFor(ctx, wait)
+		took := time.Since(start)
+		require.Error(t, err)
+		assert.Equal(t, ctx, got, "on error it returns ctx")
+		assert.ErrorIs(t, err, ErrNotAcquired)
+		assert.NotErrorIs(t, err, context.DeadlineExceeded, "ctx did not end: only the wait ran out")
+		assert.Contains(t, err.Error(), name)
+		assert.GreaterOrEqual(t, took, wait)
+		assert.Less(t, took, wait+700*time.Millisecond, "returns after wait, not ctx's deadline")
+		assert.NoError(t, ctx.Err())
+		assert.Equal(t, before, redisState(t, e), "nothing left behind (queue entry, waiter, permit)")
+		noLocalWaiters(t, c1)
 
-			// Non-positive waits are refused, changing nothing.
-			for _, d := range []time.Duration{0, -time.Second} {
-				_, err := mine.tryFor(ctx, d)
-				assert.ErrorIs(t, err, ErrInvalid, "wait %v", d)
-				assert.NotErrorIs(t, err, ErrNotAcquired, "wait %v", d)
-			}
-			assert.Equal(t, before, redisState(t, e))
-			require.NoError(t, rival.unlock(held))
-			free := redisState(t, e)
-			for _, d := range []time.Duration{0, -time.Millisecond} {
-				_, err := mine.tryFor(bg, d)
-				assert.ErrorIs(t, err, ErrInvalid, "wait %v on a free lock", d)
-			}
-			assert.Equal(t, free, redisState(t, e), "a refused wait takes nothing")
-		})
+		// Non-positive waits are refused, changing nothing.
+		for _, d := range []time.Duration{0, -time.Second} {
+			_, err := mine.tryFor(ctx, d)
+			assert.ErrorIs(t, err, ErrInvalid, "wait %v", d)
+			assert.NotErrorIs(t, err, ErrNotAcquired, "wait %v", d)
+		}
+		assert.Equal(t, before, redisState(t, e))
+		require.NoError(t, rival.unlock(held))
+		free := redisState(t, e)
+		for _, d := range []time.Duration{0, -time.Millisecond} {
+			_, err := mine.tryFor(bg, d)
+			assert.ErrorIs(t, err, ErrInvalid, "wait %v on a free lock", d)
+		}
+		assert.Equal(t, free, redisState(t, e), "a refused wait takes nothing")
 	})
 }
 
 // 2. When ctx ends before the wait bound, TryLockFor returns ctx's error.
 func TestAPITryLockForContextEndsFirst(t *testing.T) {
-	forEachEnv(t, func(t *testing.T, e *testEnv) {
-		forEachKind(t, func(t *testing.T, k apiKind, name string) {
-			bg := context.Background()
-			c1, c2 := e.client(t), e.client(t)
-			k.setup(t, c1, name)
-			rival := k.rival(t, c2, name)
-			held, err := rival.lock(bg)
-			require.NoError(t, err)
-			before := redisState(t, e)
-			mine := k.mine(t, c1, name)
+	forEachEnvKind(t, func(t *testing.T, e *testEnv, k apiKind, name string) {
+		bg := context.Background()
+		c1, c2 := e.client(t), e.client(t)
+		k.setup(t, c1, name)
+		rival := k.rival(t, c2, name)
+		held, err := rival.lock(bg)
+		require.NoError(t, err)
+		before := redisState(t, e)
+		mine := k.mine(t, c1, name)
 
-			ctx, cancel := context.WithTimeout(bg, 150*time.Millisecond)
-			defer cancel()
-			start := time.Now()
-			_, err = mine.tryFor(ctx, 3*time.Second)
-			assert.ErrorIs(t, err, context.DeadlineExceeded)
-			assert.Contains(t, err.Error(), name)
-			assert.Less(t, time.Since(start), time.Second)
+		ctx, cancel := context.WithTimeout(bg, 150*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		_, err = mine.tryFor(ctx, 3*time.Second)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Contains(t, err.Error(), name)
+		assert.Less(t, time.Since(start), time.Second)
 
-			cctx, ccancel := context.WithCancel(bg)
-			time.AfterFunc(100*time.Millisecond, ccancel)
-			_, err = mine.tryFor(cctx, 3*time.Second)
-			assert.ErrorIs(t, err, context.Canceled)
-			assert.Contains(t, err.Error(), name)
+		cctx, ccancel := context.WithCancel(bg)
+		time.AfterFunc(100*time.Millisecond, ccancel)
+		_, err = mine.tryFor(cctx, 3*time.Second)
+		assert.ErrorIs(t, err, context.Canceled)
+		assert.Contains(t, err.Error(), name)
 
-			// A context that already ended: no attempt at all.
-			_, err = mine.tryFor(cctx, time.Second)
-			assert.ErrorIs(t, err, context.Canceled)
-			_, err = mine.lock(cctx)
-			assert.ErrorIs(t, err, context.Canceled)
+		// A context that already ended: no attempt at all.
+		_, err = mine.tryFor(cctx, time.Second)
+		assert.ErrorIs(t, err, context.Canceled)
+		_, err = mine.lock(cctx)
+		assert.ErrorIs(t, err, context.Canceled)
 
-			assert.Equal(t, before, redisState(t, e))
-			noLocalWaiters(t, c1)
-			require.NoError(t, rival.unlock(held))
-			free := redisState(t, e)
-			_, err = mine.tryFor(cctx, time.Second)
-			assert.ErrorIs(t, err, context.Canceled, "even on a free lock")
-			_, err = mine.lock(cctx)
-			assert.ErrorIs(t, err, context.Canceled, "even on a free lock")
-			assert.Equal(t, free, redisState(t, e), "a done context takes nothing")
-		})
+		assert.Equal(t, before, redisState(t, e))
+		noLocalWaiters(t, c1)
+		require.NoError(t, rival.unlock(held))
+		free := redisState(t, e)
+		_, err = mine.tryFor(cctx, time.Second)
+		assert.ErrorIs(t, err, context.Canceled, "even on a free lock")
+		_, err = mine.lock(cctx)
+		assert.ErrorIs(t, err, context.Canceled, "even on a free lock")
+		assert.Equal(t, free, redisState(t, e), "a done context takes nothing")
 	})
 }
 
 // 2. A hold TryLockFor gets lasts as long as ctx, past the wait bound; it
 // ends with ctx.
 func TestAPITryLockForHoldOutlivesTheWait(t *testing.T) {
-	forEachEnv(t, func(t *testing.T, e *testEnv) {
-		forEachKind(t, func(t *testing.T, k apiKind, name string) {
-			bg := context.Background()
-			c1, c2, c3 := e.client(t), e.client(t), e.client(t)
-			k.setup(t, c1, name)
-			base := redisState(t, e)
-			rival := k.rival(t, c2, name)
-			held, err := rival.lock(bg)
-			require.NoError(t, err)
-			mine := k.mine(t, c1, name)
+	forEachEnvKind(t, func(t *testing.T, e *testEnv, k apiKind, name string) {
+		bg := context.Background()
+		c1, c2, c3 := e.client(t), e.client(t), e.client(t)
+		k.setup(t, c1, name)
+		base := redisState(t, e)
+		rival := k.rival(t, c2, name)
+		held, err := rival.lock(bg)
+		require.NoError(t, err)
+		mine := k.mine(t, c1, name)
 
-			ctx, cancel := context.WithCancel(bg)
-			defer cancel()
-			const wait = 300 * time.Millisecond
-			start := time.Now()
-			got := lockAsync(ctx, func(ctx context.Context) (context.Context, error) { return mine.tryFor(ctx, wait) })
-			time.Sleep(100 * time.Millisecond)
-			require.NoError(t, rival.unlock(held))
-			r := recvLock(t, got, time.Second, "TryLockFor")
-			require.NoError(t, r.err)
-			hctx := r.ctx
-			assert.Less(t, r.at.Sub(start), wait)
+		ctx, cancel := context.WithCancel(bg)
+		defer cancel()
+		const wait = 300 * time.Millisecond
+		start := time.Now()
+		got := lockAsync(ctx, func(ctx context.Context) (context.Context, error) { return mine.tryFor(ctx, wait) })
+		time.Sleep(100 * time.Millisecond)
+		require.NoError(t, rival.unlock(held))
+		r := recvLock(t, got, time.Second, "TryLockFor")
+		require.NoError(t, r.err)
+		hctx := r.ctx
+		assert.Less(t, r.at.Sub(start), wait)
 
-			time.Sleep(time.Until(start.Add(2 * wait)))
-			require.NoError(t, hctx.Err(), "the hold outlives the wait bound")
-			assert.True(t, mine.busy())
-			assert.Equal(t, 1, mine.count(hctx))
-			_, err = k.rival(t, c3, name).try(bg)
-			assert.ErrorIs(t, err, ErrNotAcquired, "still held after the wait bound")
+		time.Sleep(time.Until(start.Add(2 * wait)))
+		require.NoError(t, hctx.Err(), "the hold outlives the wait bound")
+		assert.True(t, mine.busy())
+		assert.Equal(t, 1, mine.count(hctx))
+		_, err = k.rival(t, c3, name).try(bg)
+		assert.ErrorIs(t, err, ErrNotAcquired, "still held after the wait bound")
 
-			cancel()
-			<-hctx.Done()
-			var octx context.Context
-			eventually(t, time.Second, "the lock to be free once ctx ended", func() bool {
-				octx, err = rival.try(bg)
-				return err == nil
-			})
-			require.NoError(t, rival.unlock(octx))
-			assert.NoError(t, mine.unlock(hctx))
-			assert.Equal(t, base, redisState(t, e))
+		cancel()
+		<-hctx.Done()
+		var octx context.Context
+		eventually(t, time.Second, "the lock to be free once ctx ended", func() bool {
+			octx, err = rival.try(bg)
+			return err == nil
 		})
+		require.NoError(t, rival.unlock(octx))
+		assert.NoError(t, mine.unlock(hctx))
+		assert.Equal(t, base, redisState(t, e))
 	})
 }
 
@@ -720,38 +756,36 @@ func TestAPISemaphoreHoldsArePerSemaphore(t *testing.T) {
 
 // 4. A TryLock refusal names the lock, once prefixed.
 func TestAPIRefusalErrorText(t *testing.T) {
-	forEachEnv(t, func(t *testing.T, e *testEnv) {
-		forEachKind(t, func(t *testing.T, k apiKind, name string) {
-			bg := context.Background()
-			c1, c2 := e.client(t), e.client(t)
-			k.setup(t, c1, name)
-			held, err := k.rival(t, c2, name).lock(bg)
-			require.NoError(t, err)
-			mine := k.mine(t, c1, name)
+	forEachEnvKind(t, func(t *testing.T, e *testEnv, k apiKind, name string) {
+		bg := context.Background()
+		c1, c2 := e.client(t), e.client(t)
+		k.setup(t, c1, name)
+		held, err := k.rival(t, c2, name).lock(bg)
+		require.NoError(t, err)
+		mine := k.mine(t, c1, name)
 
-			_, err = mine.try(bg)
-			require.ErrorIs(t, err, ErrNotAcquired)
-			msg := err.Error()
-			assert.Equal(t, 1, strings.Count(msg, "redisync:"), "one prefix: %q", msg)
-			assert.Contains(t, msg, fmt.Sprintf("%q", name))
-			t.Logf("TryLock: %s", msg)
+		_, err = mine.try(bg)
+		require.ErrorIs(t, err, ErrNotAcquired)
+		msg := err.Error()
+		assert.Equal(t, 1, strings.Count(msg, "redisync:"), "one prefix: %q", msg)
+		assert.Contains(t, msg, fmt.Sprintf("%q", name))
+		t.Logf("TryLock: %s", msg)
 
-			ctx, cancel := context.WithTimeout(bg, 150*time.Millisecond)
-			defer cancel()
-			_, err = mine.lock(ctx)
-			require.ErrorIs(t, err, context.DeadlineExceeded)
-			assert.Contains(t, err.Error(), fmt.Sprintf("%q", name))
-			assert.Equal(t, 1, strings.Count(err.Error(), "redisync:"), "%q", err.Error())
-			t.Logf("Lock, deadline: %s", err)
+		ctx, cancel := context.WithTimeout(bg, 150*time.Millisecond)
+		defer cancel()
+		_, err = mine.lock(ctx)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Contains(t, err.Error(), fmt.Sprintf("%q", name))
+		assert.Equal(t, 1, strings.Count(err.Error(), "redisync:"), "%q", err.Error())
+		t.Logf("Lock, deadline: %s", err)
 
-			cctx, ccancel := context.WithCancel(bg)
-			time.AfterFunc(100*time.Millisecond, ccancel)
-			_, err = mine.lock(cctx)
-			require.ErrorIs(t, err, context.Canceled)
-			assert.Contains(t, err.Error(), fmt.Sprintf("%q", name))
-			t.Logf("Lock, cancelled: %s", err)
-			require.NoError(t, k.rival(t, c2, name).unlock(held))
-		})
+		cctx, ccancel := context.WithCancel(bg)
+		time.AfterFunc(100*time.Millisecond, ccancel)
+		_, err = mine.lock(cctx)
+		require.ErrorIs(t, err, context.Canceled)
+		assert.Contains(t, err.Error(), fmt.Sprintf("%q", name))
+		t.Logf("Lock, cancelled: %s", err)
+		require.NoError(t, k.rival(t, c2, name).unlock(held))
 	})
 }
 
@@ -926,71 +960,69 @@ func TestAPIObserverAndLoggerRefuseNil(t *testing.T) {
 // 6. Acquired fires once per first acquisition with how long it waited;
 // Released fires once, at the last release, with how long it was held.
 func TestAPIObserverAcquiredAndReleased(t *testing.T) {
-	forEachEnv(t, func(t *testing.T, e *testEnv) {
-		forEachKind(t, func(t *testing.T, k apiKind, name string) {
-			bg := context.Background()
-			var o obsRecorder
-			c := e.client(t, WithObserver(o.observer()))
-			k.setup(t, c, name)
-			mine := k.mine(t, c, name)
+	forEachEnvKind(t, func(t *testing.T, e *testEnv, k apiKind, name string) {
+		bg := context.Background()
+		var o obsRecorder
+		c := e.client(t, WithObserver(o.observer()))
+		k.setup(t, c, name)
+		mine := k.mine(t, c, name)
 
-			// Uncontended, with a re-entry.
-			hctx, err := mine.lock(bg)
-			require.NoError(t, err)
-			rctx, err := mine.lock(hctx)
-			require.NoError(t, err)
-			acq, rel, lost, _ := o.get()
-			require.Len(t, acq, 1, "once per first acquisition, not per re-entry")
-			assert.Equal(t, k.event, acq[0].Kind)
-			assert.Equal(t, k.nameOf(name), acq[0].Name)
-			assert.Less(t, acq[0].Wait, 100*time.Millisecond)
-			time.Sleep(200 * time.Millisecond)
-			require.NoError(t, mine.unlock(rctx))
-			_, rel, _, _ = o.get()
-			assert.Empty(t, rel, "not released while a hold remains")
-			require.NoError(t, mine.unlock(hctx))
-			acq, rel, lost, _ = o.get()
-			assert.Len(t, acq, 1)
-			require.Len(t, rel, 1, "once, at the last release")
-			assert.Equal(t, k.event, rel[0].Kind)
-			assert.Equal(t, k.nameOf(name), rel[0].Name)
-			assert.GreaterOrEqual(t, rel[0].Held, 200*time.Millisecond)
-			assert.Less(t, rel[0].Held, time.Second)
-			assert.Empty(t, lost)
+		// Uncontended, with a re-entry.
+		hctx, err := mine.lock(bg)
+		require.NoError(t, err)
+		rctx, err := mine.lock(hctx)
+		require.NoError(t, err)
+		acq, rel, lost, _ := o.get()
+		require.Len(t, acq, 1, "once per first acquisition, not per re-entry")
+		assert.Equal(t, k.event, acq[0].Kind)
+		assert.Equal(t, k.nameOf(name), acq[0].Name)
+		assert.Less(t, acq[0].Wait, 100*time.Millisecond)
+		time.Sleep(200 * time.Millisecond)
+		require.NoError(t, mine.unlock(rctx))
+		_, rel, _, _ = o.get()
+		assert.Empty(t, rel, "not released while a hold remains")
+		require.NoError(t, mine.unlock(hctx))
+		acq, rel, lost, _ = o.get()
+		assert.Len(t, acq, 1)
+		require.Len(t, rel, 1, "once, at the last release")
+		assert.Equal(t, k.event, rel[0].Kind)
+		assert.Equal(t, k.nameOf(name), rel[0].Name)
+		assert.GreaterOrEqual(t, rel[0].Held, 200*time.Millisecond)
+		assert.Less(t, rel[0].Held, time.Second)
+		assert.Empty(t, lost)
 
-			// Contended: the wait is reported.
-			rival := k.rival(t, e.client(t), name)
-			held, err := rival.lock(bg)
-			require.NoError(t, err)
-			time.AfterFunc(200*time.Millisecond, func() { assert.NoError(t, rival.unlock(held)) })
-			wctx, cancel := context.WithTimeout(bg, 5*time.Second)
-			defer cancel()
-			start := time.Now()
-			hctx, err = mine.lock(wctx)
-			require.NoError(t, err)
-			waited := time.Since(start)
-			acq, _, _, _ = o.get()
-			require.Len(t, acq, 2)
-			assert.GreaterOrEqual(t, acq[1].Wait, 150*time.Millisecond)
-			assert.LessOrEqual(t, acq[1].Wait, waited)
+		// Contended: the wait is reported.
+		rival := k.rival(t, e.client(t), name)
+		held, err := rival.lock(bg)
+		require.NoError(t, err)
+		time.AfterFunc(200*time.Millisecond, func() { assert.NoError(t, rival.unlock(held)) })
+		wctx, cancel := context.WithTimeout(bg, 5*time.Second)
+		defer cancel()
+		start := time.Now()
+		hctx, err = mine.lock(wctx)
+		require.NoError(t, err)
+		waited := time.Since(start)
+		acq, _, _, _ = o.get()
+		require.Len(t, acq, 2)
+		assert.GreaterOrEqual(t, acq[1].Wait, 150*time.Millisecond)
+		assert.LessOrEqual(t, acq[1].Wait, waited)
 
-			// A hold that ends with its context is released.
-			cancel()
-			<-hctx.Done()
-			eventually(t, time.Second, "Released for the hold that ended with its context", func() bool {
-				_, rel, _, _ := o.get()
-				return len(rel) == 2
-			})
-			time.Sleep(50 * time.Millisecond)
-			acq, rel, lost, _ = o.get()
-			assert.Len(t, acq, 2)
-			assert.Len(t, rel, 2, "once")
-			assert.Equal(t, k.nameOf(name), rel[1].Name)
-			assert.Empty(t, lost, "ending with its context is no lost lease")
-			assert.NoError(t, mine.unlock(hctx))
-			_, rel, _, _ = o.get()
-			assert.Len(t, rel, 2, "a later Unlock reports nothing more")
+		// A hold that ends with its context is released.
+		cancel()
+		<-hctx.Done()
+		eventually(t, time.Second, "Released for the hold that ended with its context", func() bool {
+			_, rel, _, _ := o.get()
+			return len(rel) == 2
 		})
+		time.Sleep(50 * time.Millisecond)
+		acq, rel, lost, _ = o.get()
+		assert.Len(t, acq, 2)
+		assert.Len(t, rel, 2, "once")
+		assert.Equal(t, k.nameOf(name), rel[1].Name)
+		assert.Empty(t, lost, "ending with its context is no lost lease")
+		assert.NoError(t, mine.unlock(hctx))
+		_, rel, _, _ = o.get()
+		assert.Len(t, rel, 2, "a later Unlock reports nothing more")
 	})
 }
 
@@ -1005,47 +1037,45 @@ func deleteAll(t *testing.T, e *testEnv) {
 // 6. LeaseLost fires when a renewal finds the hold gone, with Cause matching
 // ErrLeaseLost, and the hold's context says so.
 func TestAPIObserverLeaseLost(t *testing.T) {
-	forEachEnv(t, func(t *testing.T, e *testEnv) {
-		forEachKind(t, func(t *testing.T, k apiKind, name string) {
-			var o obsRecorder
-			c := e.client(t, WithObserver(o.observer()), WithWatchdogTimeout(600*time.Millisecond))
-			k.setup(t, c, name)
-			mine := k.mine(t, c, name)
-			hctx, err := mine.lock(context.Background())
-			require.NoError(t, err)
-			// A re-entry through a context of its own, and a goroutine's
-			// context derived from the hold's: they end with the loss too.
-			sub, cancel := context.WithCancel(hctx)
-			defer cancel()
-			rctx, err := mine.lock(sub)
-			require.NoError(t, err)
-			gctx, gcancel := context.WithTimeout(hctx, time.Minute)
-			defer gcancel()
-			deleteAll(t, e)
-			start := time.Now()
-			select {
-			case <-hctx.Done():
-			case <-time.After(2 * time.Second):
-				t.Fatal("the hold's context did not end after its key was deleted")
-			}
-			assert.Less(t, time.Since(start), 700*time.Millisecond, "found at the next renewal (every 200ms)")
-			assert.ErrorIs(t, context.Cause(hctx), ErrLeaseLost)
-			assert.ErrorIs(t, context.Cause(rctx), ErrLeaseLost, "the re-entry's context")
-			assert.Error(t, gctx.Err(), "a context derived from the hold's")
-			assert.Zero(t, mine.count(hctx))
-			// The context is cancelled first, then the observer is told.
-			eventually(t, time.Second, "LeaseLost", func() bool {
-				_, _, lost, _ := o.get()
-				return len(lost) > 0
-			})
-			time.Sleep(50 * time.Millisecond)
-			_, rel, lost, _ := o.get()
-			require.Len(t, lost, 1, "once")
-			assert.ErrorIs(t, lost[0].Cause, ErrLeaseLost)
-			assert.Equal(t, k.event, lost[0].Kind)
-			assert.Equal(t, k.nameOf(name), lost[0].Name)
-			assert.Empty(t, rel, "a lost lease is not a release")
+	forEachEnvKind(t, func(t *testing.T, e *testEnv, k apiKind, name string) {
+		var o obsRecorder
+		c := e.client(t, WithObserver(o.observer()), WithWatchdogTimeout(600*time.Millisecond))
+		k.setup(t, c, name)
+		mine := k.mine(t, c, name)
+		hctx, err := mine.lock(context.Background())
+		require.NoError(t, err)
+		// A re-entry through a context of its own, and a goroutine's
+		// context derived from the hold's: they end with the loss too.
+		sub, cancel := context.WithCancel(hctx)
+		defer cancel()
+		rctx, err := mine.lock(sub)
+		require.NoError(t, err)
+		gctx, gcancel := context.WithTimeout(hctx, time.Minute)
+		defer gcancel()
+		deleteAll(t, e)
+		start := time.Now()
+		select {
+		case <-hctx.Done():
+		case <-time.After(2 * time.Second):
+			t.Fatal("the hold's context did not end after its key was deleted")
+		}
+		assert.Less(t, time.Since(start), 700*time.Millisecond, "found at the next renewal (every 200ms)")
+		assert.ErrorIs(t, context.Cause(hctx), ErrLeaseLost)
+		assert.ErrorIs(t, context.Cause(rctx), ErrLeaseLost, "the re-entry's context")
+		assert.Error(t, gctx.Err(), "a context derived from the hold's")
+		assert.Zero(t, mine.count(hctx))
+		// The context is cancelled first, then the observer is told.
+		eventually(t, time.Second, "LeaseLost", func() bool {
+			_, _, lost, _ := o.get()
+			return len(lost) > 0
 		})
+		time.Sleep(50 * time.Millisecond)
+		_, rel, lost, _ := o.get()
+		require.Len(t, lost, 1, "once")
+		assert.ErrorIs(t, lost[0].Cause, ErrLeaseLost)
+		assert.Equal(t, k.event, lost[0].Kind)
+		assert.Equal(t, k.nameOf(name), lost[0].Name)
+		assert.Empty(t, rel, "a lost lease is not a release")
 	})
 }
 
@@ -1125,59 +1155,57 @@ func recordText(r slog.Record) string {
 // 6. WithLogger: nothing is logged at INFO or above on the path of a
 // successful Lock and Unlock; a lost lease is a WARN naming the lock.
 func TestAPILogger(t *testing.T) {
-	forEachEnv(t, func(t *testing.T, e *testEnv) {
-		forEachKind(t, func(t *testing.T, k apiKind, name string) {
-			bg := context.Background()
-			h := newRecHandler()
-			c := e.client(t, WithLogger(slog.New(h)), WithWatchdogTimeout(600*time.Millisecond))
-			k.setup(t, c, name)
-			mine := k.mine(t, c, name)
-			for i := 0; i < 3; i++ {
-				hctx, err := mine.lock(bg)
-				require.NoError(t, err)
-				rctx, err := mine.lock(hctx)
-				require.NoError(t, err)
-				require.NoError(t, mine.unlock(rctx))
-				require.NoError(t, mine.unlock(hctx))
-			}
-			// Contended, across a couple of renewals.
-			rival := k.rival(t, e.client(t), name)
-			held, err := rival.lock(bg)
-			require.NoError(t, err)
-			time.AfterFunc(300*time.Millisecond, func() { assert.NoError(t, rival.unlock(held)) })
+	forEachEnvKind(t, func(t *testing.T, e *testEnv, k apiKind, name string) {
+		bg := context.Background()
+		h := newRecHandler()
+		c := e.client(t, WithLogger(slog.New(h)), WithWatchdogTimeout(600*time.Millisecond))
+		k.setup(t, c, name)
+		mine := k.mine(t, c, name)
+		for i := 0; i < 3; i++ {
 			hctx, err := mine.lock(bg)
 			require.NoError(t, err)
-			time.Sleep(450 * time.Millisecond)
-			require.NoError(t, mine.unlock(hctx))
-			for _, r := range h.records() {
-				assert.Less(t, r.Level, slog.LevelInfo, "logged on a successful path: %s", recordText(r))
-			}
-
-			// A lost lease.
-			hctx, err = mine.lock(bg)
+			rctx, err := mine.lock(hctx)
 			require.NoError(t, err)
-			deleteAll(t, e)
-			select {
-			case <-hctx.Done():
-			case <-time.After(2 * time.Second):
-				t.Fatal("the lease was not found lost")
-			}
-			// The context is cancelled first, then the loss is logged.
-			var warn []string
-			named := false
-			eventually(t, time.Second, "a warning about the lost lease", func() bool {
-				warn = nil
-				for _, r := range h.records() {
-					if r.Level == slog.LevelWarn {
-						warn = append(warn, recordText(r))
-						named = named || strings.Contains(recordText(r), "name="+k.nameOf(name))
-					}
+			require.NoError(t, mine.unlock(rctx))
+			require.NoError(t, mine.unlock(hctx))
+		}
+		// Contended, across a couple of renewals.
+		rival := k.rival(t, e.client(t), name)
+		held, err := rival.lock(bg)
+		require.NoError(t, err)
+		time.AfterFunc(300*time.Millisecond, func() { assert.NoError(t, rival.unlock(held)) })
+		hctx, err := mine.lock(bg)
+		require.NoError(t, err)
+		time.Sleep(450 * time.Millisecond)
+		require.NoError(t, mine.unlock(hctx))
+		for _, r := range h.records() {
+			assert.Less(t, r.Level, slog.LevelInfo, "logged on a successful path: %s", recordText(r))
+		}
+
+		// A lost lease.
+		hctx, err = mine.lock(bg)
+		require.NoError(t, err)
+		deleteAll(t, e)
+		select {
+		case <-hctx.Done():
+		case <-time.After(2 * time.Second):
+			t.Fatal("the lease was not found lost")
+		}
+		// The context is cancelled first, then the loss is logged.
+		var warn []string
+		named := false
+		eventually(t, time.Second, "a warning about the lost lease", func() bool {
+			warn = nil
+			for _, r := range h.records() {
+				if r.Level == slog.LevelWarn {
+					warn = append(warn, recordText(r))
+					named = named || strings.Contains(recordText(r), "name="+k.nameOf(name))
 				}
-				return len(warn) > 0
-			})
-			assert.True(t, named, "the warning names the lock: %q", warn)
-			t.Logf("%q", warn)
+			}
+			return len(warn) > 0
 		})
+		assert.True(t, named, "the warning names the lock: %q", warn)
+		t.Logf("%q", warn)
 	})
 }
 

@@ -76,6 +76,7 @@ func waitAcross(t *testing.T, holder, waiter *Client, name string, from, to *red
 // to another master) subscribe again on the new owner and are woken by the
 // next unlock; a holder whose lock vanished in a failover is told.
 func TestClusterSlotMoves(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	rc := redistest.StartClusterWithReplicas(t, 3, 1)
 	cc := rc.Client(t)
 	holder := newClient(t, rc.Client(t))

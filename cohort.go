@@ -243,9 +243,19 @@ func (co *cohort) settle(h *handoff, r []int64, err error) bool {
 	return true
 }
 
-// yielding reports until when this client's callers of lock key hold back,
-// after a run of handoffs ended with the lock released for other clients.
-func (co *cohort) yielding(key string, now time.Time) (time.Time, bool) {
+// yielding reports until when this client's waiter with acc holds back
+// before it tries (never when acc is nil: it cannot be handed the lock).
+func (co *cohort) yielding(acc *acceptor, now time.Time) (time.Time, bool) {
+	if acc == nil {
+		return time.Time{}, false
+	}
+	return co.keyYielding(acc.key, now)
+}
+
+// keyYielding reports until when this client's callers of lock key hold
+// back, after a run of handoffs ended with the lock released for other
+// clients.
+func (co *cohort) keyYielding(key string, now time.Time) (time.Time, bool) {
 	co.mu.Lock()
 	defer co.mu.Unlock()
 	return co.yieldingLocked(key, now)

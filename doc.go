@@ -87,12 +87,7 @@
 // prefix such as "lock:" will do). Locks that need more than one key keep
 // the others in the name's Redis Cluster slot, named
 // "{tag}:<purpose>:<name>", where tag is the name's hash tag, or the whole
-// name when it has none; two different names never share a key. The last
-// release of a hold also leaves a record,
-// "{tag}:released:<name>:<owner>", which expires by itself six seconds
-// later: an Unlock that go-redis sent again after a network error,
-// although Redis had run it, finds it and reports success, where the
-// release of a hold that Redis lost reports ErrLeaseLost.
+// name when it has none; two different names never share a key.
 //
 // # Fencing tokens
 //

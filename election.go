@@ -201,18 +201,17 @@ func (e *Election) Term(ctx context.Context) (int64, bool) {
 // with a cancelled ctx. It returns nil when the leadership already ended
 // with the context it was won with, and an error wrapping ErrNotHeld when
 // ctx carries no leadership of this election, or one that has ended; that
-// error also wraps ErrLeaseLost when the leadership was lost, which Resign
-// finds as Mutex.Unlock does (its local deadline had passed, or Redis no
-// longer had it), so its answer says whether the caller led throughout.
+// error also wraps ErrLeaseLost when the leadership was lost, as
+// Mutex.Unlock tells it: by the leadership's local deadline (a process
+// stopped past its lease learns it here), not by what Redis still has (a
+// leadership that Redis lost before its deadline, a deleted key, is told
+// by the next renewal).
 func (e *Election) Resign(ctx context.Context) error {
 	if err := e.check(ctx); err != nil {
 		return err
 	}
 	return e.c.release(ctx, &e.spec, 1, func(ctx context.Context, h *hold, _ int) (int64, time.Time, error) {
-		k := e.resign(h.field, h.token)
-		k.keys = append(k.keys[:len(k.keys):len(k.keys)], keys.Record(e.name, h.field))
-		k.args = append(k.args, recordMs)
-		return e.c.releaseBy(ctx, k)
+		return e.c.releaseBy(ctx, e.resign(h.field, h.token))
 	})
 }
 

@@ -147,7 +147,7 @@ func waitError(err error, parent context.Context, bounded bool) error {
 // command itself: trying again later can succeed.
 func notReady(err error) bool {
 	msg := err.Error()
-	for _, p := range []string{"LOADING", "BUSY", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN"} {
+	for _, p := range []string{"LOADING", "BUSY", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "READONLY"} {
 		if strings.HasPrefix(msg, p) {
 			return true
 		}

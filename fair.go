@@ -162,7 +162,7 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (cont
 		return parent, f.wrap(err)
 	}
 	if h != nil {
-		hctx, err := f.c.reenter(parent, wctx, &f.spec, h, func(count int) call {
+		hctx, err := f.c.reenter(parent, wctx, wait, &f.spec, h, func(count int) call {
 			return f.script(h.field, count, false)
 		}, func(r []int64) (int, bool) {
 			return int(r[1]), r[0] != 1
@@ -250,8 +250,7 @@ func (f *FairMutex) Unlock(ctx context.Context) error {
 		return err
 	}
 	return f.c.release(ctx, &f.spec, 1, func(ctx context.Context, h *hold, count int) (int64, time.Time, error) {
-		return f.c.releaseBy(ctx, script(lua.FairUnlock, append(f.keys(), keys.Record(f.name, h.field)),
-			h.field, count, h.lease.Milliseconds(), f.prefix, publish, recordMs))
+		return f.c.releaseBy(ctx, script(lua.FairUnlock, f.keys(), h.field, count, h.lease.Milliseconds(), f.prefix, publish))
 	})
 }
 

@@ -2,7 +2,6 @@ package redisync
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -15,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisync-go/redisync/internal/keys"
-	"github.com/redisync-go/redisync/internal/redistest"
 	"github.com/redisync-go/redisync/lua"
 )
 
@@ -393,155 +391,10 @@ func TestFairMutexLiveWaiterKeepsPlace(t *testing.T) {
 	})
 }
 
-// A holder that crashes frees the fair lock within one watchdog timeout, and
-// the head of the queue takes it; the holder's context hears first.
-func TestFairMutexCrashedHolderFreesLock(t *testing.T) {
-	forEachEnv(t, func(t *testing.T, e *testEnv) {
-		if e.mr != nil {
-			e.mr.ClockTTL(true) // leases run out in real time
-		}
-		const name = "fair:crashed-holder"
-		const lease = 600 * time.Millisecond
-		crashed := redis.NewClient(&redis.Options{Addr: e.addr, MaxRetries: -1})
-		hctx, err := newClient(t, crashed, WithWatchdogTimeout(lease)).FairMutex(name).Lock(context.Background())
-		require.NoError(t, err)
-		bf := e.client(t, WithWatchdogTimeout(lease)).FairMutex(name)
-		b := lockAsync(context.Background(), bf.Lock)
-		waitQueued(t, e.rdb(t), bf, 1)
-		require.NoError(t, crashed.Close())
-		crashedAt := time.Now()
-
-		rb := recvLock(t, b, 3*time.Second, "waiter")
-		require.NoError(t, rb.err)
-		waited := rb.at.Sub(crashedAt)
-		t.Logf("crashed holder's fair lock taken over after %v (lease %v)", waited, lease)
-		assert.Less(t, waited, lease+300*time.Millisecond)
-		select {
-		case <-hctx.Done():
-		default:
-			t.Fatal("the crashed holder's context is still live after another owner took the lock")
-		}
-		assert.ErrorIs(t, context.Cause(hctx), ErrLeaseLost)
-		require.NoError(t, bf.Unlock(rb.ctx))
-		assert.Empty(t, e.keys(t))
-	})
-}
-
-// Many goroutines on several clients: never two holders at once, every
-// increment kept, nothing left behind.
-func TestFairMutexExclusionUnderContention(t *testing.T) {
-	forEachEnv(t, func(t *testing.T, e *testEnv) {
-		const name = "fair:contended"
-		clients := []*Client{e.client(t), e.client(t), e.client(t)}
-		var inside, violations atomic.Int32
-		counter := 0
-		var wg sync.WaitGroup
-		const goroutines, rounds = 12, 10
-		for g := range goroutines {
-			f := clients[g%len(clients)].FairMutex(name)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for range rounds {
-					ctx, err := f.Lock(context.Background())
-					if !assert.NoError(t, err) {
-						return
-					}
-					if inside.Add(1) != 1 {
-						violations.Add(1)
-					}
-					// Re-entry inside the hold.
-					inner, err := f.Lock(ctx)
-					assert.NoError(t, err)
-					v := counter
-					time.Sleep(100 * time.Microsecond)
-					counter = v + 1
-					assert.NoError(t, f.Unlock(inner))
-					inside.Add(-1)
-					assert.NoError(t, f.Unlock(ctx))
-				}
-			}()
-		}
-		wg.Wait()
-		assert.Zero(t, violations.Load())
-		assert.Equal(t, goroutines*rounds, counter)
-		assert.Empty(t, e.keys(t))
-	})
-}
-
-// Closing the Client ends its waits with ErrClosed and takes its waiters out
-// of the queue; its holds are released and the next waiter takes the lock.
-func TestFairMutexCloseEndsWaitsAndReleases(t *testing.T) {
-	forEachEnv(t, func(t *testing.T, e *testEnv) {
-		const name = "fair:close"
-		rdb := e.rdb(t)
-		c := e.client(t)
-		holder := c.FairMutex(name)
-		hctx, err := holder.Lock(context.Background())
-		require.NoError(t, err)
-		mine := lockAsync(context.Background(), c.FairMutex(name).Lock)
-		waitQueued(t, rdb, holder, 1)
-		bf := e.client(t).FairMutex(name)
-		b := lockAsync(context.Background(), bf.Lock)
-		waitQueued(t, rdb, holder, 2)
-
-		require.NoError(t, c.Close())
-		r := recvLock(t, mine, time.Second, "closed client's waiter")
-		assert.ErrorIs(t, r.err, ErrClosed)
-		assert.ErrorIs(t, context.Cause(hctx), ErrClosed)
-		rb := recvLock(t, b, time.Second, "other client's waiter")
-		require.NoError(t, rb.err)
-		require.NoError(t, bf.Unlock(rb.ctx))
-		assert.Empty(t, e.keys(t))
-		_, err = holder.Lock(context.Background())
-		assert.ErrorIs(t, err, ErrClosed)
-	})
-}
-
-func TestFairMutexForceUnlock(t *testing.T) {
-	forEachEnv(t, func(t *testing.T, e *testEnv) {
-		const name = "fair:force"
-		rdb := e.rdb(t)
-		holder := e.client(t).FairMutex(name)
-		hctx, err := holder.Lock(context.Background())
-		require.NoError(t, err)
-		bf := e.client(t).FairMutex(name)
-		b := lockAsync(context.Background(), bf.Lock)
-		waitQueued(t, rdb, holder, 1)
-
-		ok, err := e.client(t).FairMutex(name).ForceUnlock(context.Background())
-		require.NoError(t, err)
-		assert.True(t, ok)
-		rb := recvLock(t, b, time.Second, "waiter")
-		require.NoError(t, rb.err)
-		ok, err = holder.ForceUnlock(context.Background())
-		require.NoError(t, err)
-		assert.True(t, ok)
-		assert.ErrorIs(t, context.Cause(hctx), ErrLeaseLost, "same process: lost at once")
-		assert.NoError(t, rb.ctx.Err(), "another process hears at its next renewal")
-		// Its last Unlock finds its field gone, and no record of its own
-		// release: the hold was lost.
-		err = bf.Unlock(rb.ctx)
-		assert.ErrorIs(t, err, ErrNotHeld)
-		assert.ErrorIs(t, err, ErrLeaseLost)
-		assert.Error(t, rb.ctx.Err())
-		ok, err = holder.ForceUnlock(context.Background())
-		require.NoError(t, err)
-		assert.False(t, ok)
-		assert.Empty(t, e.keys(t))
-
-		require.NoError(t, rdb.Set(context.Background(), name, "x", 0).Err())
-		_, err = holder.ForceUnlock(context.Background())
-		assert.Error(t, err, "a key of another type is refused")
-		assert.True(t, strings.Contains(err.Error(), "WRONGTYPE"))
-		assert.False(t, errors.Is(err, ErrInvalid))
-	})
-}
-
 // Every key of a fair lock shares one Cluster slot (its scripts would fail
 // with CROSSSLOT otherwise), and the head waiter is woken across the cluster.
 func TestFairMutexOnCluster(t *testing.T) {
-	cl := redistest.StartCluster(t, 3)
+	cl := sharedCluster(t)
 	rdb := cl.Client(t)
 	a := newClient(t, cl.Client(t))
 	b := newClient(t, cl.Client(t))
@@ -831,7 +684,7 @@ func TestFairMutexUncontendedCost(t *testing.T) {
 	assert.Equal(t, map[string]int{
 		"evalsha": 2,
 		"pttl":    1, "zrange": 2, "hset": 1, "pexpire": 1, // Lock
-		"hdel": 1, "set": 1, // Unlock, with its release record (see Mutex.Unlock)
+		"hdel": 1, // Unlock
 	}, commandCalls(t, rdb))
 	assert.Empty(t, e.keys(t))
 }

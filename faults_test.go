@@ -406,16 +406,18 @@ func TestEveryHoldContextEndsWhenLost(t *testing.T) {
 
 // S12 (Semaphore permit stranded by a Redis stall): Client 1 holds the only
 // permit, Client 2 waits in Acquire, and Redis stalls for longer than the
-// lease (3s). Acquire scripts sent during the stall run when Redis resumes;
+// lease. Acquire scripts sent during the stall run when Redis resumes;
 // a permit they grant must not be kept in Redis for an owner whose process
 // no longer holds it (its Acquire failed, or its context is already done):
 // within ~1.5s of the resume the system is consistent. (Real server only.)
 func TestSemaphoreStallDoesNotStrandPermit(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	e := realEnv(t)
 	bg := context.Background()
 	const key = "stall"
-	c1 := e.client(t, WithWatchdogTimeout(3*time.Second))
-	c2 := e.client(t, WithWatchdogTimeout(3*time.Second))
+	const lease, stall = 1500 * time.Millisecond, 2500 * time.Millisecond
+	c1 := e.client(t, WithWatchdogTimeout(lease))
+	c2 := e.client(t, WithWatchdogTimeout(lease))
 	s1, s2 := c1.Semaphore(key), c2.Semaphore(key)
 	require.NoError(t, s1.SetPermits(bg, 1))
 	h1, err := s1.Acquire(bg, 1)
@@ -437,8 +439,8 @@ func TestSemaphoreStallDoesNotStrandPermit(t *testing.T) {
 
 	e.srv.Pause()
 	paused := time.Now()
-	t.Log("redis paused for 5s")
-	time.Sleep(5 * time.Second)
+	t.Logf("redis paused for %v (the lease is %v)", stall, lease)
+	time.Sleep(stall)
 	e.srv.Resume()
 	resumed := time.Now()
 	t.Log("redis resumed")

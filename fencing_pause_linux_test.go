@@ -30,6 +30,7 @@ import (
 // not at the moment it resumed, then done with cause ErrLeaseLost) and its
 // write's fate.
 func TestFencingPausedProcess(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	const (
 		name     = "fence:paused"
 		resource = "fence:paused:resource"
@@ -160,17 +161,19 @@ func TestHelperFencedChild(t *testing.T) {
 		return
 	}
 	// Work that does not look at lctx, during which the process is stopped:
-	// the stop shows as a jump of the (monotonic) clock, measured from
-	// before saying so (the stop may come at once).
-	t0 := time.Now()
+	// the stop shows as a jump of the (monotonic) clock, measured between
+	// consecutive looks at it from before saying so (the stop may come at
+	// once, and anywhere in the loop, not only during the Sleep).
+	last := time.Now()
 	say("past its last check")
 	var gap time.Duration
 	for limit := time.Now().Add(time.Minute); ; {
 		time.Sleep(10 * time.Millisecond)
-		if gap = time.Since(t0); gap > time.Second {
+		now := time.Now()
+		if gap = now.Sub(last); gap > time.Second {
 			break
 		}
-		t0 = time.Now()
+		last = now
 		if time.Now().After(limit) {
 			say("never stopped")
 			return

@@ -392,7 +392,7 @@ func TestFencingRejectsLateWrite(t *testing.T) {
 // Every key a fenced lock touches is in its name's Cluster slot, declared
 // to the scripts: fenced locks work on a Redis Cluster.
 func TestFencingOnCluster(t *testing.T) {
-	cl := redistestCluster(t)
+	cl := sharedCluster(t)
 	c1, c2 := newClient(t, cl.Client(t)), newClient(t, cl.Client(t))
 	bg := context.Background()
 	for _, kind := range fencedKinds {

@@ -2,10 +2,12 @@ package redisync
 
 import (
 	"context"
+	"errors"
+	"os"
 	"runtime"
-	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,8 +31,17 @@ type testEnv struct {
 // real reports whether the environment is a real redis-server.
 func (e *testEnv) real() bool { return e.srv != nil }
 
-// forEachEnv runs fn as a subtest against miniredis and a real redis-server.
+// forEachEnv runs fn as a subtest against miniredis and a real
+// redis-server, the two in parallel (each has its own server).
 func forEachEnv(t *testing.T, fn func(t *testing.T, e *testEnv)) {
+	t.Helper()
+	t.Run("miniredis", func(t *testing.T) { t.Parallel(); fn(t, miniEnv(t)) })
+	t.Run("redis", func(t *testing.T) { t.Parallel(); fn(t, realEnv(t)) })
+}
+
+// forEachEnvSerial is forEachEnv one environment after the other, for a
+// test that counts the process's goroutines.
+func forEachEnvSerial(t *testing.T, fn func(t *testing.T, e *testEnv)) {
 	t.Helper()
 	t.Run("miniredis", func(t *testing.T) { fn(t, miniEnv(t)) })
 	t.Run("redis", func(t *testing.T) { fn(t, realEnv(t)) })
@@ -72,22 +83,13 @@ func newClient(t testing.TB, rdb redis.UniversalClient, opts ...Option) *Client 
 	return c
 }
 
-// keys lists every key in the environment's Redis, sorted, but the
-// records of last releases, which expire by themselves (see notRecords).
+// keys lists every key in the environment's Redis, sorted.
 func (e *testEnv) keys(t testing.TB) []string {
 	ks, err := e.rdb(t).Keys(context.Background(), "*").Result()
 	require.NoError(t, err)
-	ks = notRecords(ks)
 	sort.Strings(ks)
 	return ks
 }
-
-// isRecord reports whether k is the record of a last release
-// (keys.Record), which lives recordWindow and then expires by itself.
-func isRecord(k string) bool { return strings.Contains(k, "}:released:") }
-
-// notRecords returns ks without the records of last releases.
-func notRecords(ks []string) []string { return slices.DeleteFunc(ks, isRecord) }
 
 // eventually fails the test unless cond holds within d.
 func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
@@ -116,11 +118,56 @@ func redisyncGoroutines() int {
 
 func newProxy(t *testing.T, target string) *faultproxy.Proxy { return faultproxy.New(t, target) }
 
+// healProxy ends a partition and cuts the connections it left hanging, so
+// that what still reads on them (a renewal) fails at once instead of
+// after its read timeout: a test's Close then does not wait for it.
+func healProxy(p *faultproxy.Proxy) {
+	p.Blackhole(false)
+	p.CutAll()
+}
+
 func redistestReplica(t *testing.T, e *testEnv) *redistest.Server {
 	return redistest.StartReplica(t, e.srv)
 }
 
 func redistestCluster(t *testing.T) *redistest.Cluster { return redistest.StartCluster(t, 3) }
+
+// lasting owns the servers that several tests share; TestMain stops them.
+var lasting = redistest.NewLasting("servers shared by tests")
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	lasting.Close()
+	os.Exit(code)
+}
+
+var shared struct {
+	once sync.Once
+	cl   *redistest.Cluster
+	err  error
+}
+
+// sharedCluster returns a 3-master cluster shared by the tests that leave
+// it as they found it (no pause, no kill, no configuration left changed),
+// with every key deleted: one cluster started once instead of one per
+// test. The tests that use it do not run in parallel.
+func sharedCluster(t *testing.T) *redistest.Cluster {
+	t.Helper()
+	shared.once.Do(func() {
+		shared.err = lasting.Do(func() { shared.cl = redistest.StartCluster(lasting, 3) })
+	})
+	switch {
+	case errors.Is(shared.err, redistest.ErrSkipped):
+		t.Skip(shared.err)
+	case shared.err != nil:
+		t.Fatal(shared.err)
+	}
+	ctx := context.Background()
+	for _, m := range shared.cl.Masters {
+		require.NoError(t, m.Client(t).FlushAll(ctx).Err())
+	}
+	return shared.cl
+}
 
 func redistestStart(tb testing.TB) string { return redistest.Start(tb).Addr() }
 

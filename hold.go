@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // endReason says why a hold ended.
@@ -88,8 +90,14 @@ func (h *hold) live() bool {
 func (h *hold) reason() endReason {
 	h.overdue()
 	h.tmu.Lock()
-	defer h.tmu.Unlock()
-	return h.why
+	why := h.why
+	h.tmu.Unlock()
+	if why != live && !h.firsting.Load() {
+		// Ended: once every context of the hold is cancelled, so that a
+		// caller told it ended finds its context done too.
+		<-h.over
+	}
+	return why
 }
 
 // onEnd registers stop to be called when the hold ends (at once if it has).
@@ -259,16 +267,17 @@ func (c *Client) grantHold(s *spec, h *hold, start time.Time, st stamp) (context
 }
 
 // reenter acquires once more through h, the live hold ctx carries,
-// waiting as long as wctx lasts: build makes the script's call for h's
+// waiting as long as wctx lasts (with wait, riding out a Redis that is
+// not ready, see notReady): build makes the script's call for h's
 // count, parse reads its reply (the new count, or lost when Redis no
 // longer has the hold), and undo makes the call that takes back a
 // re-entry to count n, for a re-entry that was not acknowledged
 // (WithReplicaAck) or whose caller left. A handle whose lease or fencing
 // differs from the hold's is refused, changing nothing.
-func (c *Client) reenter(ctx, wctx context.Context, s *spec, h *hold,
+func (c *Client) reenter(ctx, wctx context.Context, wait bool, s *spec, h *hold,
 	build func(count int) call, parse func([]int64) (n int, lost bool), undo func(n int) call) (context.Context, error) {
 	return c.reenterBy(ctx, wctx, s, h, func() ([]int64, error) {
-		return c.underHold(wctx, h, build, func(v []int64) {
+		return c.underHold(wctx, wait, h, build, func(v []int64) {
 			if v[0] == 1 {
 				c.undo(undo(int(v[1])))
 			}
@@ -329,72 +338,106 @@ var errEnded = errors.New("redisync: the hold has ended")
 // when the script took something, to give it back. A reply that took
 // something the replicas did not acknowledge (WithReplicaAck) is a
 // *notReplicatedError.
-func (c *Client) underHold(ctx context.Context, h *hold, build func(count int) call, taken func([]int64)) ([]int64, error) {
-	h.mu.Lock()
-	if !h.live() {
-		h.mu.Unlock()
-		return nil, errEnded
-	}
-	k := build(h.count)
-	k.takes = true
-	r := c.tr.do(ctx, k, func(r reply) {
-		defer h.mu.Unlock()
-		if v, err := r.Int64Slice(); err == nil && taken != nil && len(v) >= 2 {
-			taken(v)
+func (c *Client) underHold(ctx context.Context, wait bool, h *hold, build func(count int) call, taken func([]int64)) ([]int64, error) {
+	for {
+		h.mu.Lock()
+		if !h.live() {
+			h.mu.Unlock()
+			return nil, errEnded
 		}
-	})
-	if r.gone {
-		return nil, r.err
+		k := build(h.count)
+		k.takes = true
+		r := c.tr.do(ctx, k, func(r reply) {
+			defer h.mu.Unlock()
+			if v, err := r.Int64Slice(); err == nil && taken != nil && len(v) >= 2 {
+				taken(v)
+			}
+		})
+		if r.gone {
+			return nil, r.err
+		}
+		v, err := c.acquired(r)
+		if err != nil {
+			h.mu.Unlock()
+			var re redis.Error
+			if wait && errors.As(err, &re) && notReady(err) {
+				// Redis is loading its data or settling: the script did
+				// not run; a waiting call rides it out.
+				if err := sleepCtx(ctx, retryAfter); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			return nil, err
+		}
+		h.lastSent = r.sent
+		return v, nil
 	}
-	v, err := c.acquired(r)
-	if err != nil {
-		h.mu.Unlock()
-		return nil, err
+}
+
+// sleepCtx waits d, or less if ctx ends first (then it returns ctx's
+// error).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	h.lastSent = r.sent
-	return v, nil
 }
 
 // underHoldAll is underHold for a hold on several slots: build makes one
 // call per slot, all sent at once. It returns the first reply that did
 // not take (the hold is gone there), else the first reply, with h's lock
-// held; lastSent is the earliest of their sends. Its scripts set absolute
+// held; lastSent is the earliest of their sends. With wait, it rides out
+// a Redis that is not ready, as underHold does. Its scripts set absolute
 // counts, so a call abandoned when ctx ends, or one that ran where others
 // failed, needs no give-back: the next call through the hold sets every
 // count again, and the last release deletes the hold whatever its count.
-func (c *Client) underHoldAll(ctx context.Context, h *hold, build func(count int) []call) ([]int64, error) {
-	h.mu.Lock()
-	if !h.live() {
-		h.mu.Unlock()
-		return nil, errEnded
-	}
-	calls := build(h.count)
-	for i := range calls {
-		calls[i].takes = true
-	}
-	var first []int64
-	var sent time.Time
-	var ferr error
-	for _, r := range c.tr.doAll(ctx, calls) {
-		v, err := c.acquired(r)
-		switch {
-		case err != nil:
-			if ferr == nil || notReplicated(ferr) != nil {
-				ferr = err // an unknown outcome before a refused one
+func (c *Client) underHoldAll(ctx context.Context, wait bool, h *hold, build func(count int) []call) ([]int64, error) {
+	for {
+		h.mu.Lock()
+		if !h.live() {
+			h.mu.Unlock()
+			return nil, errEnded
+		}
+		calls := build(h.count)
+		for i := range calls {
+			calls[i].takes = true
+		}
+		var first []int64
+		var sent time.Time
+		var ferr error
+		for _, r := range c.tr.doAll(ctx, calls) {
+			v, err := c.acquired(r)
+			switch {
+			case err != nil:
+				if ferr == nil || notReplicated(ferr) != nil || notReady(ferr) {
+					ferr = err // an unknown outcome before a refused one
+				}
+			case first == nil || v[0] != 1 && first[0] == 1:
+				first = v
 			}
-		case first == nil || v[0] != 1 && first[0] == 1:
-			first = v
+			if err == nil && (sent.IsZero() || r.sent.Before(sent)) {
+				sent = r.sent
+			}
 		}
-		if err == nil && (sent.IsZero() || r.sent.Before(sent)) {
-			sent = r.sent
+		if ferr != nil {
+			h.mu.Unlock()
+			var re redis.Error
+			if wait && errors.As(ferr, &re) && notReady(ferr) {
+				if err := sleepCtx(ctx, retryAfter); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			return nil, ferr
 		}
+		h.lastSent = sent
+		return first, nil
 	}
-	if ferr != nil {
-		h.mu.Unlock()
-		return nil, ferr
-	}
-	h.lastSent = sent
-	return first, nil
 }
 
 func leaseText(d time.Duration, renewed bool) string {
@@ -414,8 +457,7 @@ func (c *Client) release(ctx context.Context, s *spec, n int, send func(ctx cont
 	if h == nil {
 		return s.wrap(fmt.Errorf("%w (the context carries no hold of it)", ErrNotHeld))
 	}
-	ctx, cancel := detach(ctx)
-	defer cancel()
+	ctx = detach(ctx)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.live() {
@@ -487,16 +529,6 @@ func endedError(h *hold) error {
 		return errLost
 	}
 }
-
-// recordWindow is how long the record of a last release lives in Redis
-// (see keys.Record): longer than go-redis can resend the release, which it
-// does only within the release's own context (releaseTimeout). A last
-// release that finds its hold gone reads it to tell its own resend (the
-// record is there: released) from a lost hold (it is not: ErrLeaseLost).
-const recordWindow = releaseTimeout + time.Second
-
-// recordMs is recordWindow as the release scripts take it.
-var recordMs = recordWindow.Milliseconds()
 
 // errLost is the error of a call through a hold whose lease was lost.
 var errLost = &multiError{msg: "redisync: not held: lease lost", errs: []error{ErrNotHeld, ErrLeaseLost}}
@@ -574,7 +606,9 @@ func entry(ctx context.Context, ref lockRef) (*hold, error) {
 // error.
 func (c *Client) releaseAll(ctx context.Context, calls []call) error {
 	if len(calls) == 1 {
-		return c.tr.do(ctx, calls[0], nil).Err()
+		k := calls[0]
+		k.direct = true
+		return c.tr.do(ctx, k, nil).Err()
 	}
 	for _, r := range c.tr.doAll(ctx, calls) {
 		if err := r.Err(); err != nil {

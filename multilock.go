@@ -232,7 +232,7 @@ func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (cont
 	leaseMs := m.spec.lease.Milliseconds()
 	if h != nil {
 		hctx, err := m.c.reenterBy(parent, wctx, &m.spec, h, func() ([]int64, error) {
-			return m.c.underHoldAll(wctx, h, func(count int) []call {
+			return m.c.underHoldAll(wctx, wait, h, func(count int) []call {
 				calls := make([]call, len(m.groups))
 				for i, g := range m.groups {
 					calls[i] = script(lua.MultiLock, g.keys, leaseMs, h.field, count)
@@ -332,7 +332,7 @@ func (m *MultiLock) takeBack(a *acquisition, field string, i int, failing bool) 
 	if i == 0 {
 		return nil
 	}
-	calls := m.unlockCallsOf(m.groups[:i], field, 1, false)
+	calls := m.unlockCallsOf(m.groups[:i], field, 1)
 	if failing {
 		m.c.undo(calls...)
 		return nil
@@ -350,22 +350,15 @@ func (m *MultiLock) takeBack(a *acquisition, field string, i int, failing bool) 
 }
 
 // unlockCalls returns the calls that release the hold of field with count
-// holds by one, one per slot, without a release record: a give-back.
+// holds by one, one per slot.
 func (m *MultiLock) unlockCalls(field string, count int) []call {
-	return m.unlockCallsOf(m.groups, field, count, false)
+	return m.unlockCallsOf(m.groups, field, count)
 }
 
-// unlockCallsOf returns the calls that release the hold of field in
-// groups; with record, a last release leaves its record in each slot (see
-// lua/multi_unlock.lua), to tell its own resend from a lost hold.
-func (m *MultiLock) unlockCallsOf(groups []multiGroup, field string, count int, record bool) []call {
+func (m *MultiLock) unlockCallsOf(groups []multiGroup, field string, count int) []call {
 	calls := make([]call, len(groups))
 	for i, g := range groups {
-		k := g.both
-		if record {
-			k = append(k[:len(k):len(k)], keys.Record(g.keys[0], field))
-		}
-		calls[i] = script(lua.MultiUnlock, k, field, count, m.spec.lease.Milliseconds(), publish, unlockMessage, recordMs)
+		calls[i] = script(lua.MultiUnlock, g.both, field, count, m.spec.lease.Milliseconds(), publish, unlockMessage)
 	}
 	return calls
 }
@@ -377,10 +370,8 @@ func (m *MultiLock) unlockCallsOf(groups []multiGroup, field string, count int, 
 // was taken with, an error wrapping ErrNotHeld when ctx carries no hold of
 // this MultiLock (the same names) or a hold that ended, also wrapping
 // ErrLeaseLost when it was lost from any of the names (the others are
-// then freed too), so its answer says whether every name was the
-// caller's throughout. Like Mutex.Unlock, a last release leaves a record
-// of itself in each slot, "{tag}:released:<name>:<owner>" for the first of
-// the slot's names, which expires by itself a few seconds later. After
+// then freed too), told as Mutex.Unlock tells it: by the hold's local
+// deadline, or by a count above one that Redis no longer has. After
 // another error on the last hold, the hold has ended and redisync retries
 // the release in the background.
 func (m *MultiLock) Unlock(ctx context.Context) error {
@@ -388,7 +379,7 @@ func (m *MultiLock) Unlock(ctx context.Context) error {
 		return err
 	}
 	return m.c.release(ctx, &m.spec, 1, func(ctx context.Context, h *hold, count int) (int64, time.Time, error) {
-		calls := m.unlockCallsOf(m.groups, h.field, count, count == 1)
+		calls := m.unlockCalls(h.field, count)
 		if len(calls) == 1 {
 			return m.c.releaseBy(ctx, calls[0])
 		}

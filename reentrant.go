@@ -144,7 +144,7 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 		return parent, m.wrap(err)
 	}
 	if h != nil {
-		hctx, err := m.c.reenter(parent, wctx, &m.spec, h, func(count int) call {
+		hctx, err := m.c.reenter(parent, wctx, wait, &m.spec, h, func(count int) call {
 			return m.script(h.field, count)
 		}, func(r []int64) (int, bool) {
 			return int(r[1]), r[0] != 1
@@ -186,7 +186,7 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 	if wait {
 		var until time.Time
 		mk, queued, until = m.c.ps.mark(m.channel)
-		if y, yielding := m.c.co.yielding(m.name, time.Now()); yielding {
+		if y, yielding := m.c.co.keyYielding(m.name, time.Now()); yielding {
 			queued, until = true, y // other clients' turn (cohort.go)
 		}
 		next = time.Until(until)
@@ -261,18 +261,16 @@ func (m *Mutex) script(field string, count int) call {
 // with (redisync released it then), and an error wrapping ErrNotHeld when
 // ctx carries no hold of the lock, a hold already released, or a hold whose
 // lease was lost (that error also wraps ErrLeaseLost, and whatever Redis
-// still kept of the hold is cleared). So its error answers "was the lock
-// mine throughout?": a hold whose local deadline had passed when Unlock
-// was called (its process was stopped past its lease, say) was lost, even
-// if no timer has told it yet, and so was one that Redis no longer had
-// (its lease ran out, another process forced it, Redis lost its data).
-// go-redis may send an Unlock again after a network error although Redis
-// ran it: that release still returns nil, as the last release of a hold
-// leaves a record of itself in Redis, "{tag}:released:<name>:<owner>",
-// which expires by itself a few seconds later (see Keys in the package
-// documentation). When the last release finds its hold gone in Redis, the
-// hold's context has already ended, plainly, as Unlock ends it before the
-// lock can be free. After another error on the last hold (Redis
+// still kept of the hold is cleared). The hold's local deadline decides
+// whether it was lost: a hold whose deadline had passed when Unlock was
+// called (its process was stopped past its lease, say) was lost, even if
+// no timer has told it yet, and Unlock says so. Before its deadline, a
+// last release that finds the hold gone in Redis returns nil: it cannot
+// tell an Unlock that go-redis sent again after a network error, although
+// Redis ran it, from a hold that Redis lost early (another process forced
+// it, Redis lost its data, a key deleted by hand); the hold's renewals
+// tell that, at the next one. Where a write must never follow a lost hold,
+// check a fencing token (WithFencing). After another error on the last hold (Redis
 // unreachable), the hold has ended: redisync retries the release in the
 // background, and Redis frees the lock when its lease ends at the latest.
 func (m *Mutex) Unlock(ctx context.Context) error {
@@ -285,16 +283,16 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 				return m.handOver(ctx, h, ho, mine)
 			}
 		}
-		return m.c.releaseBy(ctx, script(lua.Unlock, []string{m.name, m.channel, keys.Record(m.name, h.field)},
-			h.field, count, h.lease.Milliseconds(), publish, unlockMessage, recordMs))
+		return m.c.releaseBy(ctx, script(lua.Unlock, []string{m.name, m.channel}, h.field, count, h.lease.Milliseconds(), publish, unlockMessage))
 	})
 }
 
 // handOver hands the lock from h, releasing its last hold, to the local
 // waiter reserved by ho (cohort.go), or at the end of a run of handoffs
-// releases it for other clients; it reports h released (2), or lost (0)
-// when Redis no longer had h's hold. mine is this client's subscriptions
-// to the channel.
+// releases it for other clients; it reports h released (2), as the unlock
+// script does even when Redis no longer had h's hold (the hold's deadline
+// decides whether it was lost, see Unlock). mine is this client's
+// subscriptions to the channel.
 func (m *Mutex) handOver(ctx context.Context, h *hold, ho *handoff, mine int) (int64, time.Time, error) {
 	ho.release = ho.acc.release(ho.field)
 	ho.st = m.c.stamp(m.spec.ref)
@@ -325,9 +323,6 @@ func (m *Mutex) handOver(ctx context.Context, h *hold, ho *handoff, mine int) (i
 	}
 	if err != nil && notReplicated(err) == nil {
 		return 0, rep.sent, err
-	}
-	if len(r) > 3 && r[3] == 1 {
-		return 0, rep.sent, nil // the releaser's hold was gone: lost
 	}
 	return 2, rep.sent, nil
 }

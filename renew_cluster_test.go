@@ -55,14 +55,14 @@ func TestClusterRenewalPipelinesPerNode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("10,000 locks")
 	}
-	cl := redistestCluster(t)
+	cl := sharedCluster(t)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), PoolSize: 64})
 	t.Cleanup(func() { _ = cc.Close() })
 	pc := &pipeCounter{pipes: map[string]int{}, cmds: map[string]int{}}
 	cc.OnNewNode(func(rdb *redis.Client) { rdb.AddHook(pc.hook(rdb.Options().Addr)) })
 	var rounds atomic.Int64
 	var holdsSeen atomic.Int64
-	const lease = 9 * time.Second // renewed every 3s
+	const lease = 3 * time.Second // renewed every 1s
 	c := newClient(t, cc, WithWatchdogTimeout(lease), WithObserver(&Observer{Renewed: func(r RenewalEvent) {
 		rounds.Add(1)
 		holdsSeen.Store(int64(r.Holds))

@@ -109,6 +109,7 @@ func TestReplicaAckLockIsOnTheReplica(t *testing.T) {
 // with ErrNotReplicated within about the timeout, naming the lock, hands
 // out no hold and leaves nothing behind on the primary.
 func TestReplicaAckPausedReplicaFails(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	e := realEnv(t)
 	replica := ackReplica(t, e)
 	const timeout = 200 * time.Millisecond
@@ -192,6 +193,7 @@ func TestReplicaAckPausedReplicaFails(t *testing.T) {
 // frozen, the holder is told (ErrLeaseLost) within the lease, counted from
 // before the freeze, and the lock is then released on the primary.
 func TestReplicaAckRenewalNotAcknowledged(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	e := realEnv(t)
 	replica := ackReplica(t, e)
 	const lease = 900 * time.Millisecond
@@ -225,6 +227,7 @@ func TestReplicaAckRenewalNotAcknowledged(t *testing.T) {
 // frozen while Lock runs, so without the acknowledgement Lock would return
 // before the replica had the lock, and the failover would lose it.
 func TestReplicaAckSentinelFailover(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	e := realEnv(t)
 	replica := ackReplica(t, e)
 	s := redistestSentinel(t, e, 1)
@@ -307,6 +310,7 @@ func TestReplicaAckInvalid(t *testing.T) {
 // one master frozen, only acquisitions on that master fail, and renewals
 // (one WAIT per node) lose only that master's holds.
 func TestReplicaAckCluster(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	rc := redistest.StartClusterWithReplicas(t, 3, 1)
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: rc.Addrs(), ReadTimeout: 5 * time.Second})
 	t.Cleanup(func() { _ = rdb.Close() })

@@ -201,7 +201,7 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		if read {
 			unlock = lua.RWRUnlock
 		}
-		hctx, err := r.c.reenter(parent, wctx, s, h, func(count int) call {
+		hctx, err := r.c.reenter(parent, wctx, wait, s, h, func(count int) call {
 			return r.script(script, h.field, "", count, false)
 		}, func(res []int64) (int, bool) {
 			return int(res[1]), res[0] != 1
@@ -344,8 +344,7 @@ func (r *RWMutex) RUnlock(ctx context.Context) error {
 		return err
 	}
 	return r.c.release(ctx, &r.rspec, 1, func(ctx context.Context, h *hold, count int) (int64, time.Time, error) {
-		return r.c.releaseBy(ctx, call{script: lua.RWRUnlock, keys: append(r.pkeys(), keys.Record(r.name, "r:"+h.field)),
-			args: []any{h.field, count, h.lease.Milliseconds(), publish, recordMs}})
+		return r.c.releaseBy(ctx, call{script: lua.RWRUnlock, keys: r.pkeys(), args: []any{h.field, count, h.lease.Milliseconds(), publish}})
 	})
 }
 
@@ -358,8 +357,7 @@ func (r *RWMutex) Unlock(ctx context.Context) error {
 		return err
 	}
 	return r.c.release(ctx, &r.wspec, 1, func(ctx context.Context, h *hold, count int) (int64, time.Time, error) {
-		return r.c.releaseBy(ctx, call{script: lua.RWUnlock, keys: append(r.pkeys(), keys.Record(r.name, "w:"+h.field)),
-			args: []any{h.field, count, h.lease.Milliseconds(), publish, recordMs}})
+		return r.c.releaseBy(ctx, call{script: lua.RWUnlock, keys: r.pkeys(), args: []any{h.field, count, h.lease.Milliseconds(), publish}})
 	})
 }
 

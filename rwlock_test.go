@@ -3,10 +3,7 @@ package redisync
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -425,101 +422,6 @@ func TestRWMutexCrashedReaderExpiresOthersKeepTheirs(t *testing.T) {
 	})
 }
 
-// A writer that crashes frees the lock within one watchdog timeout.
-func TestRWMutexCrashedWriterFreesLock(t *testing.T) {
-	forEachEnv(t, func(t *testing.T, e *testEnv) {
-		if e.mr != nil {
-			e.mr.ClockTTL(true)
-		}
-		const name = "rw:crashed-holder"
-		const lease = 600 * time.Millisecond
-		crashed := redis.NewClient(&redis.Options{Addr: e.addr, MaxRetries: -1})
-		hctx, err := newClient(t, crashed, WithWatchdogTimeout(lease)).RWMutex(name).Lock(context.Background())
-		require.NoError(t, err)
-		rm := e.client(t, WithWatchdogTimeout(lease)).RWMutex(name)
-		r := lockAsync(context.Background(), rm.RLock)
-		waitReaders(t, e.rdb(t), rm, 1)
-		require.NoError(t, crashed.Close())
-		crashedAt := time.Now()
-
-		got := recvLock(t, r, 3*time.Second, "reader")
-		require.NoError(t, got.err)
-		waited := got.at.Sub(crashedAt)
-		t.Logf("crashed writer's lock taken over after %v (lease %v)", waited, lease)
-		assert.Less(t, waited, lease+300*time.Millisecond)
-		select {
-		case <-hctx.Done():
-		default:
-			t.Fatal("the crashed writer's context is still live after another owner took the lock")
-		}
-		assert.ErrorIs(t, context.Cause(hctx), ErrLeaseLost)
-		require.NoError(t, rm.RUnlock(got.ctx))
-		assert.Empty(t, e.keys(t))
-	})
-}
-
-// Readers and writers mixed, on several clients: never a writer alongside
-// anyone else, and everything released at the end.
-func TestRWMutexNoViolationUnderLoad(t *testing.T) {
-	forEachEnv(t, func(t *testing.T, e *testEnv) {
-		const name = "rw:load"
-		clients := []*Client{e.client(t), e.client(t), e.client(t)}
-		var readers, writers, violations, reads, maxReaders atomic.Int32
-		shared := 0
-		var wg sync.WaitGroup
-		const goroutines, rounds = 12, 12
-		for g := range goroutines {
-			r := clients[g%len(clients)].RWMutex(name)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				rng := rand.New(rand.NewPCG(uint64(g), 1))
-				for range rounds {
-					if rng.IntN(3) == 0 {
-						ctx, err := r.Lock(context.Background())
-						if !assert.NoError(t, err) {
-							return
-						}
-						if writers.Add(1) != 1 || readers.Load() != 0 {
-							violations.Add(1)
-						}
-						v := shared
-						time.Sleep(200 * time.Microsecond)
-						shared = v + 1
-						writers.Add(-1)
-						assert.NoError(t, r.Unlock(ctx))
-					} else {
-						ctx, err := r.RLock(context.Background())
-						if !assert.NoError(t, err) {
-							return
-						}
-						n := readers.Add(1)
-						for {
-							m := maxReaders.Load()
-							if n <= m || maxReaders.CompareAndSwap(m, n) {
-								break
-							}
-						}
-						if writers.Load() != 0 {
-							violations.Add(1)
-						}
-						time.Sleep(time.Millisecond)
-						reads.Add(1)
-						readers.Add(-1)
-						assert.NoError(t, r.RUnlock(ctx))
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		assert.Zero(t, violations.Load())
-		assert.Equal(t, goroutines*rounds, int(reads.Load())+shared)
-		assert.Greater(t, maxReaders.Load(), int32(1), "readers shared the lock")
-		t.Logf("%d writes, %d reads, up to %d readers at once", shared, reads.Load(), maxReaders.Load())
-		assert.Empty(t, e.keys(t))
-	})
-}
-
 func TestRWMutexBadInput(t *testing.T) {
 	c := newClient(t, miniEnv(t).rdb(t))
 	for _, tc := range []struct {
@@ -558,69 +460,10 @@ func TestRWMutexBadInput(t *testing.T) {
 	}
 }
 
-// Closing the Client ends its waits with ErrClosed, leaving no registration,
-// and releases its holds, read and write.
-func TestRWMutexCloseEndsWaitsAndReleases(t *testing.T) {
-	forEachEnv(t, func(t *testing.T, e *testEnv) {
-		const name = "rw:close"
-		rdb := e.rdb(t)
-		c := e.client(t)
-		r := c.RWMutex(name)
-		w, err := r.Lock(context.Background())
-		require.NoError(t, err)
-		rd, err := r.RLock(w) // downgrade pending
-		require.NoError(t, err)
-		waitingReader := lockAsync(context.Background(), c.RWMutex(name).RLock)
-		waitReaders(t, rdb, r, 1)
-		om := e.client(t).RWMutex(name)
-		ow := lockAsync(context.Background(), om.Lock)
-		waitWriters(t, rdb, r, 1)
-
-		require.NoError(t, c.Close())
-		assert.ErrorIs(t, recvLock(t, waitingReader, time.Second, "closed client's reader").err, ErrClosed)
-		assert.ErrorIs(t, context.Cause(w), ErrClosed)
-		assert.ErrorIs(t, context.Cause(rd), ErrClosed)
-		got := recvLock(t, ow, time.Second, "other client's writer")
-		require.NoError(t, got.err)
-		require.NoError(t, om.Unlock(got.ctx))
-		assert.Empty(t, e.keys(t))
-	})
-}
-
-func TestRWMutexForceUnlock(t *testing.T) {
-	forEachEnv(t, func(t *testing.T, e *testEnv) {
-		const name = "rw:force"
-		r := e.client(t).RWMutex(name)
-		rd, err := r.RLock(context.Background())
-		require.NoError(t, err)
-		om := e.client(t).RWMutex(name)
-		ow := lockAsync(context.Background(), om.Lock)
-		waitWriters(t, e.rdb(t), r, 1)
-
-		ok, err := r.ForceUnlock(context.Background())
-		require.NoError(t, err)
-		assert.True(t, ok)
-		assert.ErrorIs(t, context.Cause(rd), ErrLeaseLost)
-		got := recvLock(t, ow, time.Second, "writer")
-		require.NoError(t, got.err)
-		ok, err = r.ForceUnlock(context.Background())
-		require.NoError(t, err)
-		assert.True(t, ok)
-		// The writer's last Unlock finds its field gone, and no record of
-		// its own release: the hold was lost.
-		assert.ErrorIs(t, om.Unlock(got.ctx), ErrLeaseLost)
-		assert.ErrorIs(t, r.RUnlock(rd), ErrLeaseLost, "a hold this process knows was lost")
-		ok, err = r.ForceUnlock(context.Background())
-		require.NoError(t, err)
-		assert.False(t, ok)
-		assert.Empty(t, e.keys(t))
-	})
-}
-
 // Every key of a read-write lock shares one Cluster slot, and waiters are
 // woken across the cluster.
 func TestRWMutexOnCluster(t *testing.T) {
-	cl := redistest.StartCluster(t, 3)
+	cl := sharedCluster(t)
 	rdb := cl.Client(t)
 	a := newClient(t, cl.Client(t))
 	b := newClient(t, cl.Client(t))

@@ -186,6 +186,15 @@ func TestWaitRidesOutLoading(t *testing.T) {
 			lctx, err := k.lock(ctx)
 			require.NoError(t, err, "a waiting acquisition rides out LOADING")
 			assert.Equal(t, 3, rule.Fired())
+			rule.Remove()
+			if k.name != "semaphore" {
+				// A re-entry by a waiting call rides it out too.
+				again := hook.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(k.script.Script), Times: 2, Action: faultproxy.Fail(errLoading{})})
+				rctx, err := k.lock(lctx)
+				require.NoError(t, err, "a re-entry rides out LOADING")
+				assert.Equal(t, 2, again.Fired())
+				require.NoError(t, k.unlock(rctx))
+			}
 			require.NoError(t, k.unlock(lctx))
 		})
 	}

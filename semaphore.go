@@ -289,7 +289,7 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 		if s.held(parent)+n > maxPermits {
 			return false, 0, fmt.Errorf("%w: would hold more than %d permits", ErrInvalid, maxPermits)
 		}
-		r, err := s.c.underHold(wctx, h, func(count int) call { return acquire(h.field, count) }, func(r []int64) {
+		r, err := s.c.underHold(wctx, wait, h, func(count int) call { return acquire(h.field, count) }, func(r []int64) {
 			if r[0] == 1 {
 				s.c.undo(giveBack(h.field, r[1]))
 			}
@@ -401,8 +401,8 @@ func semBound(ms int64) time.Duration {
 // ErrNotHeld (and ErrLeaseLost) when its lease was lost (its deadline had
 // passed, or Redis no longer had its permits), in which case whatever
 // Redis still kept of the hold is released. A release of the last permits
-// that go-redis resent after it ran returns nil, by its record in Redis
-// (see Mutex.Unlock).
+// that finds them gone in Redis before the hold's deadline returns nil (see
+// Mutex.Unlock).
 func (s *Semaphore) Release(ctx context.Context, n int) error {
 	if err := s.check(ctx); err != nil {
 		return err
@@ -411,8 +411,7 @@ func (s *Semaphore) Release(ctx context.Context, n int) error {
 		return err
 	}
 	return s.c.release(ctx, &s.spec, n, func(ctx context.Context, h *hold, count int) (int64, time.Time, error) {
-		return s.c.releaseBy(ctx, script(lua.SemRelease, append(s.keys[:len(s.keys):len(s.keys)], keys.Record(s.name, h.field)),
-			h.field, n, count, publish, semReclaimLimit, recordMs))
+		return s.c.releaseBy(ctx, script(lua.SemRelease, s.keys, h.field, n, count, publish, semReclaimLimit))
 	})
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,7 +14,6 @@ import (
 
 	"github.com/redisync-go/redisync/internal/faultproxy"
 	"github.com/redisync-go/redisync/internal/keys"
-	"github.com/redisync-go/redisync/internal/redistest"
 	"github.com/redisync-go/redisync/lua"
 )
 
@@ -275,57 +273,6 @@ func TestSemaphorePermits(t *testing.T) {
 	})
 }
 
-// TestSemaphoreBoundedConcurrency runs many goroutines in several clients
-// (processes) through a semaphore, taking 1 or 2 permits each: the permits
-// held at once, measured locally, never exceed the total.
-func TestSemaphoreBoundedConcurrency(t *testing.T) {
-	forEachEnv(t, func(t *testing.T, e *testEnv) {
-		const permits, clients, perClient, rounds = 3, 3, 8, 4
-		bg := context.Background()
-		require.NoError(t, e.client(t).Semaphore("sem").SetPermits(bg, permits))
-
-		var inUse, peak, done atomic.Int64
-		var wg sync.WaitGroup
-		for i := range clients {
-			s := e.client(t).Semaphore("sem")
-			for g := range perClient {
-				n := 1 + (i+g)%2
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for range rounds {
-						ctx, cancel := context.WithTimeout(bg, 20*time.Second)
-						hctx, err := s.Acquire(ctx, n)
-						if !assert.NoError(t, err) {
-							cancel()
-							return
-						}
-						cur := inUse.Add(int64(n))
-						for {
-							p := peak.Load()
-							if cur <= p || peak.CompareAndSwap(p, cur) {
-								break
-							}
-						}
-						time.Sleep(2 * time.Millisecond)
-						assert.NoError(t, hctx.Err(), "hold lost while working")
-						inUse.Add(-int64(n))
-						assert.NoError(t, s.Release(hctx, n))
-						done.Add(1)
-						cancel()
-					}
-				}()
-			}
-		}
-		wg.Wait()
-		require.EqualValues(t, clients*perClient*rounds, done.Load())
-		require.LessOrEqual(t, peak.Load(), int64(permits), "more permits held than exist")
-		require.GreaterOrEqual(t, peak.Load(), int64(2), "the semaphore serialised everything")
-		require.Equal(t, permits, available(t, e.client(t).Semaphore("sem")))
-		require.Equal(t, []string{"sem"}, e.keys(t))
-	})
-}
-
 // TestSemaphoreCrashedHolder: a holder whose process dies (its connection
 // closes under the Client, which never releases) gives its permits back
 // within one watchdog timeout, while a live holder keeps them longer.
@@ -576,60 +523,6 @@ func TestSemaphoreLostMessage(t *testing.T) {
 	})
 }
 
-// TestSemaphoreKilledSubscription: killing the subscription's connection
-// (messages are lost meanwhile) does not hang a waiter.
-func TestSemaphoreKilledSubscription(t *testing.T) {
-	e := realEnv(t)
-	bg := context.Background()
-	holder := e.client(t).Semaphore("sem")
-	require.NoError(t, holder.SetPermits(bg, 1))
-	hctx, err := holder.Acquire(bg, 1)
-	require.NoError(t, err)
-
-	c := e.client(t)
-	s := c.Semaphore("sem")
-	ctx, cancel := context.WithTimeout(bg, semWaitCap+2*time.Second)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		h, err := s.Acquire(ctx, 1)
-		if err == nil {
-			err = s.Release(h, 1)
-		}
-		done <- err
-	}()
-	eventually(t, time.Second, "waiter subscribed", func() bool { return semSubscribed(c, s.channel, 1) })
-	n, err := e.rdb(t).ClientKillByFilter(bg, "TYPE", "pubsub").Result()
-	require.NoError(t, err)
-	require.EqualValues(t, 1, n)
-	require.NoError(t, holder.Release(hctx, 1))
-	require.NoError(t, <-done)
-}
-
-// TestSemaphoreClose: closing a Client gives back its permits and ends its
-// waits with ErrClosed.
-func TestSemaphoreClose(t *testing.T) {
-	forEachEnv(t, func(t *testing.T, e *testEnv) {
-		bg := context.Background()
-		c, err := New(e.rdb(t))
-		require.NoError(t, err)
-		s := c.Semaphore("sem")
-		require.NoError(t, s.SetPermits(bg, 2))
-		hctx, err := s.Acquire(bg, 2)
-		require.NoError(t, err)
-		errc := make(chan error, 1)
-		go func() { _, err := s.Acquire(bg, 1); errc <- err }()
-		eventually(t, time.Second, "waiter subscribed", func() bool { return semSubscribed(c, s.channel, 1) })
-
-		require.NoError(t, c.Close())
-		require.ErrorIs(t, <-errc, ErrClosed)
-		require.ErrorIs(t, context.Cause(hctx), ErrClosed)
-		require.Equal(t, 2, available(t, e.client(t).Semaphore("sem")))
-		_, err = s.Acquire(bg, 1)
-		require.ErrorIs(t, err, ErrClosed)
-	})
-}
-
 // TestSemaphoreScriptsIdempotent: a script that go-redis resends after a
 // network error (the same call twice) cannot count twice.
 func TestSemaphoreScriptsIdempotent(t *testing.T) {
@@ -728,7 +621,7 @@ func TestSemaphoreErrorsWrapName(t *testing.T) {
 // (its scripts would fail with CROSSSLOT otherwise), and waiters in other
 // clients are woken across the cluster.
 func TestSemaphoreAndLatchOnCluster(t *testing.T) {
-	cl := redistest.StartCluster(t, 3)
+	cl := sharedCluster(t)
 	bg := context.Background()
 	a := newClient(t, cl.Client(t))
 	b := newClient(t, cl.Client(t))

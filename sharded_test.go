@@ -150,7 +150,7 @@ func namesOnEveryShard(t *testing.T, cc *redis.ClusterClient, n int) []string {
 // (SPUBLISH from its unlock script, SSUBSCRIBE) and redisync hear each
 // other, for locks on every shard and for {tag} names.
 func TestRedissonPeerClusterSharded(t *testing.T) {
-	cl := redistestCluster(t)
+	cl := sharedCluster(t)
 	cc := cl.Client(t)
 	c := newClient(t, cc)
 	require.Equal(t, PubSubSharded, c.PubSub())
@@ -164,7 +164,7 @@ func TestRedissonPeerClusterSharded(t *testing.T) {
 // Redisson client configured without it), redisync uses PUBLISH and
 // SUBSCRIBE on the cluster and still hears a Redisson peer in that mode.
 func TestRedissonPeerClusterClassic(t *testing.T) {
-	cl := redistestCluster(t)
+	cl := sharedCluster(t)
 	cc := cl.Client(t)
 	c := newClient(t, cc, WithPubSub(PubSubClassic))
 	require.Equal(t, PubSubClassic, c.PubSub())
@@ -255,7 +255,7 @@ func handoffs(t *testing.T, cs []*Client, names []string) {
 // every primitive's waiters are woken by their unlocks, for locks on every
 // shard.
 func TestClusterShardedEveryPrimitive(t *testing.T) {
-	cl := redistestCluster(t)
+	cl := sharedCluster(t)
 	c1 := newClient(t, cl.Client(t))
 	c2 := newClient(t, cl.Client(t))
 	require.Equal(t, PubSubSharded, c1.PubSub())
@@ -266,7 +266,7 @@ func TestClusterShardedEveryPrimitive(t *testing.T) {
 // the shards share one SSUBSCRIBE connection per node, each channel
 // subscribed on the node that owns its slot.
 func TestClusterOneShardedConnectionPerNode(t *testing.T) {
-	cl := redistestCluster(t)
+	cl := sharedCluster(t)
 	cc := cl.Client(t)
 	holder := newClient(t, cl.Client(t))
 	c := newClient(t, cc)
@@ -340,11 +340,13 @@ func TestPubSubModeOption(t *testing.T) {
 // Client detects it when it first needs it: its waiters are then woken by
 // sharded unlocks.
 func TestClusterAutoDetectedLater(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	cl := redistestCluster(t)
 	for _, m := range cl.Masters {
 		m.Pause()
 	}
-	cc := cl.Client(t)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ReadTimeout: time.Second})
+	t.Cleanup(func() { _ = cc.Close() })
 	start := time.Now()
 	c := newClient(t, cc)
 	took := time.Since(start)
@@ -353,7 +355,8 @@ func TestClusterAutoDetectedLater(t *testing.T) {
 	for _, m := range cl.Masters {
 		m.Resume()
 	}
-	time.Sleep(4 * time.Second) // go-redis's read timeout ends the first detection; detectEvery passes
+	// go-redis's read timeout ends the first detection; detectEvery passes.
+	time.Sleep(time.Second + detectEvery + 500*time.Millisecond)
 	other := newClient(t, cl.Client(t))
 	require.Equal(t, PubSubSharded, other.PubSub())
 	handoffs(t, []*Client{c, other}, []string{"later"})
@@ -366,7 +369,7 @@ func TestClusterAutoDetectedLater(t *testing.T) {
 // all in one SSUBSCRIBE is refused across slots: redisync subscribes each
 // again) and the next unlocks wake the waiters at once.
 func TestClusterShardedSubscriptionKilled(t *testing.T) {
-	cl := redistestCluster(t)
+	cl := sharedCluster(t)
 	cc := cl.Client(t)
 	holder := newClient(t, cl.Client(t))
 	c := newClient(t, cc)
@@ -422,10 +425,14 @@ func TestClusterShardedSubscriptionKilled(t *testing.T) {
 // cluster whose masters refuse PUBSUB SHARDNUMSUB (as Redis below 7 does;
 // here an ACL refuses it), and the Client works in that mode.
 func TestClusterAutoClassicWhenRefused(t *testing.T) {
-	cl := redistestCluster(t)
+	cl := sharedCluster(t)
 	bg := context.Background()
 	for _, m := range cl.Masters {
-		require.NoError(t, m.Client(t).Do(bg, "ACL", "SETUSER", "default", "-pubsub|shardnumsub").Err())
+		mc := m.Client(t)
+		require.NoError(t, mc.Do(bg, "ACL", "SETUSER", "default", "-pubsub|shardnumsub").Err())
+		t.Cleanup(func() { // the cluster is shared
+			assert.NoError(t, mc.Do(bg, "ACL", "SETUSER", "default", "+pubsub|shardnumsub").Err())
+		})
 	}
 	c := newClient(t, cl.Client(t))
 	require.Equal(t, PubSubClassic, c.PubSub())
@@ -436,7 +443,7 @@ func TestClusterAutoClassicWhenRefused(t *testing.T) {
 // lock's sharded channel (SUNSUBSCRIBE and SSUBSCRIBE again on the owning
 // node) so they take turns, and no unlock is lost on the way.
 func TestClusterShardedRotation(t *testing.T) {
-	cl := redistestCluster(t)
+	cl := sharedCluster(t)
 	cc := cl.Client(t)
 	cs := []*Client{newClient(t, cl.Client(t)), newClient(t, cl.Client(t))}
 	bg := context.Background()

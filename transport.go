@@ -73,7 +73,8 @@ type call struct {
 	// by WAIT, and its reply says whether the replicas have it.
 	takes bool
 	// direct says its caller need not leave before go-redis's own
-	// timeouts (a release): on an idle lane it sends the call itself.
+	// timeouts (a release): on an idle lane it sends the call itself;
+	// queued behind others, it waits at most releaseTimeout.
 	direct bool
 }
 
@@ -196,14 +197,20 @@ func (t *transport) do(ctx context.Context, k call, late func(reply)) reply {
 		}
 	}
 	t.submit(o)
-	if ctx.Done() == nil {
+	done := ctx.Done()
+	if k.direct && done == nil {
+		bound, cancel := context.WithTimeout(ctx, releaseTimeout)
+		defer cancel()
+		ctx, done = bound, bound.Done()
+	}
+	if done == nil {
 		<-o.done
 		return o.r
 	}
 	select {
 	case <-o.done:
 		return o.r
-	case <-ctx.Done():
+	case <-done:
 		if o.state.CompareAndSwap(opWaiting, opGone) {
 			return reply{err: ctx.Err(), gone: true}
 		}

@@ -11,11 +11,10 @@ import (
 // releaseTimeout bounds a release whose caller's context is already done.
 const releaseTimeout = 5 * time.Second
 
-// detach returns a context for a release: it keeps ctx's values, ignores its
-// cancellation and gives up after releaseTimeout.
-func detach(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-}
+// detach returns a context for a release: it keeps ctx's values and
+// ignores its cancellation. A release is bounded by releaseTimeout (see
+// transport.do's direct calls).
+func detach(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
 
 // cleanupGrace bounds how long a wait that ended waits for its traces in
 // Redis (a queue entry) to be removed.
@@ -110,6 +109,14 @@ func (c *Client) awaitFrom(ctx context.Context, m mark, channel string, wake fun
 				return err
 			}
 			done, next, err = acc.take(h)
+		} else if y, ok := c.co.yielding(acc, time.Now()); ok {
+			// This client holds back for another client's waiter
+			// (cohort.go), whatever made w look again: a wake-up it may
+			// have missed, its wait's bound.
+			if _, err := waitIdle(time.Until(y)); err != nil {
+				return err
+			}
+			continue
 		} else {
 			done, next, err = try()
 		}

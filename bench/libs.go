@@ -26,10 +26,11 @@ type lib struct {
 
 // instOpts says how many clients to make and how to name their connections.
 type instOpts struct {
-	addr string
-	n    int
-	cnt  *counter // nil: not counted
-	name string   // CLIENT SETNAME of every connection; default bench-c<i>
+	addr  string
+	addrs []string // a Redis Cluster's nodes, instead of addr
+	n     int
+	cnt   *counter // nil: not counted
+	name  string   // CLIENT SETNAME of every connection; default bench-c<i>
 }
 
 func (o instOpts) clientName(i int) string {
@@ -56,6 +57,18 @@ type locker interface {
 
 // peerTTL is the lease given to peers without a watchdog (redsync's default).
 const peerTTL = 8 * time.Second
+
+// newGoRedisFor is newGoRedis, or a cluster client of o.addrs.
+func newGoRedisFor(o instOpts, cnt *counter, name string) redis.UniversalClient {
+	if o.addrs == nil {
+		return newGoRedis(o.addr, cnt, name)
+	}
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: o.addrs, ClientName: name})
+	if cnt != nil {
+		rdb.AddHook(cnt)
+	}
+	return rdb
+}
 
 func newGoRedis(addr string, cnt *counter, name string) *redis.Client {
 	rdb := redis.NewClient(&redis.Options{Addr: addr, ClientName: name})
@@ -92,17 +105,17 @@ type rsMutex interface {
 func mutexOf(c *redisync.Client, name string) rsMutex { return c.Mutex(name) }
 
 type rsInst struct {
-	rdbs []*redis.Client
+	rdbs []redis.UniversalClient
 	cs   []*redisync.Client
 	mk   func(*redisync.Client, string) rsMutex
 }
 
 func newRedisync(mk func(*redisync.Client, string) rsMutex, opts []redisync.Option) func(instOpts) (inst, error) {
 	return func(o instOpts) (inst, error) {
-		addr, n, cnt := o.addr, o.n, o.cnt
+		n, cnt := o.n, o.cnt
 		in := &rsInst{mk: mk}
 		for i := range n {
-			rdb := newGoRedis(addr, cnt, o.clientName(i))
+			rdb := newGoRedisFor(o, cnt, o.clientName(i))
 			c, err := redisync.New(rdb, opts...)
 			if err != nil {
 				return nil, err
@@ -244,11 +257,15 @@ type rueInst struct {
 // newRueidislock: majority 0 keeps the default (2 of 3 keys).
 func newRueidislock(majority int32) func(instOpts) (inst, error) {
 	return func(o instOpts) (inst, error) {
-		addr, n, cnt := o.addr, o.n, o.cnt
+		n, cnt := o.n, o.cnt
+		init := []string{o.addr}
+		if o.addrs != nil {
+			init = o.addrs
+		}
 		in := &rueInst{}
 		for i := range n {
 			l, err := rueidislock.NewLocker(rueidislock.LockerOption{
-				ClientOption: rueidis.ClientOption{InitAddress: []string{addr}, ClientName: o.clientName(i)},
+				ClientOption: rueidis.ClientOption{InitAddress: init, ClientName: o.clientName(i)},
 				KeyMajority:  majority,
 				ClientBuilder: func(o rueidis.ClientOption) (rueidis.Client, error) {
 					c, err := rueidis.NewClient(o)

@@ -22,7 +22,7 @@ import (
 var (
 	flagDuration = flag.Duration("duration", 3*time.Second, "measured time per library per configuration (split into -rounds interleaved rounds)")
 	flagRounds   = flag.Int("rounds", 3, "interleaved rounds: A B C A B C ...")
-	flagScen     = flag.String("scenarios", "uncontended,contended,handoff,order,many,scale,replica-ack,cluster", "comma-separated scenarios to run")
+	flagScen     = flag.String("scenarios", "uncontended,contended,handoff,order,many,many-cluster,scale,replica-ack,cluster", "comma-separated scenarios to run")
 	flagLibs     = flag.String("libs", "", "comma-separated substrings: run only libraries whose name contains one (default all)")
 	flagRedis    = flag.String("redis-server", "", "redis-server binary (default: from PATH, /usr/bin, /usr/sbin)")
 	flagWarm     = flag.Duration("warmup", 150*time.Millisecond, "unmeasured warm-up before each measured run")
@@ -83,6 +83,7 @@ func run() (code int) {
 		{"handoff", r.handoff},
 		{"order", r.order},
 		{"many", r.many},
+		{"many-cluster", func() error { return r.manyCluster(bin) }},
 		{"scale", r.scale},
 		{"replica-ack", r.replicaAck},
 		{"cluster", func() error { return r.cluster(bin) }},

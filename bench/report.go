@@ -12,15 +12,16 @@ type report struct {
 	libs []lib
 	d    time.Duration
 
-	rtt       time.Duration // yardstick: EVALSHA p50
-	hotRTT    time.Duration // yardstick measured next to the handoff slices
-	unc       map[string]*loadRes
-	cont      map[string]map[string]*loadRes // config label -> lib -> result
-	hand      map[string]*handoffRes
-	ord       map[string]*orderRes
-	wd        []watchdogRes
-	ps        []pubsubRes
-	contOrder []string
+	rtt                     time.Duration // yardstick: EVALSHA p50
+	hotRTT                  time.Duration // yardstick measured next to the handoff slices
+	unc                     map[string]*loadRes
+	cont                    map[string]map[string]*loadRes // config label -> lib -> result
+	hand                    map[string]*handoffRes
+	ord                     map[string]*orderRes
+	wd                      []watchdogRes
+	ps                      []pubsubRes
+	contOrder               []string
+	manyRes, manyClusterRes map[string]*loadRes // many locks: single node, Cluster
 }
 
 const (
@@ -289,6 +290,7 @@ func (r *report) many() error {
 			}
 		}
 	}
+	r.manyRes = res
 	fmt.Printf("## 4. Many locks: 64 goroutines over 4 clients, each on its own lock\n\n")
 	fmt.Println("| library | pairs/s | ÷ rueidislock KM1 | pair p50 | pair p99 | requests/pair | Redis cmds/pair | Redis CPU/pair |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|")
@@ -297,6 +299,59 @@ func (r *report) many() error {
 		barRate = float64(b.acq) / b.elapsed.Seconds()
 	}
 	for _, l := range r.libs {
+		a := res[l.name]
+		s := a.pairs.sorted()
+		rate := float64(a.acq) / a.elapsed.Seconds()
+		vs := "–"
+		if barRate > 0 {
+			vs = fmtF(rate/barRate, 2)
+		}
+		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %s |\n", l.name, fmtRate(rate), vs, fmtDur(s.pct(50)), fmtDur(s.pct(99)),
+			perAcq(a.reqs, a.acq, 2), perAcq(a.rs.commands(), a.acq, 1), fmtDur(cpuPer(a.rs.cpu, a.acq)))
+	}
+	fmt.Println()
+	return nil
+}
+
+// manyCluster is many on a private 3-master Cluster, for redisync and
+// rueidislock (KeyMajority 1), Redis's cost summed over the nodes.
+func (r *report) manyCluster(bin string) error {
+	cl, err := startCluster(bin, 3)
+	if err != nil {
+		return err
+	}
+	defer cl.stop()
+	ce := &env{addr: r.e.addr, addrs: cl.addrs(), admin: r.e.admin, admins: cl.admins, warm: r.e.warm, rounds: r.e.rounds}
+	var libs []lib
+	for _, l := range r.libs {
+		if l.name == "redisync Mutex" || l.name == bar {
+			libs = append(libs, l)
+		}
+	}
+	res := map[string]*loadRes{}
+	for _, l := range libs {
+		res[l.name] = &loadRes{}
+	}
+	cfg := loadCfg{goroutines: 64, clients: 4}
+	for round := range ce.rounds {
+		progress("many locks on a cluster round %d/%d", round+1, ce.rounds)
+		for _, l := range libs {
+			if err := ce.load(l, cfg, r.perRound(), res[l.name]); err != nil {
+				return fmt.Errorf("%s: %w", l.name, err)
+			}
+		}
+	}
+	r.manyClusterRes = res
+	fmt.Printf("## 4b. Many locks on a 3-master Cluster: 64 goroutines over 4 clients, each on its own lock\n\n")
+	fmt.Println("Cluster clients (go-redis ClusterClient; rueidis detects the cluster); Redis's commands and CPU summed over the three masters.")
+	fmt.Println()
+	fmt.Println("| library | pairs/s | ÷ rueidislock KM1 | pair p50 | pair p99 | requests/pair | Redis cmds/pair | Redis CPU/pair |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|")
+	var barRate float64
+	if b := res[bar]; b != nil && b.elapsed > 0 {
+		barRate = float64(b.acq) / b.elapsed.Seconds()
+	}
+	for _, l := range libs {
 		a := res[l.name]
 		s := a.pairs.sorted()
 		rate := float64(a.acq) / a.elapsed.Seconds()

@@ -19,7 +19,9 @@ import (
 
 type env struct {
 	addr   string
-	admin  *redis.Client // not counted; reads INFO and CLIENT LIST
+	addrs  []string        // a Cluster's nodes (the cluster rows), or nil
+	admin  *redis.Client   // not counted; reads INFO and CLIENT LIST
+	admins []*redis.Client // a Cluster's nodes': their stats are summed
 	seq    atomic.Int64
 	warm   time.Duration
 	rounds int
@@ -32,11 +34,19 @@ func (e *env) name(kind string) string {
 }
 
 func (e *env) stats() redisStats {
-	s, err := readRedisStats(context.Background(), e.admin)
-	if err != nil {
-		panic(fmt.Sprintf("INFO: %v", err))
+	admins := e.admins
+	if admins == nil {
+		admins = []*redis.Client{e.admin}
 	}
-	return s
+	var sum redisStats
+	for _, a := range admins {
+		s, err := readRedisStats(context.Background(), a)
+		if err != nil {
+			panic(fmt.Sprintf("INFO: %v", err))
+		}
+		sum.add(s)
+	}
+	return sum
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
@@ -72,7 +82,7 @@ const overtakeTolerance = 5 * time.Millisecond
 
 func (e *env) load(l lib, cfg loadCfg, d time.Duration, acc *loadRes) error {
 	cnt := &counter{}
-	in, err := l.new(instOpts{addr: e.addr, n: cfg.clients, cnt: cnt})
+	in, err := l.new(instOpts{addr: e.addr, addrs: e.addrs, n: cfg.clients, cnt: cnt})
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,21 @@ func (r *report) targets() {
 		row("Uncontended pairs/s ≥ 90% of 1/(2 × EVALSHA p50)",
 			fmt.Sprintf("%s pairs/s = %s%% of the floor %s", fmtRate(rate), fmtF(100*rate/floor, 0), fmtRate(floor)), rate >= 0.9*floor)
 	}
+	for _, m := range []struct {
+		label string
+		res   map[string]*loadRes
+	}{{"Many locks (single node)", r.manyRes}, {"Many locks (3-master Cluster)", r.manyClusterRes}} {
+		a, b := m.res[ours], m.res[bar]
+		if a == nil || b == nil || a.acq == 0 || b.acq == 0 {
+			continue
+		}
+		ra, rb := float64(a.acq)/a.elapsed.Seconds(), float64(b.acq)/b.elapsed.Seconds()
+		row(m.label+": pairs/s ≥ rueidislock KM1's",
+			fmt.Sprintf("%s vs %s (%s×)", fmtRate(ra), fmtRate(rb), fmtF(ra/rb, 2)), ra >= rb)
+		ca, cb := cpuPer(a.rs.cpu, a.acq), cpuPer(b.rs.cpu, b.acq)
+		row(m.label+": Redis CPU per pair ≤ rueidislock KM1's",
+			fmt.Sprintf("%s vs %s", fmtDur(ca), fmtDur(cb)), ca <= cb)
+	}
 	for _, name := range []string{ours, oursFair} {
 		if a := r.hand[name]; a != nil && len(a.samples) > 0 {
 			p50 := a.samples.sorted().pct(50)

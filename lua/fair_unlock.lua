@@ -10,10 +10,6 @@
 -- ARGV[4]  channel prefix (it begins with the lock's hash tag: every
 --          waiter's channel is in KEYS[1]'s slot)
 -- ARGV[5]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded)
--- KEYS[4]  optional: the release record of this owner, which a last
---          unlock that finds the field gone reads to tell its own resend
---          from a lost hold (see unlock.lua)
--- ARGV[6]  with KEYS[4]: how long the record lives, in milliseconds
 --
 -- The count is set to ARGV[2] - 1 rather than decremented, so a call that
 -- go-redis resends after a network error cannot leave twice. The lock's hash
@@ -24,9 +20,9 @@
 -- wake, no clock read). With a queue, waiters whose deadline has passed are
 -- dropped first (TIME, ZRANGEBYSCORE), so the head woken is a live one.
 --
--- Returns 1 when holds remain, 2 when the lock was released (by this call
--- or, resent, by its first run), 0 when the owner's hold is gone (the
--- lease was lost; nothing changed). A key of another type fails
+-- Returns 1 when holds remain, 2 when the lock was released (or the last
+-- hold was already gone: a resent unlock), 0 when a hold that should remain
+-- is gone (the lease was lost; nothing changed). A key of another type fails
 -- with WRONGTYPE and is not overwritten (a foreign queue key is found only
 -- after the lock's field is deleted).
 redis.replicate_commands()
@@ -40,13 +36,7 @@ if n > 0 then
   return 1
 end
 if redis.call('hdel', KEYS[1], ARGV[1]) == 0 then
-  if KEYS[4] and redis.call('exists', KEYS[4]) == 0 then
-    return 0
-  end
   return 2
-end
-if KEYS[4] then
-  redis.call('set', KEYS[4], '1', 'px', ARGV[6])
 end
 local head = redis.call('zrange', KEYS[2], 0, 0)[1]
 if head == nil then

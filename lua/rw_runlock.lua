@@ -8,21 +8,17 @@
 -- ARGV[2]  read hold count the caller had before this call (1 releases all)
 -- ARGV[3]  lease in milliseconds, renewed while holds remain
 -- ARGV[4]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded)
--- KEYS[8]  optional: the release record of this read hold, which a last
---          release that finds the hold gone reads to tell its own resend
---          from a lost hold (see unlock.lua)
--- ARGV[5]  with KEYS[8]: how long the record lives, in milliseconds
 --
--- Returns 1 when holds remain, 2 when the owner's read hold was released
--- (by this call or, resent, by its first run), 0 when it is gone (the
--- lease was lost; nothing changed).
+-- Returns 1 when holds remain, 2 when the owner's read hold was released (or
+-- was already gone: a resent release), 0 when a hold that should remain is
+-- gone (the lease was lost; nothing changed).
 -- (rw_prelude.lua comes first: now, purge, extend.)
 
 local field = ARGV[1]
 local rf = 'r:' .. field
 local n = tonumber(ARGV[2]) - 1
 if redis.call('hexists', KEYS[1], rf) == 0 then
-  if n > 0 or (KEYS[8] and redis.call('exists', KEYS[8]) == 0) then
+  if n > 0 then
     return 0
   end
   return 2
@@ -37,9 +33,6 @@ if n > 0 then
 end
 redis.call('hdel', KEYS[1], rf)
 redis.call('zrem', KEYS[2], field)
-if KEYS[8] then
-  redis.call('set', KEYS[8], '1', 'px', ARGV[5])
-end
 if redis.call('hget', KEYS[1], 'mode') == 'read' and redis.call('zcard', KEYS[2]) == 0 then
   redis.call('del', KEYS[1])
   redis.call(ARGV[4], KEYS[7], '1')

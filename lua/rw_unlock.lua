@@ -10,20 +10,16 @@
 -- ARGV[2]  write hold count the caller had before this call (1 releases all)
 -- ARGV[3]  lease in milliseconds, kept while holds remain
 -- ARGV[4]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded)
--- KEYS[8]  optional: the release record of this write hold, which a last
---          release that finds the hold gone reads to tell its own resend
---          from a lost hold (see unlock.lua)
--- ARGV[5]  with KEYS[8]: how long the record lives, in milliseconds
 --
--- Returns 1 when holds remain, 2 when the write hold was released (by this
--- call or, resent, by its first run), 0 when the owner's write hold is gone
+-- Returns 1 when holds remain, 2 when the write hold was released (or was
+-- already gone: a resent release), 0 when a hold that should remain is gone
 -- (the lease was lost; nothing changed).
 -- (rw_prelude.lua comes first: now, purge, extend.)
 
 local wf = 'w:' .. ARGV[1]
 local n = tonumber(ARGV[2]) - 1
 if redis.call('hget', KEYS[1], 'mode') ~= 'write' or redis.call('hexists', KEYS[1], wf) == 0 then
-  if n > 0 or (KEYS[8] and redis.call('exists', KEYS[8]) == 0) then
+  if n > 0 then
     return 0
   end
   return 2
@@ -34,9 +30,6 @@ if n > 0 then
   return 1
 end
 redis.call('hdel', KEYS[1], wf)
-if KEYS[8] then
-  redis.call('set', KEYS[8], '1', 'px', ARGV[5])
-end
 local waiting = redis.call('zrange', KEYS[4], 0, -1, 'withscores')
 if #waiting > 0 then
   local ttl = redis.call('pttl', KEYS[4])

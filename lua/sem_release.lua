@@ -7,18 +7,13 @@
 -- ARGV[3]     permits the owner held before this call, as its process knows
 -- ARGV[4]     publish command ('publish' or 'spublish') for KEYS[4]
 -- ARGV[5]     most expired holders to reclaim in this call
--- KEYS[5]     optional: the release record of this owner, which a release
---             of its last permits that finds them gone reads to tell its
---             own resend from a lost hold (see unlock.lua)
--- ARGV[6]     with KEYS[5]: how long the record lives, in milliseconds
 --
 -- The owner's count is set to ARGV[3] - ARGV[2] (never raised) rather than
 -- decremented, so a call that go-redis resends cannot release twice.
 --
 -- Returns 1 when the owner still holds permits, 2 when it holds none any
--- more (by this call or, resent, by its first run), 0 when it held none
--- although its process thought it did (its lease ran out, or Redis lost
--- them): nothing changed.
+-- more, 0 when it held none although its process thought it did (its lease
+-- ran out): nothing changed.
 local field, n, prev = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local now = sem_now()
 local used, stored = sem_used()
@@ -30,8 +25,8 @@ local want = prev - n
 local result
 if held == 0 then
   -- Gone: a lost lease, or this very call resent after it released the
-  -- owner's last permits (then its record is there).
-  if want > 0 or (KEYS[5] and redis.call('exists', KEYS[5]) == 0) then
+  -- owner's last permits.
+  if want > 0 then
     result = 0
   else
     result = 2
@@ -43,9 +38,6 @@ else
     result = 1
   else
     sem_drop(field)
-    if KEYS[5] then
-      redis.call('set', KEYS[5], '1', 'px', ARGV[6])
-    end
     result = 2
   end
   used = used - (held - keep)

@@ -1,7 +1,7 @@
 // Package faultproxy injects faults between a client under test and Redis.
 //
-// Proxy is a TCP proxy for network faults: partitions (Blackhole) and
-// dropped connections (CutAll). Hook is a go-redis hook for finer faults on
+// Proxy is a TCP proxy for network faults: partitions (Blackhole),
+// dropped connections (CutAll) and a moved service address (Retarget). Hook is a go-redis hook for finer faults on
 // chosen commands or connection writes: delays, lost replies, resent
 // commands, failed writes (see hook.go).
 package faultproxy
@@ -19,7 +19,7 @@ import (
 // Proxy forwards TCP connections accepted on a free 127.0.0.1 port to a
 // target address. Its methods are safe for concurrent use.
 type Proxy struct {
-	target    string
+	target    atomic.Pointer[string] // where new connections go (Retarget)
 	ln        net.Listener
 	ctx       context.Context // cancelled by Close
 	cancel    context.CancelFunc
@@ -41,7 +41,8 @@ func New(tb testing.TB, target string) *Proxy {
 		tb.Fatalf("faultproxy: listen: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &Proxy{target: target, ln: ln, ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{ln: ln, ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}}
+	p.target.Store(&target)
 	p.wg.Add(1)
 	go p.acceptLoop()
 	tb.Cleanup(p.Close)
@@ -60,6 +61,15 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 // connections that timed out, so this is harmless for it). A connection
 // closed by either end is still closed through the proxy.
 func (p *Proxy) Blackhole(on bool) { p.blackhole.Store(on) }
+
+// Retarget sends the connections accepted from now on to target instead,
+// as a failover moves a service address to another server. Connections
+// already open stay with the old target: CutAll moves them (their clients
+// reconnect to the new one).
+func (p *Proxy) Retarget(target string) { p.target.Store(&target) }
+
+// Target returns where new connections go.
+func (p *Proxy) Target() string { return *p.target.Load() }
 
 // CutAll closes every current connection, on both sides, as a dropped
 // connection or server-side reset would. New connections are still accepted.
@@ -111,7 +121,7 @@ func (p *Proxy) acceptLoop() {
 func (p *Proxy) serve(client net.Conn) {
 	defer p.wg.Done()
 	d := net.Dialer{Timeout: 5 * time.Second}
-	server, err := d.DialContext(p.ctx, "tcp", p.target)
+	server, err := d.DialContext(p.ctx, "tcp", p.Target())
 	if err != nil {
 		_ = client.Close()
 		return

@@ -58,6 +58,24 @@ func TestCutAll(t *testing.T) {
 	require.Equal(t, 1, p.ActiveConns())
 }
 
+func TestRetarget(t *testing.T) {
+	ctx := context.Background()
+	a, b := redistest.Start(t), redistest.Start(t)
+	require.NoError(t, a.Client(t).Set(ctx, "k", "a", 0).Err())
+	require.NoError(t, b.Client(t).Set(ctx, "k", "b", 0).Err())
+	p := faultproxy.New(t, a.Addr())
+	c := newClient(t, p.Addr())
+	require.Equal(t, "a", c.Get(ctx, "k").Val())
+
+	p.Retarget(b.Addr())
+	require.Equal(t, b.Addr(), p.Target())
+	require.Equal(t, "a", c.Get(ctx, "k").Val(), "an open connection stays with the old target")
+	require.Equal(t, "b", newClient(t, p.Addr()).Get(ctx, "k").Val(), "a new connection goes to the new target")
+	p.CutAll()
+	_ = c.Get(ctx, "k").Err() // the pooled connection is dead
+	require.Equal(t, "b", c.Get(ctx, "k").Val(), "after CutAll the client reconnects to the new target")
+}
+
 func TestCloseEndsEverything(t *testing.T) {
 	srv := redistest.Start(t)
 	before := runtime.NumGoroutine()

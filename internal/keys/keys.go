@@ -18,15 +18,6 @@ func Companion(name, token string) string {
 	return "{" + Tag(name) + "}:" + token + ":" + name
 }
 
-// Record returns the key of the short-lived record of one release of the
-// lock name, by id (an owner's field, with a prefix where one owner has
-// two holds of the lock): Companion(name, "released") + ":" + id. It is in
-// name's slot, and two releases never share it, as an owner's field is
-// never used again once its hold has ended.
-func Record(name, id string) string {
-	return Companion(name, "released") + ":" + id
-}
-
 // The purposes of the companion keys redisync writes.
 var tokens = []string{
 	"fair-queue", "fair-timeouts",
@@ -48,17 +39,6 @@ func IsCompanion(name string) bool {
 	for _, t := range tokens {
 		if n, ok := strings.CutPrefix(rest, ":"+t+":"); ok && Taggable(n) && Companion(n, t) == name {
 			return true
-		}
-	}
-	// A Record: Companion(n, "released") + ":" + id for some n and id.
-	if r, ok := strings.CutPrefix(rest, ":released:"); ok {
-		for i := range len(r) {
-			if r[i] != ':' {
-				continue
-			}
-			if n := r[:i]; Taggable(n) && strings.HasPrefix(name, Companion(n, "released")+":") {
-				return true
-			}
 		}
 	}
 	return false

@@ -127,27 +127,3 @@ func TestIsCompanion(t *testing.T) {
 		}
 	}
 }
-
-// A release record is in its lock's slot, is a companion key (no lock may
-// be named so), and two ids or two names give two keys.
-func TestRecord(t *testing.T) {
-	seen := map[string]bool{}
-	for _, name := range taggable {
-		for _, id := range []string{"u:1", "u:2", "w:u:1", "r:u:1"} {
-			k := Record(name, id)
-			if slot(k) != slot(name) {
-				t.Errorf("Record(%q, %q) = %q: slot %d, want %d", name, id, k, slot(k), slot(name))
-			}
-			if !IsCompanion(k) {
-				t.Errorf("IsCompanion(Record(%q, %q)) = false", name, id)
-			}
-			if seen[k] {
-				t.Errorf("Record(%q, %q) = %q twice", name, id, k)
-			}
-			seen[k] = true
-		}
-	}
-	if IsCompanion("{x}:released:") || IsCompanion("{x}:released:y:1") {
-		t.Error("IsCompanion of a record of a name that does not match the tag")
-	}
-}

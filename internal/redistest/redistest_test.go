@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,6 +34,40 @@ func TestStartAndRestart(t *testing.T) {
 	require.NoError(t, c.Ping(ctx).Err())
 	s.Stop()
 	s.Stop() // idempotent
+}
+
+func TestRestartLoading(t *testing.T) {
+	ctx := context.Background()
+	s := redistest.Start(t, redistest.SlowLoading(500*time.Microsecond)...)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	require.NoError(t, c.Set(ctx, "k", "v", 0).Err())
+
+	loading := make(chan error, 1)
+	go func() {
+		// Ask while the server loads: LOADING.
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if err := c.Get(ctx, "k").Err(); err != nil && strings.HasPrefix(err.Error(), "LOADING") {
+				loading <- err
+				return
+			}
+		}
+		loading <- nil
+	}()
+	start := time.Now()
+	s.RestartLoading(t, 2000)
+	took := time.Since(start)
+	require.Error(t, <-loading, "the server answered LOADING while it loaded")
+	require.Greater(t, took, 500*time.Millisecond, "2000 keys at 500µs take a second to load")
+	require.ErrorIs(t, c.Get(ctx, "k").Err(), redis.Nil, "the data before the restart is lost")
+	n, err := c.Keys(ctx, redistest.LoadingKeys).Result()
+	require.NoError(t, err)
+	require.Len(t, n, 2000)
+	entries, err := os.ReadDir(s.Dir())
+	require.NoError(t, err)
+	for _, e := range entries {
+		require.NotEqual(t, "dump.rdb", e.Name(), "the dump is gone: a plain Restart loads nothing")
+	}
 }
 
 func TestExtraArgs(t *testing.T) {
@@ -146,4 +182,22 @@ func TestPausedServerCleanedUp(t *testing.T) {
 	require.Less(t, time.Since(start), 5*time.Second, "cleanup of a paused server does not wait for SIGKILL")
 	_, err := net.Dial("tcp", addr)
 	require.Error(t, err, "the paused server was stopped when its test ended")
+}
+
+func TestLasting(t *testing.T) {
+	ctx := context.Background()
+	l := redistest.NewLasting("shared")
+	var s *redistest.Server
+	require.NoError(t, l.Do(func() { s = redistest.Start(l) }))
+	t.Run("a test using it", func(t *testing.T) {
+		require.NoError(t, s.Client(t).Set(ctx, "k", "v", 0).Err())
+	})
+	require.Equal(t, "v", s.Client(t).Get(ctx, "k").Val(), "it outlives the test that used it")
+	l.Close()
+	require.Error(t, redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1}).Ping(ctx).Err(), "Close stops it")
+
+	err := l.Do(func() { l.Fatalf("boom %d", 1) })
+	require.ErrorContains(t, err, "shared: boom 1")
+	require.NotErrorIs(t, err, redistest.ErrSkipped)
+	require.ErrorIs(t, l.Do(func() { l.Skip("no redis") }), redistest.ErrSkipped)
 }

@@ -10,6 +10,7 @@ package redistest
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -112,6 +113,11 @@ func freePort(tb testing.TB) int {
 
 // Addr returns the server's "127.0.0.1:port" address.
 func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// Dir returns the server's working directory. A dump.rdb placed there is
+// loaded by the next Restart (persistence is off, so the server never
+// writes one itself): a way to make a restart answer LOADING for a while.
+func (s *Server) Dir() string { return s.dir }
 
 // Port returns the server's TCP port; it does not change across Restart.
 func (s *Server) Port() int { return s.port }
@@ -300,4 +306,65 @@ func ping(addr string, pid int) error {
 		return errors.New("port served by another process")
 	}
 	return nil
+}
+
+// LoadingKeys matches the keys RestartLoading loads.
+const LoadingKeys = "redistest:loading:*"
+
+// SlowLoading returns the redis-server arguments that make a server load
+// its data perKey a key (rounded to microseconds), answering LOADING
+// meanwhile (the event loop runs every KiB loaded), as a server restarting
+// with a large dataset does. Give them to Start, then RestartLoading.
+func SlowLoading(perKey time.Duration) []string {
+	return []string{"--key-load-delay", strconv.FormatInt(max(perKey.Microseconds(), 1), 10),
+		"--loading-process-events-interval-bytes", "1024"}
+}
+
+var dumps sync.Map // n → []byte: a dump.rdb of n keys
+
+// dump returns the bytes of a dump.rdb holding n keys matching
+// LoadingKeys, made once per n by a server of its own.
+func dump(tb testing.TB, n int) []byte {
+	tb.Helper()
+	if b, ok := dumps.Load(n); ok {
+		return b.([]byte)
+	}
+	s := Start(tb)
+	defer s.Stop()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	defer c.Close()
+	ctx := context.Background()
+	p := c.Pipeline()
+	for i := range n {
+		p.Set(ctx, "redistest:loading:"+strconv.Itoa(i), "x", 0)
+	}
+	if _, err := p.Exec(ctx); err != nil {
+		tb.Fatalf("redistest: fill the dump: %v", err)
+	}
+	if err := c.Save(ctx).Err(); err != nil {
+		tb.Fatalf("redistest: SAVE: %v", err)
+	}
+	b, err := os.ReadFile(filepath.Join(s.dir, "dump.rdb"))
+	if err != nil {
+		tb.Fatalf("redistest: read the dump: %v", err)
+	}
+	dumps.Store(n, b)
+	return b
+}
+
+// RestartLoading restarts s as Restart does, except that s loads n keys
+// (matching LoadingKeys) as it starts: started with SlowLoading(d), it
+// answers LOADING for about n×d before it is ready, and RestartLoading
+// returns once it is. Every key s had is lost, as with Restart; the n keys
+// loaded stay, for the caller to delete.
+func (s *Server) RestartLoading(tb testing.TB, n int) {
+	tb.Helper()
+	b := dump(tb, n)
+	path := filepath.Join(s.dir, "dump.rdb")
+	s.Stop()
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		tb.Fatalf("redistest: write the dump: %v", err)
+	}
+	defer os.Remove(path)
+	s.Restart(tb)
 }

@@ -1,0 +1,171 @@
+package matrix
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redisync-go/redisync"
+	"github.com/redisync-go/redisync/internal/keys"
+)
+
+// primitive is one kind of lock as the matrix drives it: one small adapter
+// per primitive. Adding a primitive is adding one value to primitives; for
+// example, once they exist:
+//
+//	Election: contender{acquire: func(ctx) { return e.Campaign(ctx, id) },
+//		release: e.Resign, token: e.Term, claims: exclusive(name)}; no tryFor;
+//		idle: Leader(ctx).Term == 0.
+//	MultiLock: contender i locks {name}:i%3 and {name}:(i+1)%3 (one slot, so
+//		the fault hits them all): claims one unit of each of the two; idle:
+//		no Mutex of the three is locked.
+type primitive struct {
+	name string
+	// fencing says whether the primitive takes WithFencing (its holds then
+	// have tokens); when it does not, WithFencing must be refused with
+	// ErrInvalid (TestMatrixRefusals) and the pair is left out of cells.
+	fencing bool
+	// setup prepares the lock named name before a cell's run, and again
+	// after a fault that lost Redis's data (a Semaphore's permits).
+	setup func(ctx context.Context, c *redisync.Client, name string) error
+	// contender returns the i-th contender (0, 1, ...) for the lock named
+	// name, through c and with opts.
+	contender func(c *redisync.Client, name string, i int, opts []redisync.LockOption) contender
+	// residue returns the keys that may stay in Redis once nothing is
+	// held (with WithFencing when fenced), and checks their content.
+	residue func(name string, fenced bool) []string
+	// idle checks, through c, that nothing holds the lock named name.
+	idle func(ctx context.Context, c *redisync.Client, name string) error
+}
+
+// contender is one way of holding a primitive: its calls, and what a hold
+// takes.
+type contender struct {
+	// acquire waits until the hold is granted or ctx ends, and returns the
+	// hold's context: Lock, RLock, Acquire(n), Campaign.
+	acquire func(ctx context.Context) (context.Context, error)
+	// tryFor waits at most wait: TryLockFor... nil if the primitive has no
+	// such call.
+	tryFor func(ctx context.Context, wait time.Duration) (context.Context, error)
+	// release ends the hold whose context is hctx: Unlock, RUnlock,
+	// Release(n), Resign.
+	release func(hctx context.Context) error
+	// token returns the hold's fencing token (Token, Term), and false when
+	// it has none (taken without WithFencing); nil when the holds of this
+	// contender never have one.
+	token func(hctx context.Context) (int64, bool)
+	// claims is what a hold takes: units of resources, each of which has
+	// capacity units in all. An exclusive lock takes its one unit.
+	claims []claim
+}
+
+// claim is units of a resource that has capacity units.
+type claim struct {
+	resource        string
+	units, capacity int
+}
+
+func exclusive(name string) []claim { return []claim{{name, 1, 1}} }
+
+// rwCapacity is an RWMutex's units: a reader takes one, a writer all.
+const rwCapacity = 64
+
+// semPermits is the matrix's Semaphores' total.
+const semPermits = 2
+
+var primitives = []*primitive{
+	{
+		name: "Mutex", fencing: true,
+		contender: func(c *redisync.Client, name string, _ int, opts []redisync.LockOption) contender {
+			m := c.Mutex(name, opts...)
+			return contender{acquire: m.Lock, tryFor: m.TryLockFor, release: m.Unlock, token: m.Token, claims: exclusive(name)}
+		},
+		residue: fenceOnly,
+		idle: func(ctx context.Context, c *redisync.Client, name string) error {
+			return notLocked(c.Mutex(name).IsLocked(ctx))
+		},
+	},
+	{
+		name: "FairMutex", fencing: true,
+		contender: func(c *redisync.Client, name string, _ int, opts []redisync.LockOption) contender {
+			f := c.FairMutex(name, append(opts, redisync.WithWaiterTimeout(waiterTimeout))...)
+			return contender{acquire: f.Lock, tryFor: f.TryLockFor, release: f.Unlock, token: f.Token, claims: exclusive(name)}
+		},
+		residue: fenceOnly,
+		idle: func(ctx context.Context, c *redisync.Client, name string) error {
+			return notLocked(c.FairMutex(name).IsLocked(ctx))
+		},
+	},
+	{
+		// Writers (even contenders) and readers (odd ones) of one RWMutex.
+		name: "RWMutex", fencing: true,
+		contender: func(c *redisync.Client, name string, i int, opts []redisync.LockOption) contender {
+			r := c.RWMutex(name, append(opts, redisync.WithWaiterTimeout(waiterTimeout))...)
+			if i%2 == 0 {
+				return contender{acquire: r.Lock, tryFor: r.TryLockFor, release: r.Unlock, token: r.Token,
+					claims: []claim{{name, rwCapacity, rwCapacity}}}
+			}
+			return contender{acquire: r.RLock, tryFor: r.TryRLockFor, release: r.RUnlock,
+				claims: []claim{{name, 1, rwCapacity}}}
+		},
+		residue: fenceOnly,
+		idle: func(ctx context.Context, c *redisync.Client, name string) error {
+			return notLocked(c.RWMutex(name).IsLocked(ctx))
+		},
+	},
+	{
+		// Contenders take one permit, every third one both.
+		name: "Semaphore",
+		setup: func(ctx context.Context, c *redisync.Client, name string) error {
+			return c.Semaphore(name).SetPermits(ctx, semPermits)
+		},
+		contender: func(c *redisync.Client, name string, i int, opts []redisync.LockOption) contender {
+			s := c.Semaphore(name, opts...)
+			n := 1
+			if i%3 == 2 {
+				n = 2
+			}
+			return contender{
+				acquire: func(ctx context.Context) (context.Context, error) { return s.Acquire(ctx, n) },
+				tryFor: func(ctx context.Context, wait time.Duration) (context.Context, error) {
+					return s.TryAcquireFor(ctx, n, wait)
+				},
+				release: func(hctx context.Context) error { return s.Release(hctx, n) },
+				claims:  []claim{{name, n, semPermits}},
+			}
+		},
+		residue: func(name string, _ bool) []string { return []string{name} },
+		idle: func(ctx context.Context, c *redisync.Client, name string) error {
+			n, err := c.Semaphore(name).Available(ctx)
+			if err == nil && n != semPermits {
+				err = fmt.Errorf("%d permits available, want all %d", n, semPermits)
+			}
+			return err
+		},
+	},
+}
+
+// fenceOnly is the residue of a lock that keeps nothing but its fencing
+// counter.
+func fenceOnly(name string, fenced bool) []string {
+	if fenced {
+		return []string{keys.Companion(name, "fence")}
+	}
+	return nil
+}
+
+func notLocked(locked bool, err error) error {
+	if err == nil && locked {
+		err = fmt.Errorf("still locked")
+	}
+	return err
+}
+
+func primitiveNamed(name string) *primitive {
+	for _, p := range primitives {
+		if p.name == name {
+			return p
+		}
+	}
+	return nil
+}

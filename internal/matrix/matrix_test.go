@@ -1,0 +1,90 @@
+package matrix
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/redisync-go/redisync"
+	"github.com/redisync-go/redisync/internal/redistest"
+)
+
+// matrixCells is the set of cells TestMatrix runs: a pairwise covering set
+// of primitive × option × topology × fault (TestMatrixCoversAllPairs).
+func matrixCells() []cell { return pairwise(factorValues()) }
+
+// The groups of cells that share a fixture, and how to start it. The
+// groups run in parallel, the cells of a group one after the other.
+var groups = []struct {
+	name  string
+	topos []string
+	start func(t *testing.T) fixture
+}{
+	{"node", []string{topoSingle}, func(t *testing.T) fixture { return startNode(t) }},
+	{"cluster", []string{topoSharded, topoClassic}, func(t *testing.T) fixture { return startCluster(t) }},
+}
+
+// TestMatrix runs every cell of the matrix: for each, contenders on three
+// Clients hammer one lock of the cell's primitive, with its option, on its
+// topology, while its fault hits the lock's node, and the cell checks the
+// promises (see the package documentation). A cell that fails is named
+// TestMatrix/<group>/<primitive>/<option>/<topology>/<fault>; run it alone
+// with -run and that name.
+func TestMatrix(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the combination matrix is skipped in -short mode")
+	}
+	cells := matrixCells()
+	for _, g := range groups {
+		t.Run(g.name, func(t *testing.T) {
+			t.Parallel()
+			fx := g.start(t) // the group's: it outlives each cell
+			for _, c := range cells {
+				if slices.Contains(g.topos, c[fTopo]) {
+					t.Run(c.String(), func(t *testing.T) {
+						runCell(t, fx, c, c.prim(), func(msg string) { t.Error(msg) })
+					})
+				}
+			}
+		})
+	}
+}
+
+// TestMatrixRefusals checks the pairs the matrix leaves out because the
+// library refuses them: WithFencing on a primitive without tokens is
+// refused with ErrInvalid, and nothing is written.
+func TestMatrixRefusals(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	c, err := redisync.New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	n := 0
+	for _, p := range primitives {
+		if p.fencing {
+			continue
+		}
+		n++
+		name := "refused:" + p.name
+		if p.setup != nil {
+			if err := p.setup(ctx, c, name); err != nil {
+				t.Fatalf("%s: setup: %v", p.name, err)
+			}
+		}
+		before, _ := srv.Client(t).Keys(ctx, "*").Result()
+		ct := p.contender(c, name, 0, []redisync.LockOption{redisync.WithFencing()})
+		if _, err := ct.acquire(ctx); !errors.Is(err, redisync.ErrInvalid) {
+			t.Errorf("%s WithFencing: acquire returned %v, want ErrInvalid", p.name, err)
+		}
+		after, _ := srv.Client(t).Keys(ctx, "*").Result()
+		if len(after) != len(before) {
+			t.Errorf("%s WithFencing: keys %v before, %v after the refusal", p.name, before, after)
+		}
+	}
+	if n == 0 {
+		t.Log("every primitive takes WithFencing")
+	}
+}
