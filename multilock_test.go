@@ -263,14 +263,14 @@ func TestMultiLockLoss(t *testing.T) {
 			return len(e.keys(t)) == 0
 		})
 
-		// A last Unlock that finds one name gone says the hold was lost,
-		// and frees the others.
+		// A last Unlock that finds one name gone (deleted behind the
+		// holder's back, before its deadline) frees the others; as for a
+		// Mutex, only the next renewal would have told the loss.
 		c3 := e.client(t)
 		lctx, err = c3.MultiLock(names).Lock(bg)
 		require.NoError(t, err)
 		require.NoError(t, rdb.Del(bg, "loss:a").Err())
-		err = c3.MultiLock(names).Unlock(lctx)
-		assert.ErrorIs(t, err, ErrLeaseLost)
+		assert.NoError(t, c3.MultiLock(names).Unlock(lctx))
 		assert.Empty(t, e.keys(t))
 
 		// The context it was taken with ends: released at once.
