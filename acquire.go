@@ -27,9 +27,11 @@ type acquisition struct {
 
 	// left returns what an attempt of field may leave in Redis even
 	// when refused (a queue entry); release gives up what a granted one
-	// took (the hold's release script).
-	left    func(field string) []call
-	release func(field string) call
+	// took (the hold's release script). A primitive whose hold spans
+	// several slots (MultiLock) sets releases instead, one call per slot.
+	left     func(field string) []call
+	release  func(field string) call
+	releases func(field string) []call
 	// restart: after a grant it could not trust, the wait starts again
 	// as the new owner (errNewOwner) instead of going on, because the
 	// owner's channel changes with it (FairMutex).
@@ -46,7 +48,15 @@ func (c *Client) acquisition(s *spec, parent, wctx context.Context, wait bool, l
 
 // all returns what gives back everything an attempt of field may have
 // left or taken.
-func (a *acquisition) all(field string) []call { return append(a.left(field), a.release(field)) }
+func (a *acquisition) all(field string) []call { return append(a.left(field), a.gives(field)...) }
+
+// gives returns what gives back what a granted attempt of field took.
+func (a *acquisition) gives(field string) []call {
+	if a.releases != nil {
+		return a.releases(field)
+	}
+	return []call{a.release(field)}
+}
 
 // send sends the call build makes for the current owner, and leaves it
 // when the wait ends (what the abandoned script left or took is given back
@@ -61,13 +71,13 @@ func (a *acquisition) send(build func(field string) call) (string, []int64, time
 	r := a.c.tr.do(a.wctx, k, func(r reply) {
 		calls := a.left(field)
 		if v, err := r.Int64Slice(); err == nil && len(v) > 0 && v[0] == 1 {
-			calls = append(calls, a.release(field))
+			calls = append(calls, a.gives(field)...)
 		}
 		a.c.undo(calls...)
 	})
 	v, err := a.c.acquired(r)
 	if notReplicated(err) != nil {
-		a.c.undo(a.release(field)) // WithReplicaAck: given back, and the call fails
+		a.c.undo(a.gives(field)...) // WithReplicaAck: given back, and the call fails
 		return field, nil, 0, err
 	}
 	if err != nil {
@@ -85,6 +95,19 @@ func (a *acquisition) send(build func(field string) call) (string, []int64, time
 // under the same owner: the call goes on as a new owner.
 func (a *acquisition) grant(field string, count int, renew call, ends ...func() bool) (bool, time.Duration, error) {
 	hctx, err := a.c.grant(a.s, a.hparent, field, count, a.token, a.start, a.st, renew, a.release(field), ends...)
+	return a.granted(field, hctx, err)
+}
+
+// grantAll is grant for a hold on several slots (see Client.grantAll),
+// with one renew call per slot; a.st must be the stamp of the attempt's
+// first script.
+func (a *acquisition) grantAll(field string, count int, renew []call) (bool, time.Duration, error) {
+	hctx, err := a.c.grantAll(a.s, a.hparent, field, count, a.token, a.start, a.st, renew, a.gives(field))
+	return a.granted(field, hctx, err)
+}
+
+// granted applies the outcome of a grant.
+func (a *acquisition) granted(field string, hctx context.Context, err error) (bool, time.Duration, error) {
 	if errors.Is(err, errUntrusted) {
 		a.c.sweep(a.s.lease, a.all(field)...)
 		a.owner, a.dirty = a.c.newField(), false

@@ -49,6 +49,16 @@ type apiKind struct {
 	capacity, mineUnits, rivalUnits int
 	// force is ForceUnlock through c; nil when the primitive has none.
 	force func(c *Client, name string) (bool, error)
+	// holdName is HoldEvent.Name for name (nil: name itself).
+	holdName func(name string) string
+}
+
+// nameOf is HoldEvent.Name of k's hold for name.
+func (k apiKind) nameOf(name string) string {
+	if k.holdName == nil {
+		return name
+	}
+	return k.holdName(name)
 }
 
 // shared reports whether holds of mine can overlap (readers, permits).
@@ -180,6 +190,9 @@ var apiKinds = []apiKind{
 		force: func(c *Client, name string) (bool, error) { return c.RWMutex(name).ForceUnlock(context.Background()) }},
 	{name: "Semaphore", event: KindSemaphore, setup: semSetup, mine: semOps(1), rival: semOps(apiSemTotal),
 		capacity: apiSemTotal, mineUnits: 1, rivalUnits: apiSemTotal},
+	{name: "MultiLock", event: KindMultiLock, setup: noSetup, mine: multiOps, rival: mutexOps, holdName: multiHoldName,
+		capacity: 1, mineUnits: 1, rivalUnits: 1,
+		force: func(c *Client, name string) (bool, error) { return c.Mutex(name).ForceUnlock(context.Background()) }},
 }
 
 // forEachEnvKind runs fn for every primitive, against miniredis and a
@@ -962,7 +975,7 @@ func TestAPIObserverAcquiredAndReleased(t *testing.T) {
 		acq, rel, lost, _ := o.get()
 		require.Len(t, acq, 1, "once per first acquisition, not per re-entry")
 		assert.Equal(t, k.event, acq[0].Kind)
-		assert.Equal(t, name, acq[0].Name)
+		assert.Equal(t, k.nameOf(name), acq[0].Name)
 		assert.Less(t, acq[0].Wait, 100*time.Millisecond)
 		time.Sleep(200 * time.Millisecond)
 		require.NoError(t, mine.unlock(rctx))
@@ -973,7 +986,7 @@ func TestAPIObserverAcquiredAndReleased(t *testing.T) {
 		assert.Len(t, acq, 1)
 		require.Len(t, rel, 1, "once, at the last release")
 		assert.Equal(t, k.event, rel[0].Kind)
-		assert.Equal(t, name, rel[0].Name)
+		assert.Equal(t, k.nameOf(name), rel[0].Name)
 		assert.GreaterOrEqual(t, rel[0].Held, 200*time.Millisecond)
 		assert.Less(t, rel[0].Held, time.Second)
 		assert.Empty(t, lost)
@@ -1005,7 +1018,7 @@ func TestAPIObserverAcquiredAndReleased(t *testing.T) {
 		acq, rel, lost, _ = o.get()
 		assert.Len(t, acq, 2)
 		assert.Len(t, rel, 2, "once")
-		assert.Equal(t, name, rel[1].Name)
+		assert.Equal(t, k.nameOf(name), rel[1].Name)
 		assert.Empty(t, lost, "ending with its context is no lost lease")
 		assert.NoError(t, mine.unlock(hctx))
 		_, rel, _, _ = o.get()
@@ -1061,7 +1074,7 @@ func TestAPIObserverLeaseLost(t *testing.T) {
 		require.Len(t, lost, 1, "once")
 		assert.ErrorIs(t, lost[0].Cause, ErrLeaseLost)
 		assert.Equal(t, k.event, lost[0].Kind)
-		assert.Equal(t, name, lost[0].Name)
+		assert.Equal(t, k.nameOf(name), lost[0].Name)
 		assert.Empty(t, rel, "a lost lease is not a release")
 	})
 }
@@ -1186,7 +1199,7 @@ func TestAPILogger(t *testing.T) {
 			for _, r := range h.records() {
 				if r.Level == slog.LevelWarn {
 					warn = append(warn, recordText(r))
-					named = named || strings.Contains(recordText(r), "name="+name)
+					named = named || strings.Contains(recordText(r), "name="+k.nameOf(name))
 				}
 			}
 			return len(warn) > 0

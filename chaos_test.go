@@ -2,7 +2,8 @@ package redisync
 
 // TestChaos: a bounded chaos test. Several Clients, each on its own go-redis
 // pool (like separate processes), and several goroutines per Client hammer a
-// Mutex, a FairMutex, an RWMutex (readers and writers) and a Semaphore, while
+// Mutex, a FairMutex, an RWMutex (readers and writers), a Semaphore, a
+// MultiLock over the Mutex's name and another, and an Election, while
 // a fault injector disturbs the private redis-server they share: killed
 // subscription connections, a flushed script cache, pauses (SIGSTOP) shorter
 // and longer than the lease, restarts that lose every key (some of them
@@ -11,15 +12,16 @@ package redisync
 //
 //  1. Exclusion, and 4. every holder told before another holds: while a
 //     hold's context is live its owner holds the lock, so whenever a holder
-//     is seen live, no conflicting holder may be seen live too (Mutex,
-//     FairMutex, RWMutex writer against anyone, RWMutex readers among
-//     themselves allowed).
+//     is seen live, no conflicting holder may be seen live too (Mutex and
+//     MultiLock together, FairMutex, RWMutex writer against anyone, RWMutex
+//     readers among themselves allowed, one leader of the Election); and
+//     each leader's term is above the terms of the leaders before it.
 //  2. Every wait is bounded: a call with a deadline returns within the
 //     deadline plus chaosSlack, whatever Redis does.
 //  3. The Semaphore never grants more permits to live holders than it has.
 //  5. Nothing is left in Redis right after the run (but the semaphore's
-//     total and the fencing counter): not even a hold that would expire
-//     by itself.
+//     total, the fencing counter and the election's term counter): not
+//     even a hold that would expire by itself.
 //  6. No goroutine of the library outlives the Clients' Close.
 //  7. Fencing tokens keep increasing across every fault, restarts that lose
 //     the data while a fenced holder holds included, and the resource that
@@ -49,6 +51,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redisync-go/redisync/internal/keys"
 	"github.com/redisync-go/redisync/internal/redistest"
 )
 
@@ -685,7 +688,7 @@ func (ch *chaos) iterate(who string, ops chaosOps, rng *rand.Rand) {
 	}
 
 	// Sometimes re-enter (Semaphore: add a permit to the hold).
-	if rng.IntN(3) == 0 && hctx.Err() == nil {
+	if ops.again != nil && rng.IntN(3) == 0 && hctx.Err() == nil {
 		rb := time.Now()
 		rctx, err := ops.again(hctx)
 		ch.timed(ops.prim, "re-entry", true, rb, time.Now(), deadlineOf(hctx), err)
@@ -826,9 +829,12 @@ func TestChaos(t *testing.T) {
 		rwName    = "chaos:rw"
 		semName   = "chaos:sem"
 		fenceName = "chaos:fenced"
+		multiName = "chaos:multi" // a MultiLock's other name, with mutexName
+		electName = "chaos:elect"
 	)
 	trMutex, trFair := newTracker(mutexName, 0), newTracker(fairName, 0)
 	trFenced := newTracker(fenceName, 0)
+	trElect, terms := newTracker(electName, 0), &chaosTerms{}
 	trRW, trSem := newTracker(rwName, 0), newTracker(semName, chaosPermits)
 
 	// The admin: one connection (so SKIPME spares it), and a Client of its
@@ -858,7 +864,9 @@ func TestChaos(t *testing.T) {
 				chaosFairOps(c.FairMutex(fairName, WithWaiterTimeout(chaosWaiterTimeout)), trFair),
 				chaosReaderOps(rw, trRW),
 				chaosSemOps(c.Semaphore(semName, WithPermits(chaosPermits)), trSem),
-				chaosFencedOps(c.Mutex(fenceName, WithFencing()), trFenced))
+				chaosFencedOps(c.Mutex(fenceName, WithFencing()), trFenced),
+				chaosMultiOps(c.MultiLock([]string{multiName, mutexName}), trMutex),
+				chaosElectionOps(ch, c.Election(electName), trElect, terms))
 		}
 		set = append(set, chaosWriterOps(rw, trRW))
 		for j, ops := range set {
@@ -913,7 +921,9 @@ func TestChaos(t *testing.T) {
 	}
 	// chaosKept reports the keys that stay, by design: the semaphore's
 	// total and the fencing counter.
-	chaosKept := func(k string) bool { return k == semName || k == fenceKey(fenceName) }
+	chaosKept := func(k string) bool {
+		return k == semName || k == fenceKey(fenceName) || k == keys.Companion(electName, "elect-term")
+	}
 	faults := []chaosFault{
 		{"pubsub-kill", func() string {
 			var n int64
@@ -1063,7 +1073,7 @@ faulting:
 	}
 
 	// Every primitive made progress despite the faults.
-	for _, p := range []string{"Mutex", "FairMutex", "RWMutex-read", "RWMutex-write", "Semaphore", "FencedMutex"} {
+	for _, p := range []string{"Mutex", "FairMutex", "RWMutex-read", "RWMutex-write", "Semaphore", "FencedMutex", "MultiLock", "Election"} {
 		if ch.stats[p]["acquired"] == 0 {
 			ch.violate("%s was never acquired", p)
 		}
@@ -1086,7 +1096,7 @@ faulting:
 		kinds = append(kinds, fmt.Sprintf("%s %d", f.name, ch.faults[f.name]))
 	}
 	t.Logf("  faults injected: %s", strings.Join(kinds, ", "))
-	for _, p := range []string{"Mutex", "FairMutex", "RWMutex-read", "RWMutex-write", "Semaphore", "FencedMutex"} {
+	for _, p := range []string{"Mutex", "FairMutex", "RWMutex-read", "RWMutex-write", "Semaphore", "FencedMutex", "MultiLock", "Election"} {
 		m := ch.stats[p]
 		var evs []string
 		for k := range m {

@@ -243,6 +243,8 @@ const (
 	primFair
 	primRW
 	primSemaphore
+	primMultiLock
+	primElection // WithFencing applies, and changes nothing: terms are tokens
 )
 
 // lockSetup validates a lock's name and options for the primitive p; the
@@ -267,6 +269,8 @@ func lockSetup(name string, opts []LockOption, p primitive) (lockConfig, error) 
 		return lc, fmt.Errorf("%w: WithWaiterTimeout applies to FairMutex and RWMutex only", ErrInvalid)
 	case lc.fence && p == primSemaphore:
 		return lc, fmt.Errorf("%w: WithFencing applies to Mutex, FairMutex and RWMutex only, not to a Semaphore", ErrInvalid)
+	case lc.fence && p == primMultiLock:
+		return lc, fmt.Errorf("%w: WithFencing applies to Mutex, FairMutex and RWMutex only, not to a MultiLock", ErrInvalid)
 	case lc.permits > 0 && p != primSemaphore:
 		return lc, fmt.Errorf("%w: WithPermits applies to Semaphore only", ErrInvalid)
 	}

@@ -93,6 +93,12 @@ type handoffRun struct {
 	yieldUntil time.Time // this client's waiters hold back until then
 }
 
+// blocking returns the acceptor of a waiter of lock key that takes no
+// handoffs (a MultiLock of the name): in line with those that do, it keeps
+// the lock from being handed past it, so that a MultiLock waiting in a
+// Client whose goroutines hand the lock to each other still gets its turn.
+func blocking(key string) *acceptor { return &acceptor{key: key} }
+
 // join registers a waiter on channel that can be handed the lock acc
 // names; wake wakes it without blocking, on woken. The entry must be left
 // with leave.
@@ -162,13 +168,17 @@ func (co *cohort) endRun(key string) {
 // claim picks the first waiter of lock key that can be handed the lock
 // now (it takes handoffs and is waiting, not trying), and reserves it: the
 // waiter does not try again until the outcome is settled. It returns nil
-// when there is none. confirmed says this client's subscription to the
+// when there is none, or when a waiter that takes no handoffs (see
+// blocking) comes before it. confirmed says this client's subscription to the
 // lock's channel is confirmed: mine is then 1, the subscriptions of this
 // client Redis counts on it.
 func (co *cohort) claim(key string, confirmed bool) (h *handoff, mine int) {
 	co.mu.Lock()
 	defer co.mu.Unlock()
 	for _, e := range co.entries[key] {
+		if e.acc.take == nil {
+			break // it is freed, and its message wakes that waiter
+		}
 		if !e.idle || e.h != nil {
 			continue
 		}

@@ -1,8 +1,9 @@
 // Package redisync provides distributed locks and synchronizers on Redis, in
 // the style of Redisson: a reentrant Mutex, a FairMutex granted in arrival
-// order, an RWMutex, a Semaphore whose permits are leased, and a
-// CountDownLatch. They work on a single node, Sentinel and Redis Cluster
-// through go-redis's UniversalClient.
+// order, an RWMutex, a Semaphore whose permits are leased, a
+// CountDownLatch, a leader Election and a MultiLock (several locks taken
+// as one). They work on a single node, Sentinel and Redis Cluster through
+// go-redis's UniversalClient.
 //
 // # Holds live in the context
 //
@@ -103,6 +104,27 @@
 // with its data, as long as the server's clock has not gone back (see
 // WithFencing for exactly what is promised).
 //
+// # Leader election
+//
+// An Election elects one leader among the candidates of any number of
+// processes. Campaign waits until the caller leads and returns the
+// leadership's context, a hold's context with a hold's promise: live
+// exactly while it leads, cancelled before anyone else can lead; its Term
+// is a fencing token greater than every earlier leader's. Resign, or the
+// end of the campaign's context, hands the leadership on at once; a
+// crashed leader is replaced within its lease. Leader reads who leads in
+// one round trip, and Observe reports every change, by pub/sub, in order
+// of terms (see ExampleElection).
+//
+// # Several locks as one
+//
+// A MultiLock takes several Mutexes, all or none, as one hold (see
+// ExampleMultiLock). Each name stays an ordinary Mutex (Redisson's RLock),
+// so a Mutex of any of them excludes it. Names of one Cluster slot are
+// taken by one script; across slots, in one global order, and what an
+// attempt took is given back before it waits, so MultiLocks over
+// overlapping names never deadlock.
+//
 // # Observing
 //
 // WithLogger has a Client log, as warnings, what goes wrong in the
@@ -163,7 +185,8 @@
 // calls back up only through a function it was handed):
 //
 //	primitives  reentrant.go (Mutex), fair.go, rwlock.go, semaphore.go,
-//	            latch.go: what each promises, one file each
+//	            latch.go, election.go, multilock.go: what each promises,
+//	            one file each
 //	holds       acquire.go (a first acquisition across the attempts of a
 //	            wait), hold.go (the hold, re-entry, release, give-back),
 //	            holdctx.go (the hold's context and its deadline), owner.go (holds carried in contexts), wait.go

@@ -43,13 +43,18 @@ var (
 
 // lockError is an error about one named lock, latch or semaphore.
 type lockError struct {
-	what string // "lock", "fair lock", "rw lock", "semaphore", "latch"
-	name string
-	err  error
+	what  string // "lock", "fair lock", "rw lock", "semaphore", "latch", "multilock", "election"
+	name  string
+	label string // how Error shows the name: "" for the name quoted
+	err   error
 }
 
 func (e *lockError) Error() string {
-	return "redisync: " + e.what + " " + strconv.Quote(e.name) + ": " + strings.TrimPrefix(e.err.Error(), "redisync: ")
+	label := e.label
+	if label == "" {
+		label = strconv.Quote(e.name)
+	}
+	return "redisync: " + e.what + " " + label + ": " + strings.TrimPrefix(e.err.Error(), "redisync: ")
 }
 
 func (e *lockError) Unwrap() error { return e.err }
@@ -61,6 +66,12 @@ type keyType struct{ key, typ string }
 // it names the primitive and translates Redis's WRONGTYPE replies (see
 // wrongTypeError).
 func wrapFor(c *Client, what, name string, layout ...keyType) func(error) error {
+	return wrapLabelled(c, what, name, "", layout...)
+}
+
+// wrapLabelled is wrapFor for a primitive whose errors show its name as
+// label (a MultiLock's names, each quoted).
+func wrapLabelled(c *Client, what, name, label string, layout ...keyType) func(error) error {
 	return func(err error) error {
 		if err == nil {
 			return nil
@@ -72,7 +83,7 @@ func wrapFor(c *Client, what, name string, layout ...keyType) func(error) error 
 		if isGone(err) && c != nil {
 			err = wrongType(c, err, layout)
 		}
-		return &lockError{what: what, name: name, err: err}
+		return &lockError{what: what, name: name, label: label, err: err}
 	}
 }
 

@@ -34,11 +34,23 @@ type hold struct {
 	scope   *scope // the WithOwner scope it was taken in
 	lease   time.Duration
 	renewed bool // renewed by the watchdog; false for a fixed lease
-	renew   call // returns 1 while held, 0 once gone
-	release call // gives up the whole hold; harmless when already gone
+	// renew and release hold one call per Redis slot the hold is on (one
+	// for every primitive but a MultiLock across slots). Each renew call
+	// returns 1 while held there, 0 once gone: the hold is renewed when
+	// every one says 1, and lost when any says 0. The release calls give
+	// up the whole hold, and are harmless when it is already gone.
+	renew   []call
+	release []call
+	one     [2]call // backs renew and release for one call each: no allocation
 	parent  context.Context
 	ctx     context.Context // carries the hold; ends with it
 	cancel  context.CancelCauseFunc
+
+	// parts: the hold is on several locks, and can be lost from some of
+	// them only (a MultiLock): a loss gives back the others. covers are
+	// those locks, which a ForceUnlock in this process ends it with.
+	parts  bool
+	covers []lockRef
 
 	// mu serialises the scripts that change this hold (re-entries,
 	// releases, a give-back), so the count sent stays in step with Redis
@@ -163,6 +175,9 @@ type spec struct {
 	renewed bool
 	fenced  bool // WithFencing: first acquisitions get a token
 	wrap    func(error) error
+
+	parts  bool      // a hold is on several locks (see hold.parts)
+	covers []lockRef // those locks (see hold.covers)
 }
 
 // errUntrusted reports a grant that could not be trusted: its reply came
@@ -196,15 +211,36 @@ func (c *Client) stamp(ref lockRef) stamp { return stamp{sent: time.Now(), epoch
 // when there is no hold, the caller runs them.
 func (c *Client) grant(s *spec, parent context.Context, field string, count int, token int64, start time.Time, st stamp,
 	renew, release call, ends ...func() bool) (context.Context, error) {
-	sent := st.sent
-	h := &hold{
+	h := c.newHold(s, parent, field, count, token, ends)
+	h.one = [2]call{renew, release}
+	h.renew, h.release = h.one[:1:1], h.one[1:2:2]
+	return c.grantHold(s, h, start, st)
+}
+
+// grantAll is grant for a hold on several slots: renew and release have
+// one call per slot, and st is the stamp of the attempt's first script
+// (its leases count from then).
+func (c *Client) grantAll(s *spec, parent context.Context, field string, count int, token int64, start time.Time, st stamp,
+	renew, release []call, ends ...func() bool) (context.Context, error) {
+	h := c.newHold(s, parent, field, count, token, ends)
+	h.renew, h.release = renew, release
+	return c.grantHold(s, h, start, st)
+}
+
+func (c *Client) newHold(s *spec, parent context.Context, field string, count int, token int64, ends []func() bool) *hold {
+	return &hold{
 		ref: s.ref, field: field, scope: scopeOf(parent), lease: s.lease, renewed: s.renewed, token: token,
-		renew: renew, release: release, parent: parent, count: count, stops: ends, taken: time.Now(),
+		parts: s.parts, covers: s.covers, parent: parent, count: count, stops: ends, taken: time.Now(),
 	}
+}
+
+// grantHold is grant's and grantAll's common part.
+func (c *Client) grantHold(s *spec, h *hold, start time.Time, st stamp) (context.Context, error) {
+	sent, parent := st.sent, h.parent
 	h.dl.clear() // until the watchdog has it
 	h.over = make(chan struct{})
 	giveUp := func(err error) (context.Context, error) {
-		c.cleanup(parent, release)
+		c.cleanup(parent, h.release...)
 		return nil, err
 	}
 	if !time.Now().Before(deadline(sent, s.lease)) {
@@ -240,6 +276,20 @@ func (c *Client) grant(s *spec, parent context.Context, field string, count int,
 // differs from the hold's is refused, changing nothing.
 func (c *Client) reenter(ctx, wctx context.Context, wait bool, s *spec, h *hold,
 	build func(count int) call, parse func([]int64) (n int, lost bool), undo func(n int) call) (context.Context, error) {
+	return c.reenterBy(ctx, wctx, s, h, func() ([]int64, error) {
+		return c.underHold(wctx, wait, h, build, func(v []int64) {
+			if v[0] == 1 {
+				c.undo(undo(int(v[1])))
+			}
+		})
+	}, parse, func(n int) { c.undo(undo(n)) })
+}
+
+// reenterBy is reenter with the sending step given: send runs the
+// re-entry under h's lock as underHold (or underHoldAll) does, and undo
+// takes back a re-entry to count n that was not acknowledged.
+func (c *Client) reenterBy(ctx, wctx context.Context, s *spec, h *hold,
+	send func() ([]int64, error), parse func([]int64) (n int, lost bool), undo func(n int)) (context.Context, error) {
 	if h.lease != s.lease || h.renewed != s.renewed {
 		return nil, s.wrap(fmt.Errorf("%w: the context holds it with a %s, this handle asks for a %s",
 			ErrInvalid, leaseText(h.lease, h.renewed), leaseText(s.lease, s.renewed)))
@@ -248,11 +298,7 @@ func (c *Client) reenter(ctx, wctx context.Context, wait bool, s *spec, h *hold,
 		return nil, s.wrap(fmt.Errorf("%w: the context holds it %s, this handle asks for it %s",
 			ErrInvalid, fencingText(h.token != 0), fencingText(s.fenced)))
 	}
-	r, err := c.underHold(wctx, wait, h, build, func(v []int64) {
-		if v[0] == 1 {
-			c.undo(undo(int(v[1])))
-		}
-	})
+	r, err := send()
 	var n int
 	var lost bool
 	if err == nil {
@@ -266,14 +312,14 @@ func (c *Client) reenter(ctx, wctx context.Context, wait bool, s *spec, h *hold,
 	case errors.Is(err, errEnded):
 		return nil, s.wrap(endedError(h))
 	case notReplicated(err) != nil:
-		c.undo(undo(notReplicated(err).count()))
+		undo(notReplicated(err).count())
 		return nil, s.wrap(err)
 	case err != nil:
 		// wctx is TryLockFor's bound when it is not ctx: its end while
 		// ctx lives is ErrNotAcquired, as for a first acquisition.
 		return nil, s.wrap(waitError(err, ctx, wctx != ctx))
 	case lost:
-		c.wd.end(h, endLost, ErrLeaseLost) // told before the caller returns
+		c.lose(h, false) // told before the caller returns
 		return nil, s.wrap(errLost)
 	case !h.live():
 		return nil, s.wrap(endedError(h))
@@ -342,6 +388,58 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// underHoldAll is underHold for a hold on several slots: build makes one
+// call per slot, all sent at once. It returns the first reply that did
+// not take (the hold is gone there), else the first reply, with h's lock
+// held; lastSent is the earliest of their sends. With wait, it rides out
+// a Redis that is not ready, as underHold does. Its scripts set absolute
+// counts, so a call abandoned when ctx ends, or one that ran where others
+// failed, needs no give-back: the next call through the hold sets every
+// count again, and the last release deletes the hold whatever its count.
+func (c *Client) underHoldAll(ctx context.Context, wait bool, h *hold, build func(count int) []call) ([]int64, error) {
+	for {
+		h.mu.Lock()
+		if !h.live() {
+			h.mu.Unlock()
+			return nil, errEnded
+		}
+		calls := build(h.count)
+		for i := range calls {
+			calls[i].takes = true
+		}
+		var first []int64
+		var sent time.Time
+		var ferr error
+		for _, r := range c.tr.doAll(ctx, calls) {
+			v, err := c.acquired(r)
+			switch {
+			case err != nil:
+				if ferr == nil || notReplicated(ferr) != nil || notReady(ferr) {
+					ferr = err // an unknown outcome before a refused one
+				}
+			case first == nil || v[0] != 1 && first[0] == 1:
+				first = v
+			}
+			if err == nil && (sent.IsZero() || r.sent.Before(sent)) {
+				sent = r.sent
+			}
+		}
+		if ferr != nil {
+			h.mu.Unlock()
+			var re redis.Error
+			if wait && errors.As(ferr, &re) && notReady(ferr) {
+				if err := sleepCtx(ctx, retryAfter); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			return nil, ferr
+		}
+		h.lastSent = sent
+		return first, nil
+	}
+}
+
 func leaseText(d time.Duration, renewed bool) string {
 	if renewed {
 		return fmt.Sprintf("watchdog lease of %v", d)
@@ -383,7 +481,7 @@ func (c *Client) release(ctx context.Context, s *spec, n int, send func(ctx cont
 		}
 		return s.wrap(err)
 	case reply == 0:
-		c.wd.end(h, endLost, ErrLeaseLost)
+		c.lose(h, true)
 		return s.wrap(errLost)
 	case reply == 1 && !last:
 		h.count = count - n
@@ -392,15 +490,23 @@ func (c *Client) release(ctx context.Context, s *spec, n int, send func(ctx cont
 	return nil
 }
 
+// lose ends h, which Redis no longer has (or no longer has whole), as
+// lost: its holders are told first; then what Redis still keeps of a
+// hold on several locks (a MultiLock) is given back. locked says the
+// caller holds h.mu.
+func (c *Client) lose(h *hold, locked bool) {
+	if c.wd.end(h, endLost, ErrLeaseLost) && h.parts {
+		c.giveBackFrom(h, locked)
+	}
+}
+
 // afterEnd answers a release through a hold that has already ended, making
 // sure Redis does not keep it: nil when it ended with its context (redisync
 // released it), an error otherwise.
 func (c *Client) afterEnd(ctx context.Context, s *spec, h *hold) error {
 	why := h.reason()
 	if why == endParent || why == endLost {
-		k := h.release
-		k.direct = true
-		if err := c.tr.do(ctx, k, nil).Err(); err != nil && why == endParent {
+		if err := c.releaseAll(ctx, h.release); err != nil && why == endParent {
 			return s.wrap(err)
 		}
 	}
@@ -460,7 +566,7 @@ func (c *Client) giveBackFrom(h *hold, locked bool) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 		defer cancel()
-		if err := c.tr.do(ctx, h.release, nil).Err(); err != nil {
+		if err := c.releaseAll(ctx, h.release); err != nil {
 			c.log.Warn("redisync: could not release a hold that ended; Redis frees it when its lease ends",
 				"kind", h.ref.kind, "name", h.ref.name, "owner", h.field, "error", err)
 		}
@@ -494,6 +600,22 @@ func entry(ctx context.Context, ref lockRef) (*hold, error) {
 	default:
 		return nil, endedError(h)
 	}
+}
+
+// releaseAll sends calls, a hold's release calls, and returns the first
+// error.
+func (c *Client) releaseAll(ctx context.Context, calls []call) error {
+	if len(calls) == 1 {
+		k := calls[0]
+		k.direct = true
+		return c.tr.do(ctx, k, nil).Err()
+	}
+	for _, r := range c.tr.doAll(ctx, calls) {
+		if err := r.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // releaseBy sends k, a release script, for release's send.

@@ -121,6 +121,9 @@ func TestPausedHolderIsToldAtOnce(t *testing.T) {
 			if tr.kind == "semaphore" { // its total stays
 				ks = slices.DeleteFunc(ks, func(k string) bool { return k == name })
 			}
+			if tr.kind == "election" { // its term counter stays
+				ks = slices.DeleteFunc(ks, func(k string) bool { return strings.Contains(k, ":elect-term:") })
+			}
 			return err == nil && len(ks) == 0
 		})
 	}
@@ -135,7 +138,7 @@ const (
 // pausedTrial is one stop of the child: the kind of lock it holds, and
 // whether another owner takes it meanwhile.
 type pausedTrial struct {
-	kind  string // "mutex", "mutex fixed" (WithLease), "fair", "rw write", "rw read", "semaphore"
+	kind  string // "mutex", "mutex fixed" (WithLease), "fair", "rw write", "rw read", "semaphore", "multilock", "election"
 	taken bool
 	first string // the context the child looks at first on resuming, or "unlock": it unlocks first
 }
@@ -171,6 +174,10 @@ var pausedTrials = []pausedTrial{
 	{"rw write", false, "unlock"},
 	{"rw read", true, "unlock"},
 	{"semaphore", false, "unlock"},
+	{"multilock", true, "reentry"},
+	{"multilock", false, "unlock"},
+	{"election", true, "hold"},
+	{"election", false, "unlock"},
 }
 
 // pausedRival takes the lock the child holds in a trial of kind, as
@@ -189,6 +196,14 @@ func pausedRival(ctx context.Context, c *Client, kind, name string) (func() erro
 		r := c.RWMutex(name)
 		hctx, err := r.Lock(ctx)
 		return func() error { return r.Unlock(hctx) }, err
+	case "multilock": // a Mutex of one of its names
+		m := c.Mutex(name + ":b")
+		hctx, err := m.Lock(ctx)
+		return func() error { return m.Unlock(hctx) }, err
+	case "election":
+		e := c.Election(name)
+		hctx, err := e.Campaign(ctx, "rival")
+		return func() error { return e.Resign(hctx) }, err
 	default:
 		s := c.Semaphore(name)
 		hctx, err := s.Acquire(ctx, pausedPermits)
@@ -281,6 +296,15 @@ func TestHelperPausedHolder(t *testing.T) {
 			lctx = lock(acquire, bg)
 			rctx = again(acquire, context.WithoutCancel(lctx))
 			hs = []held{{"reentry", rctx, release}, {"hold", lctx, release}}
+		case "multilock":
+			m := c.MultiLock([]string{name + ":a", name + ":b"})
+			lctx = lock(m.Lock, bg)
+			rctx = again(m.Lock, context.WithoutCancel(lctx))
+			hs = []held{{"reentry", rctx, m.Unlock}, {"hold", lctx, m.Unlock}}
+		case "election": // a leadership is not re-entered
+			e := c.Election(name)
+			lctx = lock(func(ctx context.Context) (context.Context, error) { return e.Campaign(ctx, "child") }, bg)
+			hs = []held{{"hold", lctx, e.Resign}}
 		}
 		hs = slices.DeleteFunc(hs, func(h held) bool { return h.ctx == nil })
 		derived, cancel := context.WithCancel(lctx)

@@ -33,11 +33,13 @@ const (
 	KindRWRead    = "rw read"   // a read hold of an RWMutex
 	KindRWWrite   = "rw write"  // a write hold of an RWMutex
 	KindSemaphore = "semaphore" // a hold of a Semaphore's permits
+	KindMultiLock = "multilock" // a hold of a MultiLock (its Name: its names, quoted)
+	KindElection  = "election"  // a leadership of an Election
 )
 
 // HoldEvent describes one hold of one lock.
 type HoldEvent struct {
-	Kind  string        // KindMutex, KindFairMutex, KindRWRead, KindRWWrite or KindSemaphore
+	Kind  string        // KindMutex, KindFairMutex, KindRWRead, KindRWWrite, KindSemaphore, KindMultiLock or KindElection
 	Name  string        // the lock's name
 	Wait  time.Duration // Acquired: from the call to the grant
 	Held  time.Duration // Released, LeaseLost: from the grant to the end

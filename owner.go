@@ -16,7 +16,7 @@ import (
 // carries a hold of it.
 type lockRef struct {
 	c    *Client
-	kind string // KindMutex, KindFairMutex, KindRWRead, KindRWWrite, KindSemaphore
+	kind string // KindMutex, KindFairMutex, KindRWRead, KindRWWrite, KindSemaphore, KindMultiLock, KindElection
 	name string
 }
 

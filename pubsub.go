@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -130,6 +131,10 @@ type channel struct {
 	avoid      *subConn
 	avoidUntil time.Time
 	deferred   bool // a wake-up is due when the hold on it ends
+
+	// watchers are told every message, with its payload, and every
+	// (re-)subscription (Election.Observe); the wake policy is not theirs.
+	watchers []*waiter
 }
 
 // mark is a channel's state seen before an attempt: see pubsub.mark.
@@ -143,7 +148,18 @@ type waiter struct {
 	p  *pubsub
 	ch *channel
 	c  chan struct{} // buffered 1: a wake-up not yet taken
+
+	// A watcher's messages not yet taken, and whether some may have been
+	// missed (a re-subscription, or more messages than it keeps); guarded
+	// by p.mu.
+	watcher bool
+	msgs    []string
+	lost    bool
 }
+
+// watchBacklog bounds the messages a watcher keeps untaken: beyond it
+// they are dropped, and the watcher told it missed some.
+const watchBacklog = 256
 
 // newPubSub returns the subscription of a client on rdb. mode resolves
 // whether it is sharded; it is called by the router goroutine only, and
@@ -181,6 +197,35 @@ func (p *pubsub) subscribe(name string, wake func(string) int) (*waiter, error) 
 		return nil, ErrClosed
 	default:
 	}
+	ch := p.channel(name, wake)
+	w := &waiter{p: p, ch: ch, c: make(chan struct{}, 1)}
+	ch.waiters = append(ch.waiters, w)
+	return w, nil
+}
+
+// watch registers a watcher on name, subscribing the channel if it is the
+// first local waiter or watcher: it is woken by every message, which it
+// takes with take, and by every subscription and re-subscription (take
+// then reports that messages may have been missed). wake is the policy of
+// the channel's waiters, if it is the first. The watcher must be left with
+// leave. It fails only when the client is closed.
+func (p *pubsub) watch(name string, wake func(string) int) (*waiter, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.closed:
+		return nil, ErrClosed
+	default:
+	}
+	ch := p.channel(name, wake)
+	w := &waiter{p: p, ch: ch, c: make(chan struct{}, 1), watcher: true}
+	ch.watchers = append(ch.watchers, w)
+	return w, nil
+}
+
+// channel returns the local state of channel name, subscribing it when it
+// has none. Called with p.mu held.
+func (p *pubsub) channel(name string, wake func(string) int) *channel {
 	ch := p.chans[name]
 	if ch == nil {
 		ch = &channel{name: name, wake: wake, ready: make(chan struct{})}
@@ -191,9 +236,37 @@ func (p *pubsub) subscribe(name string, wake func(string) int) (*waiter, error) 
 			p.route(ch)
 		}
 	}
-	w := &waiter{p: p, ch: ch, c: make(chan struct{}, 1)}
-	ch.waiters = append(ch.waiters, w)
-	return w, nil
+	return ch
+}
+
+// take returns the messages w, a watcher, has been told since it last
+// took them, and whether it may have missed some meanwhile.
+func (w *waiter) take() (msgs []string, missed bool) {
+	w.p.mu.Lock()
+	defer w.p.mu.Unlock()
+	msgs, missed = w.msgs, w.lost
+	w.msgs, w.lost = nil, false
+	return msgs, missed
+}
+
+// tell gives the watchers of ch a message (or, with resub, the news that
+// ch has just been subscribed, again) and wakes them. Called with p.mu
+// held.
+func tell(ch *channel, payload string, resub bool) {
+	for _, w := range ch.watchers {
+		switch {
+		case resub:
+			w.lost = true
+		case len(w.msgs) >= watchBacklog:
+			w.msgs, w.lost = nil, true
+		default:
+			w.msgs = append(w.msgs, payload)
+		}
+		select {
+		case w.c <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // confirmed reports whether ch is subscribed, as its connection's replies
@@ -633,18 +706,22 @@ func (p *pubsub) leave(w *waiter) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ch := w.ch
-	for i, x := range ch.waiters {
-		if x == w {
-			ch.waiters = append(ch.waiters[:i], ch.waiters[i+1:]...)
-			break
+	if w.watcher {
+		ch.watchers = slices.DeleteFunc(ch.watchers, func(x *waiter) bool { return x == w })
+	} else {
+		for i, x := range ch.waiters {
+			if x == w {
+				ch.waiters = append(ch.waiters[:i], ch.waiters[i+1:]...)
+				break
+			}
+		}
+		select {
+		case <-w.c:
+			wake(ch.waiters, 1)
+		default:
 		}
 	}
-	select {
-	case <-w.c:
-		wake(ch.waiters, 1)
-	default:
-	}
-	if len(ch.waiters) > 0 || p.chans[ch.name] != ch {
+	if len(ch.waiters) > 0 || len(ch.watchers) > 0 || p.chans[ch.name] != ch {
 		return
 	}
 	delete(p.chans, ch.name)
@@ -699,6 +776,17 @@ func (w *waiter) passOn() {
 			wake(w.ch.waiters[i+1:], 1)
 			return
 		}
+	}
+}
+
+// nudge wakes one local waiter of channel name, if it has any: a waiter
+// that was woken on it left for another channel without using the
+// wake-up (a MultiLock found another of its names held).
+func (p *pubsub) nudge(name string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ch := p.chans[name]; ch != nil {
+		wake(ch.waiters, 1)
 	}
 }
 
@@ -828,6 +916,7 @@ func (p *pubsub) deliver(name, payload string) {
 		return
 	}
 	ch.seq++
+	tell(ch, payload, false)
 	if y, ok := p.hold(ch.name, time.Now()); ok {
 		// Other clients' turn (cohort.go): wake when the hold ends.
 		if !ch.deferred {
@@ -899,6 +988,7 @@ func (p *pubsub) ack(c *subConn, kind, name string) {
 
 // confirm records that ch has become subscribed. Called with p.mu held.
 func (p *pubsub) confirm(ch *channel) {
+	tell(ch, "", true)
 	select {
 	case <-ch.ready:
 		ch.seq++

@@ -132,6 +132,14 @@ func (r reply) Int64Slice() ([]int64, error) {
 	return r.cmd.Int64Slice()
 }
 
+// Slice returns the call's reply as an array.
+func (r reply) Slice() ([]any, error) {
+	if r.cmd == nil {
+		return nil, r.err
+	}
+	return r.cmd.Slice()
+}
+
 // op is a call on its way: queued on a lane, in a pipeline, then
 // delivered to its caller or, when the caller left, to late.
 type op struct {

@@ -20,14 +20,18 @@ func detach(ctx context.Context) context.Context { return context.WithoutCancel(
 // Redis (a queue entry) to be removed.
 const cleanupGrace = 200 * time.Millisecond
 
-// cleanup sends k, which removes what an ended wait left in Redis (or gives
-// back what it took), and waits for it at most cleanupGrace: with Redis
-// slow or unreachable, the wait still ends soon after its context, and k
-// is still sent.
-func (c *Client) cleanup(ctx context.Context, k call) {
+// cleanup sends calls, which remove what an ended wait left in Redis (or
+// give back what it took), and waits for them at most cleanupGrace: with
+// Redis slow or unreachable, the wait still ends soon after its context,
+// and the calls are still sent.
+func (c *Client) cleanup(ctx context.Context, calls ...call) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupGrace)
 	defer cancel()
-	c.tr.do(cctx, k, nil)
+	if len(calls) == 1 {
+		c.tr.do(cctx, calls[0], nil)
+		return
+	}
+	c.tr.doAll(cctx, calls)
 }
 
 // attempt is one try at acquiring: done reports success; otherwise next is

@@ -3,6 +3,7 @@ package redisync
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -150,22 +151,32 @@ func (w *watchdog) epoch(ref lockRef) uint64 {
 // Call done once the ForceUnlock's script has answered: until then no
 // grant of the lock is trusted (its script may have run before the
 // ForceUnlock's, and its hold be freed by it), and the epoch moves again,
-// so that a grant sent meanwhile and answered later is refused too.
+// so that a grant sent meanwhile and answered later is refused too. A
+// MultiLock's hold that covers the lock ends too, and done gives back its
+// other locks (only then: the ForceUnlock finds the lock held, as it was).
+// A MultiLock's grant in flight is not refused: it learns of the loss at
+// its first renewal, as holders in other processes do.
 func (w *watchdog) force(ref lockRef) (done func()) {
 	w.mu.Lock()
 	w.forced[ref]++
 	w.forcing[ref]++
 	var hs []*hold
 	for h := range w.holds {
-		if h.ref == ref {
+		if h.ref == ref || slices.Contains(h.covers, ref) {
 			hs = append(hs, h)
 		}
 	}
 	w.mu.Unlock()
+	var others []*hold // MultiLocks: their other names are given back after
 	for _, h := range hs {
-		w.end(h, endForced, ErrLeaseLost)
+		if w.end(h, endForced, ErrLeaseLost) && h.ref != ref {
+			others = append(others, h)
+		}
 	}
 	return func() {
+		for _, h := range others {
+			w.giveBack(h)
+		}
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		// A grant whose script ran before the ForceUnlock's can answer
@@ -241,31 +252,54 @@ func (w *watchdog) renewAll() bool {
 // renewBatch renews hs, counting in r, and returns the first error of a
 // renewal that failed for a reason other than the hold being gone. Each
 // renewal is dated by when its own pipeline was sent: one that Redis
-// answered with NOSCRIPT and that was sent again counts from then.
+// answered with NOSCRIPT and that was sent again counts from then. A hold
+// on several slots (a MultiLock) is renewed when every one of its calls
+// renewed, dated by the earliest of their pipelines; it is lost when any
+// found it gone.
 func (w *watchdog) renewBatch(hs []*hold, r *RenewalEvent) error {
-	calls := make([]call, len(hs))
-	for i, h := range hs {
-		calls[i] = h.renew
-		calls[i].takes = true
+	calls := make([]call, 0, len(hs))
+	for _, h := range hs {
+		for _, k := range h.renew {
+			k.takes = true
+			calls = append(calls, k)
+		}
 	}
 	replies := w.c.tr.doAll(context.Background(), calls)
 	pipes := map[uint64]bool{}
 	var failed error
-	for i, rep := range replies {
-		h := hs[i]
-		if rep.pipe != 0 {
-			pipes[rep.pipe] = true
-		}
-		n, err := rep.Int64()
-		if err == nil && n == 1 {
-			err = w.c.renewedAck(rep) // renewed, but not acknowledged: a failed renewal
+	for _, h := range hs {
+		rs := replies[:len(h.renew)]
+		replies = replies[len(h.renew):]
+		var sent time.Time
+		gone := false
+		var err error
+		for _, rep := range rs {
+			if rep.pipe != 0 {
+				pipes[rep.pipe] = true
+			}
+			n, rerr := rep.Int64()
+			if rerr == nil && n == 1 {
+				rerr = w.c.renewedAck(rep) // renewed, but not acknowledged: a failed renewal
+			}
+			switch {
+			case rerr == nil && n == 1:
+				if sent.IsZero() || rep.sent.Before(sent) {
+					sent = rep.sent
+				}
+			case rerr == nil || isGone(rerr):
+				gone = true
+			case err == nil:
+				err = rerr
+			}
 		}
 		switch {
-		case err == nil && n == 1:
-			w.extend(h, rep.sent)
-		case err == nil || isGone(err):
+		case gone:
 			r.Lost++
-			w.end(h, endLost, ErrLeaseLost)
+			if w.end(h, endLost, ErrLeaseLost) && h.parts {
+				w.giveBack(h) // a MultiLock: what Redis still keeps of it
+			}
+		case err == nil:
+			w.extend(h, sent)
 		default:
 			r.Failed++ // transient: retried until the deadline fires
 			if failed == nil {
@@ -309,9 +343,9 @@ func (w *watchdog) close() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	calls := make([]call, len(ended))
-	for i, h := range ended {
-		calls[i] = h.release
+	calls := make([]call, 0, len(ended))
+	for _, h := range ended {
+		calls = append(calls, h.release...)
 	}
 	w.c.tr.doAll(ctx, calls)
 }

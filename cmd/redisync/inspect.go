@@ -28,6 +28,7 @@ var companions = []struct{ token, typ string }{
 	{"sem-holders", "hash"},   // Semaphore: owner field -> permits held
 	{"sem-expiry", "zset"},    // Semaphore: owner field -> lease end
 	{"fence", "string"},       // WithFencing: the last fencing token given
+	{"elect-term", "string"},  // Election: the last term given
 }
 
 // inspect prints, for each name, which redisync primitive it is and its
@@ -131,6 +132,7 @@ type snapshot struct {
 	zsets   map[string][]redis.Z // companion zsets present, by token, lowest score first
 	holders map[string]string    // the sem-holders hash, when present
 	fence   string               // the fencing counter (its key and value), when present
+	term    string               // an election's term counter (its key and value), when present
 	foreign []string             // companion keys of another type than the library's
 }
 
@@ -209,9 +211,15 @@ func read(ctx context.Context, rdb redis.UniversalClient, name string) (*snapsho
 			case *redis.MapStringStringCmd:
 				s.holders = v.Val()
 			case *redis.StringCmd:
-				if _, err := strconv.ParseInt(v.Val(), 10, 64); err != nil {
+				_, err := strconv.ParseInt(v.Val(), 10, 64)
+				switch {
+				case err != nil && want.token == "elect-term":
+					s.foreign = append(s.foreign, fmt.Sprintf("%s: a string that is not a term counter", cnames[i]))
+				case err != nil:
 					s.foreign = append(s.foreign, fmt.Sprintf("%s: a string that is not a fencing counter", cnames[i]))
-				} else {
+				case want.token == "elect-term":
+					s.term = fmt.Sprintf("term counter %s: %s (the last term given)", cnames[i], v.Val())
+				default:
 					s.fence = fmt.Sprintf("fencing counter %s: %s (the last token given)", cnames[i], v.Val())
 				}
 			default:
@@ -245,6 +253,8 @@ func (s *snapshot) describe() []view {
 		_, permits := s.hash["permits"]
 		_, used := s.hash["used"]
 		switch {
+		case electionShaped(s.hash):
+			views = append(views, s.election(s.hash))
 		case mode:
 			views, rw = append(views, s.rw(s.hash)), false
 		case permits || used:
@@ -275,6 +285,8 @@ func (s *snapshot) describe() []view {
 		views = append(views, s.sem(nil))
 	}
 	switch {
+	case len(views) == 0 && s.term != "":
+		views = append(views, view{head: "election, nobody leads (its term counter stays)"})
 	case len(views) == 0 && len(s.foreign) == 0 && s.fence == "":
 		return []view{{head: "free (no keys)"}}
 	case len(views) == 0 && s.fence != "":
@@ -284,6 +296,9 @@ func (s *snapshot) describe() []view {
 	}
 	if s.fence != "" {
 		views[0].lines = append(views[0].lines, s.fence)
+	}
+	if s.term != "" {
+		views[0].lines = append(views[0].lines, s.term)
 	}
 	views[0].lines = append(views[0].lines, s.foreign...)
 	return views
@@ -461,6 +476,23 @@ func lockShaped(hash map[string]string) bool {
 		}
 	}
 	return len(hash) > 0
+}
+
+// electionShaped reports whether hash is an Election's: its leader's
+// owner field, value and term.
+func electionShaped(hash map[string]string) bool {
+	_, owner := hash["owner"]
+	_, term := hash["term"]
+	_, value := hash["value"]
+	return len(hash) == 3 && owner && term && value
+}
+
+// election describes an Election that someone leads.
+func (s *snapshot) election(hash map[string]string) view {
+	return view{
+		head:  fmt.Sprintf("election, led by %q (term %s), %s", hash["value"], hash["term"], s.lease()),
+		lines: []string{line("leader", hash["owner"], "value "+strconv.Quote(hash["value"])+", term "+hash["term"])},
+	}
 }
 
 // splitField splits an owner field "<client uuid>:<n>" into the client's

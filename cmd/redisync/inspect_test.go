@@ -102,6 +102,12 @@ func TestInspectPrimitives(t *testing.T) {
 	must(nil, err)
 	must(nil, fw.Unlock(h))
 
+	// An election led by c1, and one that nobody leads any more.
+	must(c1.Election("leader").Campaign(ctx, "10.0.0.1:80"))
+	lh, err := c2.Election("led").Campaign(ctx, "x")
+	must(nil, err)
+	must(nil, c2.Election("led").Resign(lh))
+
 	// A latch counting down from 3, counted down once.
 	latch := c1.CountDownLatch("start")
 	must(latch.TrySetCount(ctx, 3))
@@ -125,7 +131,7 @@ func TestInspectPrimitives(t *testing.T) {
 	rdb.Set(ctx, keys.Companion("weird", "fair-queue"), "x", 0)
 
 	names := []string{"orders:42", "jobs", "cfg", "cfgw", "pool", "never", "orphan", "start",
-		"stale", "expired", "str", "lst", "h", "weird", "gone", "fenced", "fencedfree"}
+		"stale", "expired", "str", "lst", "h", "weird", "gone", "fenced", "fencedfree", "leader", "led"}
 	var out bytes.Buffer
 	if err := run(ctx, []string{"inspect", "-redis", srv.Addr()}, &out); err == nil {
 		t.Error("inspect without names: want an error")
@@ -167,6 +173,9 @@ func TestInspectPrimitives(t *testing.T) {
 		"fenced": {`^fenced: lock \(Mutex or FairMutex\), held, ` + lease + `\n  holder ` + owner(id2) + `  holds 1  ` + parts(id2) + `\n`,
 			`\n  fencing counter \{fenced\}:fence:fenced: \d{16,} \(the last token given\)\n$`},
 		"fencedfree": {`^fencedfree: free \(a fenced lock: its fencing counter stays\)\n  fencing counter \{fencedfree\}:fence:fencedfree: \d{16,} \(the last token given\)\n$`},
+		"leader": {`^leader: election, led by "10.0.0.1:80" \(term \d{16,}\), ` + lease + `\n  leader ` + owner(id1) + `  value "10.0.0.1:80", term \d{16,}  ` + parts(id1) + `\n`,
+			`\n  term counter \{leader\}:elect-term:leader: \d{16,} \(the last term given\)\n$`},
+		"led": {`^led: election, nobody leads \(its term counter stays\)\n  term counter \{led\}:elect-term:led: \d{16,} \(the last term given\)\n$`},
 	} {
 		for _, re := range want {
 			if !regexp.MustCompile(re).MatchString(blocks[name]) {

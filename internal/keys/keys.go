@@ -24,6 +24,7 @@ var tokens = []string{
 	"rw-readers", "rw-writers", "rw-waiting", "rw-admitted",
 	"sem-holders", "sem-expiry",
 	"fence",
+	"elect-term",
 }
 
 // IsCompanion reports whether name is the companion key of some lock name

@@ -10,15 +10,7 @@ import (
 )
 
 // primitive is one kind of lock as the matrix drives it: one small adapter
-// per primitive. Adding a primitive is adding one value to primitives; for
-// example, once they exist:
-//
-//	Election: contender{acquire: func(ctx) { return e.Campaign(ctx, id) },
-//		release: e.Resign, token: e.Term, claims: exclusive(name)}; no tryFor;
-//		idle: Leader(ctx).Term == 0.
-//	MultiLock: contender i locks {name}:i%3 and {name}:(i+1)%3 (one slot, so
-//		the fault hits them all): claims one unit of each of the two; idle:
-//		no Mutex of the three is locked.
+// per primitive. Adding a primitive is adding one value to primitives.
 type primitive struct {
 	name string
 	// fencing says whether the primitive takes WithFencing (its holds then
@@ -143,7 +135,51 @@ var primitives = []*primitive{
 			return err
 		},
 	},
+	{
+		// Candidates campaign with their number; a term is a token, with
+		// or without WithFencing (which changes nothing).
+		name: "Election", fencing: true,
+		contender: func(c *redisync.Client, name string, i int, opts []redisync.LockOption) contender {
+			e := c.Election(name, opts...)
+			id := fmt.Sprint(i)
+			return contender{
+				acquire: func(ctx context.Context) (context.Context, error) { return e.Campaign(ctx, id) },
+				release: e.Resign, token: e.Term, claims: exclusive(name),
+			}
+		},
+		residue: func(name string, _ bool) []string { return []string{keys.Companion(name, "elect-term")} },
+		idle: func(ctx context.Context, c *redisync.Client, name string) error {
+			l, err := c.Election(name).Leader(ctx)
+			if err == nil && l.Term != 0 {
+				err = fmt.Errorf("%q leads (term %d)", l.Value, l.Term)
+			}
+			return err
+		},
+	},
+	{
+		// Contender i locks {name}:i%3 and {name}:(i+1)%3: overlapping
+		// pairs of three names in one slot, so the fault hits them all.
+		name: "MultiLock",
+		contender: func(c *redisync.Client, name string, i int, opts []redisync.LockOption) contender {
+			a, b := multiName(name, i%3), multiName(name, (i+1)%3)
+			m := c.MultiLock([]string{a, b}, opts...)
+			return contender{acquire: m.Lock, tryFor: m.TryLockFor, release: m.Unlock,
+				claims: append(exclusive(a), exclusive(b)...)}
+		},
+		residue: func(string, bool) []string { return nil },
+		idle: func(ctx context.Context, c *redisync.Client, name string) error {
+			for i := range 3 {
+				if err := notLocked(c.Mutex(multiName(name, i)).IsLocked(ctx)); err != nil {
+					return fmt.Errorf("%s: %w", multiName(name, i), err)
+				}
+			}
+			return nil
+		},
+	},
 }
+
+// multiName is the i-th name of the MultiLock contenders of the lock name.
+func multiName(name string, i int) string { return fmt.Sprintf("{%s}:%d", name, i) }
 
 // fenceOnly is the residue of a lock that keeps nothing but its fencing
 // counter.

@@ -1,0 +1,410 @@
+package redisync
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redisync-go/redisync/internal/keys"
+	"github.com/redisync-go/redisync/lua"
+)
+
+// Leadership is who leads an election: the value its leader campaigned
+// with and its term. Term 0 means that nobody leads (Value is then "").
+type Leadership struct {
+	Value string
+	Term  int64
+}
+
+// Election is a leader election among the candidates that campaign on one
+// name, in any process (etcd's concurrency.Election is the guide): at most
+// one leads at a time, for as long as its leadership's context is live.
+//
+// Leadership is a hold, with a lease kept by the Client's watchdog (or a
+// fixed one, WithLease), and the hold's promise: Campaign returns a
+// context that is live exactly while its candidate leads, cancelled
+// (cause ErrLeaseLost) before the lease can run out in Redis when it can
+// no longer be renewed, so the leader is told before anyone else can lead.
+// A leader whose process dies is replaced within one lease; one that
+// resigns, or whose campaign's context ends, at once.
+//
+// Every leader gets a term, strictly greater than every earlier leader's
+// of the name: a fencing token (see WithFencing) that a resource can use
+// to refuse the writes of a leader that was stopped past its lease.
+//
+// In Redis an election is its name, a hash of the leader's owner field,
+// value and term with a PEXPIRE lease, which exists exactly while someone
+// leads; its term counter "{tag}:elect-term:<name>", which never expires;
+// and its channel "{tag}:elect:<name>", on which every change is
+// published: "<term> <value>" when a leader wins, "<term>" when that term
+// has ended and nobody leads (tag is the name's hash tag, or the name:
+// all three are in one Cluster slot).
+//
+// An Election is a cheap handle, safe for concurrent use.
+type Election struct {
+	c       *Client
+	name    string
+	keys    []string // the election, its term counter, its channel
+	channel string
+	spec    spec
+	err     error
+}
+
+// Election returns a handle on the election name. Bad input (an empty
+// name, a name that cannot share its slot with companion keys, a bad
+// option) is reported by every method of the handle (Observe returns a
+// closed channel).
+//
+// WithLease gives each leadership a fixed lease that the watchdog does not
+// renew: a leader leads for that long at most. WithFencing changes
+// nothing: terms are fencing tokens already. WithWaiterTimeout and
+// WithPermits are refused.
+func (c *Client) Election(name string, opts ...LockOption) *Election {
+	e := &Election{c: c, name: name, keys: []string{name, "", ""}}
+	if keys.Taggable(name) {
+		e.channel = keys.Companion(name, "elect")
+		e.keys = []string{name, keys.Companion(name, "elect-term"), e.channel}
+	}
+	e.spec.wrap = wrapFor(c, "election", name, keyType{name, "hash"}, keyType{e.keys[1], "string"})
+	if c == nil {
+		e.err = e.spec.wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
+		return e
+	}
+	lc, err := lockSetup(name, opts, primElection)
+	if err == nil && !keys.Taggable(name) {
+		err = fmt.Errorf("%w: election name %q contains \"}\" without a hash tag", ErrInvalid, name)
+	}
+	e.err = e.spec.wrap(err)
+	e.spec.ref = lockRef{c, KindElection, name}
+	e.spec.fenced = true // terms are its tokens
+	e.spec.lease, e.spec.renewed = c.lease, true
+	if lc.lease > 0 {
+		e.spec.lease, e.spec.renewed = lc.lease, false
+	}
+	return e
+}
+
+// Name returns the election's name, which is also its main Redis key ("" for
+// a nil handle).
+func (e *Election) Name() string {
+	if e == nil {
+		return ""
+	}
+	return e.name
+}
+
+func (e *Election) check(ctx context.Context) error {
+	if e == nil {
+		return fmt.Errorf("%w: nil Election", ErrInvalid)
+	}
+	if e.err != nil {
+		return e.err
+	}
+	return e.wrap(usable(ctx, e.c, e.spec.wrap))
+}
+
+func (e *Election) wrap(err error) error { return wrapOr(e.spec.wrap, err) }
+
+// Campaign makes the caller a candidate with value (what Leader and
+// Observe report of it, such as the node's address), and blocks until it
+// leads or ctx ends (then it returns an error that wraps ctx's error,
+// leaving nothing behind). Candidates wait for the unlock of the
+// leadership, woken by pub/sub when a leader resigns or its campaign's
+// context ends, and bounded by the leader's lease when it crashes.
+//
+// It returns the leadership's context, derived from ctx: live exactly
+// while the caller leads. It is cancelled with cause ErrLeaseLost when the
+// lease can no longer be renewed (before another candidate can lead), and
+// plainly by Resign; when ctx ends, the leadership ends too and the next
+// candidate leads at once. Term reads its term. A Campaign through a
+// context that leads this election already is refused (ErrInvalid): the
+// leadership is not counted twice; WithOwner(ctx) campaigns as another
+// candidate. On error, Campaign returns ctx.
+func (e *Election) Campaign(ctx context.Context, value string) (context.Context, error) {
+	if err := e.check(ctx); err != nil {
+		return ctx, err
+	}
+	if err := ctx.Err(); err != nil {
+		return ctx, e.wrap(err)
+	}
+	h, err := entry(ctx, e.spec.ref)
+	if err != nil {
+		return ctx, e.wrap(err)
+	}
+	if h != nil {
+		return ctx, e.wrap(fmt.Errorf("%w: the context leads the election already (term %d): Resign first, or campaign as another candidate with WithOwner", ErrInvalid, h.token))
+	}
+	leaseMs := e.spec.lease.Milliseconds()
+	var term atomic.Int64 // of the latest win, for its give-back
+	a := e.c.acquisition(&e.spec, ctx, ctx, true, nil, func(field string) call {
+		return e.resign(field, term.Load())
+	})
+	defer a.finish()
+	try := func() (bool, time.Duration, error) {
+		field, r, d, err := a.send(func(field string) call {
+			return script(lua.ElectCampaign, e.keys, leaseMs, field, value, publish)
+		})
+		if r == nil {
+			return false, d, err
+		}
+		if r[0] != 1 {
+			return false, bound(r[1], e.spec.lease/3), nil
+		}
+		term.Store(a.token)
+		return a.grant(field, 1, script(lua.ElectRenew, e.keys[:1], field, leaseMs))
+	}
+	done, next, err := try()
+	if err == nil && !done {
+		err = e.c.await(ctx, e.channel, wakeEnded, next, try)
+	}
+	if err != nil {
+		return ctx, e.wrap(err)
+	}
+	return a.hctx, nil
+}
+
+// wakeEnded is an election's wake policy: a message that a term ended
+// ("<term>") wakes one candidate; one that a leader won ("<term> <value>")
+// wakes none, since somebody leads.
+func wakeEnded(payload string) int {
+	if strings.Contains(payload, " ") {
+		return 0
+	}
+	return 1
+}
+
+// resign is the call that ends field's leadership of term (0: not known).
+func (e *Election) resign(field string, term int64) call {
+	return script(lua.ElectResign, e.keys, field, strconv.FormatInt(term, 10), publish)
+}
+
+// Term returns the term of the leadership ctx carries, without a round
+// trip: ok is false when ctx carries none (outside a WithOwner scope of
+// ctx's). A term is strictly greater than the terms of every earlier
+// leader of the election: pass it as a fencing token with every write the
+// leader makes, and have the resource refuse a token lower than the
+// highest it has seen (see WithFencing). It stays ctx's after the
+// leadership ends; whether it is live is ctx.Err()'s to say.
+func (e *Election) Term(ctx context.Context) (int64, bool) {
+	if e == nil {
+		return 0, false
+	}
+	return tokenOf(ctx, e.spec.ref)
+}
+
+// Resign ends the leadership ctx carries: its context is cancelled, then
+// the election is freed in Redis and the next candidate, in any process,
+// leads at once (woken by pub/sub, without waiting for a lease). It works
+// with a cancelled ctx. It returns nil when the leadership already ended
+// with the context it was won with, and an error wrapping ErrNotHeld when
+// ctx carries no leadership of this election, or one that has ended; that
+// error also wraps ErrLeaseLost when the leadership was lost, as
+// Mutex.Unlock tells it: by the leadership's local deadline (a process
+// stopped past its lease learns it here), not by what Redis still has (a
+// leadership that Redis lost before its deadline, a deleted key, is told
+// by the next renewal).
+func (e *Election) Resign(ctx context.Context) error {
+	if err := e.check(ctx); err != nil {
+		return err
+	}
+	return e.c.release(ctx, &e.spec, 1, func(ctx context.Context, h *hold, _ int) (int64, time.Time, error) {
+		return e.c.releaseBy(ctx, e.resign(h.field, h.token))
+	})
+}
+
+// Leader returns who leads the election now, in one round trip: the
+// leader's value and term, or Term 0 when nobody leads. A leader whose
+// lease has run out in Redis is never reported.
+func (e *Election) Leader(ctx context.Context) (Leadership, error) {
+	if err := e.check(ctx); err != nil {
+		return Leadership{}, err
+	}
+	st, err := e.read(ctx)
+	return st.Leadership, e.wrap(err)
+}
+
+// electState is what one read of an election says.
+type electState struct {
+	Leadership
+	pttl time.Duration // the leader's remaining lease
+	last int64         // the latest term given
+}
+
+func (e *Election) read(ctx context.Context) (electState, error) {
+	v, err := e.c.tr.do(ctx, script(lua.ElectLeader, e.keys[:2]), nil).Slice()
+	if err != nil {
+		return electState{}, err
+	}
+	if len(v) != 4 {
+		return electState{}, fmt.Errorf("redisync: unexpected reply %v", v)
+	}
+	term, _ := v[0].(int64)
+	value, _ := v[1].(string)
+	pttl, _ := v[2].(int64)
+	last, _ := v[3].(int64)
+	return electState{Leadership: Leadership{Value: value, Term: term}, pttl: time.Duration(pttl) * time.Millisecond, last: last}, nil
+}
+
+// Observe reports every change of the election's leader on the channel it
+// returns: first who leads when it starts (a Leadership with Term 0 when
+// nobody does), then each new leader, and Term 0 whenever a leadership
+// ends with nobody leading after it. The channel is closed when ctx ends
+// or the Client closes (at once for a bad handle or a closed Client).
+//
+// Changes come by pub/sub, within milliseconds. Each observer sees the
+// leaders' terms in increasing order and never the same change twice: a
+// message that comes late, after a newer change, is dropped. A message can
+// be lost (a subscription connection dies), and a leader that crashes
+// says nothing: while no message comes, the observer reads the election
+// again at least every third of its handle's lease (the Client's watchdog
+// timeout, or WithLease), and when the leader's lease seen at its last
+// read would end, and as soon as its subscription is back; so a lost
+// message costs a delay, never a hang, and a change that came and went
+// meanwhile is not seen. The observer takes a
+// change only when the previous one has been received from the channel:
+// a reader that falls behind sees the latest state, not every step.
+func (e *Election) Observe(ctx context.Context) <-chan Leadership {
+	out := make(chan Leadership)
+	if e.check(ctx) != nil || !e.c.bgStart() {
+		close(out)
+		return out
+	}
+	w, err := e.c.ps.watch(e.channel, wakeEnded)
+	if err != nil {
+		e.c.bg.Done()
+		close(out)
+		return out
+	}
+	go e.observe(ctx, w, out)
+	return out
+}
+
+// observe is an observer's goroutine: see Observe.
+func (e *Election) observe(ctx context.Context, w *waiter, out chan<- Leadership) {
+	defer e.c.bg.Done()
+	defer close(out)
+	defer w.leave()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-e.c.closed:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	emit := func(l Leadership) bool {
+		select {
+		case out <- l:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	var seen watched
+	every := e.spec.lease / 3
+	// Subscribed first, so that no change after the first read is missed:
+	// what came before the read, the read has.
+	if w.ready(ctx, every) != nil {
+		return
+	}
+	w.take()
+	reread := true
+	backoff := retryAfter // after a read that failed, doubled up to every
+	for {
+		next := every
+		if reread {
+			st, err := e.read(ctx)
+			switch {
+			case ctx.Err() != nil:
+				return
+			case err != nil:
+				e.c.log.Warn("redisync: an election's observer cannot read it; retrying", "name", e.name, "error", err)
+				next, backoff = min(every, backoff), min(every, 2*backoff)
+			default:
+				backoff = retryAfter
+				if l, ok := seen.state(st); ok && !emit(l) {
+					return
+				}
+				if st.Term > 0 && st.pttl > 0 {
+					next = min(next, st.pttl+time.Millisecond) // a crashed leader's end
+				}
+			}
+		}
+		msgs, missed := w.take()
+		for _, m := range msgs {
+			l, ok, bad := seen.message(m)
+			if bad {
+				missed = true
+			}
+			if ok && !emit(l) {
+				return
+			}
+		}
+		if reread = missed; reread {
+			continue
+		}
+		woken, err := w.wait(ctx, next)
+		if err != nil {
+			return
+		}
+		reread = !woken
+	}
+}
+
+// watched is what an observer has told, to drop what it has told already
+// and what comes late.
+type watched struct {
+	last int64 // the highest term known to have begun or ended
+	none bool  // the latest change told was that nobody leads
+	told bool  // something has been told
+}
+
+// lead takes the news that the leader of term t, with value v, won.
+func (s *watched) lead(t int64, v string) (Leadership, bool) {
+	if s.told && t <= s.last {
+		return Leadership{}, false
+	}
+	s.last, s.none, s.told = t, false, true
+	return Leadership{Value: v, Term: t}, true
+}
+
+// ended takes the news that term t ended, and nobody leads after it.
+func (s *watched) ended(t int64) (Leadership, bool) {
+	if s.told && t < s.last {
+		return Leadership{}, false
+	}
+	s.last = t
+	if s.told && s.none {
+		return Leadership{}, false
+	}
+	s.none, s.told = true, true
+	return Leadership{}, true
+}
+
+// state takes a read of the election.
+func (s *watched) state(st electState) (Leadership, bool) {
+	if st.Term > 0 {
+		return s.lead(st.Term, st.Value)
+	}
+	return s.ended(st.last)
+}
+
+// message takes a message of the election's channel; bad reports one it
+// cannot read.
+func (s *watched) message(payload string) (l Leadership, ok, bad bool) {
+	ts, value, won := strings.Cut(payload, " ")
+	t, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil || t <= 0 {
+		return Leadership{}, false, true
+	}
+	if won {
+		l, ok = s.lead(t, value)
+	} else {
+		l, ok = s.ended(t)
+	}
+	return l, ok, false
+}

@@ -1,0 +1,42 @@
+-- Leaves one hold of a MultiLock's locks of one slot (see multi_lock.lua);
+-- the last one frees every lock the owner still has there, each with its
+-- unlock message (Redisson's "0") on its own channel. Also the give-back
+-- of a hold that ended: with ARGV[2] = 1 it frees whatever the owner has
+-- left, and is harmless when it has nothing.
+--
+-- KEYS     the n locks' hashes, then their n channels, in the same order
+-- ARGV[1]  owner field
+-- ARGV[2]  hold count the caller had before this call (>= 1)
+-- ARGV[3]  lease in milliseconds, kept while holds remain
+-- ARGV[4]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded)
+-- ARGV[5]  message
+--
+-- Counts are set to ARGV[2] - 1, as in unlock.lua: a call that go-redis
+-- resends after a network error cannot leave twice, and a resent last
+-- unlock finds the fields gone and reports the locks freed, as they are.
+--
+-- Returns 1 when holds remain, 2 when the locks were freed (or the last
+-- hold was already gone from some or all of them), 0 when a hold that
+-- should remain is gone from any of them (the lease was lost; nothing
+-- changed).
+local n = #KEYS / 2
+local left = tonumber(ARGV[2]) - 1
+if left > 0 then
+  for i = 1, n do
+    if redis.call('hexists', KEYS[i], ARGV[1]) == 0 then
+      return 0
+    end
+  end
+  for i = 1, n do
+    redis.call('hset', KEYS[i], ARGV[1], left)
+    redis.call('pexpire', KEYS[i], ARGV[3])
+  end
+  return 1
+end
+for i = 1, n do
+  if redis.call('hdel', KEYS[i], ARGV[1]) == 1 and redis.call('hlen', KEYS[i]) == 0 then
+    redis.call('del', KEYS[i])
+    redis.call(ARGV[4], KEYS[n + i], ARGV[5])
+  end
+end
+return 2
