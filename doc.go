@@ -184,20 +184,24 @@
 // The files are layers; each calls only the layers below it (a lower one
 // calls back up only through a function it was handed):
 //
-//	primitives  reentrant.go (Mutex), fair.go, rwlock.go, semaphore.go,
-//	            latch.go, election.go, multilock.go: what each promises,
-//	            one file each
+//	primitives  reentrant.go (Mutex), fair.go, rwlock.go, semaphore.go
+//	            (and semaphore_permits.go), latch.go, election.go,
+//	            multilock.go: what each promises, one file each
+//	options     client.go (the Client, New, Close), fencing.go,
+//	            replica_ack.go, observe.go (events and logging), errors.go:
+//	            what the primitives and the layers below them consult
 //	holds       acquire.go (a first acquisition across the attempts of a
 //	            wait), hold.go (the hold, re-entry, release, give-back),
-//	            holdctx.go (the hold's context and its deadline), owner.go (holds carried in contexts), wait.go
-//	            (waiting between attempts)
+//	            holdctx.go (the hold's context and its deadline),
+//	            owner.go (holds carried in contexts), wait.go (waiting
+//	            between attempts)
 //	machinery   watchdog.go (the lease table and its renewal loop),
 //	            pubsub.go (the one subscription, its wake-ups) and
 //	            pubsubmode.go (how it publishes), cohort.go (which local
 //	            waiter a lock is handed to, and the runs' bounds)
 //	transport   transport.go: every script the Client sends, batched per
-//	            node into pipelines, with NOSCRIPT, MOVED and WAIT
-//	            (replica_ack.go) handled there
+//	            node into pipelines, with NOSCRIPT and MOVED handled there
+//	            and WithReplicaAck's WAIT appended once per group
 //	scripts     lua/*.lua, embedded by package lua; internal/keys names
 //	            the keys and channels
 package redisync
