@@ -51,3 +51,39 @@ func TestAdvElectionObserveAfterDataLoss(t *testing.T) {
 	<-o.done
 	o.check()
 }
+
+// The observers' subscription connections are killed (CLIENT KILL TYPE
+// pubsub) right before each change, so the change's message is lost:
+// with the default lease (a re-read every 10s) an observer must still see
+// each change soon, as it re-reads once its subscription is back.
+func TestAdvElectionObserveMessageLostOnKill(t *testing.T) {
+	env := realEnv(t)
+	bg := context.Background()
+	admin := env.rdb(t)
+	c1, c2 := env.client(t), env.client(t)
+	e1 := c1.Election("elect:lost")
+	octx, stop := context.WithCancel(bg)
+	defer stop()
+	o := observe(t, c2.Election("elect:lost"), octx)
+	o.waitFor(Leadership{}, 2*time.Second)
+	for i := range 5 {
+		require.NoError(t, admin.ClientKillByFilter(bg, "TYPE", "pubsub").Err())
+		lctx, err := e1.Campaign(bg, "v")
+		require.NoError(t, err)
+		term, _ := e1.Term(lctx)
+		o.waitFor(Leadership{Value: "v", Term: term}, 2*time.Second)
+		require.NoError(t, admin.ClientKillByFilter(bg, "TYPE", "pubsub").Err())
+		if i%2 == 0 {
+			require.NoError(t, e1.Resign(lctx))
+		} else {
+			require.NoError(t, admin.Del(bg, "elect:lost").Err()) // a crash, as seen from Redis
+		}
+		o.waitFor(Leadership{}, 2*time.Second)
+		if i%2 == 1 {
+			<-lctx.Done()
+		}
+	}
+	stop()
+	<-o.done
+	o.check()
+}
