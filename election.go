@@ -385,12 +385,15 @@ func (s *watched) ended(t int64) (Leadership, bool) {
 	return Leadership{}, true
 }
 
-// state takes a read of the election.
+// state takes a read of the election. A read is newer than every message
+// told before it, so when it finds that nobody leads, nobody does, even
+// when its term counter is below the last term told: Redis lost the
+// counter with its data, and with it the leadership.
 func (s *watched) state(st electState) (Leadership, bool) {
 	if st.Term > 0 {
 		return s.lead(st.Term, st.Value)
 	}
-	return s.ended(st.last)
+	return s.ended(max(st.last, s.last))
 }
 
 // message takes a message of the election's channel; bad reports one it

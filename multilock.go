@@ -266,6 +266,14 @@ func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (cont
 				if gerr := m.takeBack(a, field, i, err != nil); gerr != nil && err == nil {
 					err = gerr
 				}
+				if r == nil && err == nil && a.dirty && i > 0 && a.owner == field {
+					// This slot's script may have run (its reply was
+					// lost): what it took is not given back by the
+					// next attempt, which may wait at an earlier slot.
+					// The owner changes, and the old one is swept.
+					m.c.sweep(m.spec.lease, a.all(field)...)
+					a.owner, a.dirty = m.c.newField(), false
+				}
 				if r == nil || err != nil {
 					return false, d, err
 				}
