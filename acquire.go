@@ -65,7 +65,7 @@ func (a *acquisition) gives(field string) []call {
 // or the call's error (see unsure).
 func (a *acquisition) send(build func(field string) call) (string, []int64, time.Duration, error) {
 	field := a.owner
-	a.st = a.c.stamp(a.s.ref)
+	a.st = a.c.stamp(a.s)
 	k := build(field)
 	k.takes = true
 	r := a.c.tr.do(a.wctx, k, func(r reply) {

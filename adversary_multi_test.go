@@ -166,3 +166,47 @@ func TestAdvMultiLockLostReplyThenWaitHoldsNothing(t *testing.T) {
 		t.Fatal("not woken")
 	}
 }
+
+// The MultiLock's doc promises that a Mutex.ForceUnlock of one of its
+// names ends its hold in the ForceUnlock's process before the name is
+// freed. Sequence: a MultiLock's script has taken both names (its reply is
+// delayed); a ForceUnlock of one name through the same Client frees it;
+// then the reply arrives. The grant cannot tell which ran first and must
+// not be trusted, as a Mutex's grant is not (TestAdvForceUnlockRacingGrantInProcess).
+func TestAdvMultiLockForceUnlockRacingGrantInProcess(t *testing.T) {
+	e := realEnv(t)
+	bg := context.Background()
+	rdb, h := faultRDB(t, &redis.Options{Addr: e.addr})
+	c := newClient(t, rdb)
+	require.NoError(t, lua.MultiLock.Load(bg, rdb).Err())
+	names := []string{"adv:mforce:a", "adv:mforce:b"}
+	admin := e.rdb(t)
+	h.OnCommand(faultproxy.CommandRule{Name: "evalsha", Args: faultproxy.RunsScript(lua.MultiLock.Script), Times: 1, Action: faultproxy.DelayReply(300 * time.Millisecond)})
+
+	type res struct {
+		hctx context.Context
+		err  error
+	}
+	got := make(chan res, 1)
+	wctx, cancel := context.WithTimeout(bg, 5*time.Second)
+	defer cancel()
+	go func() { hctx, err := c.MultiLock(names).Lock(wctx); got <- res{hctx, err} }()
+	eventually(t, time.Second, "the MultiLock's script to have run", func() bool {
+		n, err := admin.Exists(bg, names...).Result()
+		return err == nil && n == 2
+	})
+	freed, err := c.Mutex(names[0]).ForceUnlock(bg)
+	require.NoError(t, err)
+	require.True(t, freed, "ForceUnlock found the name held")
+	b := e.client(t).Mutex(names[0])
+	bctx, err := b.TryLock(bg)
+	require.NoError(t, err, "the forced name is free")
+	a := <-got
+	if a.err == nil {
+		assert.Error(t, a.hctx.Err(), "the MultiLock's hold is live while another client holds %q", names[0])
+		_ = c.MultiLock(names).Unlock(a.hctx)
+	} else {
+		t.Logf("the MultiLock's Lock: %v", a.err)
+	}
+	require.NoError(t, b.Unlock(bctx))
+}

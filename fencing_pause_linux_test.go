@@ -1,13 +1,10 @@
 package redisync
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -39,59 +36,13 @@ func TestFencingPausedProcess(t *testing.T) {
 	srv := redistest.Start(t)
 	bg := context.Background()
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperFencedChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), fencedChildEnv+"="+srv.Addr())
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	pid := cmd.Process.Pid
-	lines := make(chan string, 64)
-	t.Cleanup(func() {
-		_ = syscall.Kill(pid, syscall.SIGKILL) // a no-op once it has exited
-		for range lines {                      // until its stdout closes
-		}
-		_ = cmd.Wait()
-	})
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if l, ok := strings.CutPrefix(sc.Text(), "child: "); ok {
-				lines <- l
-			}
-		}
-	}()
-	var said []string
-	next := func(prefix string) string {
-		t.Helper()
-		timeout := time.After(30 * time.Second)
-		for {
-			select {
-			case l, ok := <-lines:
-				if !ok {
-					t.Fatalf("the child ended before saying %q; it said %q; stderr:\n%s", prefix, said, stderr.String())
-				}
-				said = append(said, l)
-				if strings.HasPrefix(l, prefix) {
-					return l
-				}
-			case <-timeout:
-				_ = syscall.Kill(pid, syscall.SIGQUIT) // its goroutines, on stderr
-				for range lines {
-				}
-				_ = cmd.Wait()
-				t.Fatalf("the child did not say %q in 30s; it said %q; stderr:\n%s", prefix, said, stderr.String())
-			}
-		}
-	}
-
+	ch := startChild(t, "TestHelperFencedChild", fencedChildEnv+"="+srv.Addr())
+	next := ch.next
 	var childToken int64
-	_, err = fmt.Sscanf(next("locked "), "locked %d", &childToken)
+	_, err := fmt.Sscanf(next("locked "), "locked %d", &childToken)
 	require.NoError(t, err)
 	next("past its last check")
-	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
+	ch.signal(syscall.SIGSTOP)
 	stoppedAt := time.Now()
 
 	// Another holder gets the lock once the stopped child's lease has run
@@ -109,16 +60,15 @@ func TestFencingPausedProcess(t *testing.T) {
 	require.True(t, ok)
 
 	time.Sleep(time.Until(stoppedAt.Add(stopped)))
-	require.NoError(t, syscall.Kill(pid, syscall.SIGCONT))
+	ch.signal(syscall.SIGCONT)
 
 	next("resumed")
 	write := next("write ")
 	atResume := next("context at resume: ")
 	done := next("context: ")
 	lost := next("lease lost: ")
-	for range lines {
-	}
-	t.Logf("the child said:\n  %s", strings.Join(said, "\n  "))
+	ch.end()
+	t.Logf("the child said:\n  %s", strings.Join(ch.said, "\n  "))
 
 	assert.Equal(t, "write rejected", write, "the late write from past the last check is refused by its token")
 	assert.Equal(t, "context at resume: live=false", atResume, "the hold's context tells as soon as the process resumes (issue 19)")
@@ -143,7 +93,7 @@ func TestHelperFencedChild(t *testing.T) {
 	if addr == "" {
 		t.Skip("the child process of TestFencingPausedProcess")
 	}
-	say := func(format string, args ...any) { fmt.Printf("child: "+format+"\n", args...) }
+	say := childSays
 	bg := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
@@ -160,28 +110,14 @@ func TestHelperFencedChild(t *testing.T) {
 		say("lost before the write: %v", context.Cause(lctx))
 		return
 	}
-	// Work that does not look at lctx, during which the process is stopped:
-	// the stop shows as a jump of the (monotonic) clock, measured between
-	// consecutive looks at it from before saying so (the stop may come at
-	// once, and anywhere in the loop, not only during the Sleep).
-	last := time.Now()
-	say("past its last check")
-	var gap time.Duration
-	for limit := time.Now().Add(time.Minute); ; {
-		time.Sleep(10 * time.Millisecond)
-		now := time.Now()
-		if gap = now.Sub(last); gap > time.Second {
-			break
-		}
-		last = now
-		if time.Now().After(limit) {
-			say("never stopped")
-			return
-		}
+	// Work that does not look at lctx, during which the process is stopped.
+	gap, ok := untilStopped(time.Second)
+	if !ok {
+		return
 	}
 	resumed := time.Now()
 	live := lctx.Err() == nil // recorded, not acted on
-	ok, err := writeFenced(bg, rdb, "fence:paused:resource", tok, "child")
+	ok, err = writeFenced(bg, rdb, "fence:paused:resource", tok, "child")
 	say("resumed after a stop of %v", gap.Round(10*time.Millisecond))
 	switch {
 	case err != nil:

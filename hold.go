@@ -193,14 +193,16 @@ var errUntrusted = fmt.Errorf("%w: the grant could not be trusted (a stalled rep
 var errNewOwner = errors.New("redisync: wait again as a new owner")
 
 // stamp is what an attempt notes before sending its script: when, and the
-// lock's ForceUnlock epoch.
+// lock's ForceUnlock epoch (with those of the locks it covers).
 type stamp struct {
 	sent    time.Time
 	epoch   uint64
 	handoff bool // the attempt was a local holder's handoff (cohort.go)
 }
 
-func (c *Client) stamp(ref lockRef) stamp { return stamp{sent: time.Now(), epoch: c.wd.epoch(ref)} }
+func (c *Client) stamp(s *spec) stamp {
+	return stamp{sent: time.Now(), epoch: c.wd.epoch(s.ref, s.covers)}
+}
 
 // grant turns a first acquisition, made by a script sent at sent, into a
 // hold of field bound to parent (it ends when parent does), with fencing

@@ -1,13 +1,10 @@
 package redisync
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"syscall"
@@ -35,71 +32,26 @@ import (
 func TestPausedHolderIsToldAtOnce(t *testing.T) {
 	srv := redistest.Start(t)
 	bg := context.Background()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperPausedHolder$", "-test.count=1")
-	cmd.Env = append(os.Environ(), pausedChildEnv+"="+srv.Addr(), "GOMAXPROCS=1")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	pid := cmd.Process.Pid
-	lines := make(chan string, 64)
-	t.Cleanup(func() {
-		_ = syscall.Kill(pid, syscall.SIGKILL) // a no-op once it has exited
-		for range lines {
-		}
-		_ = cmd.Wait()
-	})
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if l, ok := strings.CutPrefix(sc.Text(), "child: "); ok {
-				lines <- l
-			}
-		}
-	}()
-	var said []string
-	next := func(prefix string) string {
-		t.Helper()
-		timeout := time.After(30 * time.Second)
-		for {
-			select {
-			case l, ok := <-lines:
-				if !ok {
-					t.Fatalf("the child ended before saying %q; it said %q; stderr:\n%s", prefix, said, stderr.String())
-				}
-				said = append(said, l)
-				if strings.HasPrefix(l, prefix) {
-					return l
-				}
-			case <-timeout:
-				_ = syscall.Kill(pid, syscall.SIGQUIT) // its goroutines, on stderr
-				for range lines {
-				}
-				_ = cmd.Wait()
-				t.Fatalf("the child did not say %q in 30s; it said %q; stderr:\n%s", prefix, said, stderr.String())
-			}
-		}
-	}
-
+	ch := startChild(t, "TestHelperPausedHolder", pausedChildEnv+"="+srv.Addr(), "GOMAXPROCS=1")
+	next := ch.next
 	c := newClient(t, srv.Client(t))
 	admin := srv.Client(t)
 	for i, tr := range pausedTrials {
 		name := tr.name(i)
 		next(fmt.Sprintf("ready %d ", i))
-		require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
+		ch.signal(syscall.SIGSTOP)
 		stoppedAt := time.Now()
 		var release func() error
 		if tr.taken {
 			// Another owner takes it once the child's lease has run out.
 			wctx, cancel := context.WithTimeout(bg, 10*time.Second)
+			var err error
 			release, err = pausedRival(wctx, c, tr.kind, name)
 			cancel()
 			require.NoError(t, err, "trial %d (%s): the stopped child's lease runs out", i, tr)
 		}
 		time.Sleep(time.Until(stoppedAt.Add(2 * pausedLease)))
-		require.NoError(t, syscall.Kill(pid, syscall.SIGCONT))
+		ch.signal(syscall.SIGCONT)
 
 		got := pausedFields(next(fmt.Sprintf("result %d ", i)))
 		t.Logf("trial %d (%s): %v", i, tr, got)
@@ -233,7 +185,7 @@ func TestHelperPausedHolder(t *testing.T) {
 	if addr == "" {
 		t.Skip("the child process of TestPausedHolderIsToldAtOnce")
 	}
-	say := func(format string, args ...any) { fmt.Printf("child: "+format+"\n", args...) }
+	say := childSays
 	bg := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -30,30 +31,55 @@ const (
 	processLease    = 500 * time.Millisecond
 )
 
-// child is a child process of these tests, and what it said.
+// processChild starts TestHelperProcessChild on the Redis at addr in mode.
+func processChild(t *testing.T, addr, mode string) *child {
+	return startChild(t, "TestHelperProcessChild", processChildEnv+"="+addr, processModeEnv+"="+mode)
+}
+
+// child is a child process of a test: this test binary, re-run as one
+// TestHelper… test, and what it said (its lines "child: …" on stdout).
 type child struct {
 	t      *testing.T
 	cmd    *exec.Cmd
 	pid    int
 	lines  chan string
 	said   []string
-	stderr *bytes.Buffer
+	stderr lockedBuffer
 }
 
-func startChild(t *testing.T, addr, mode string) *child {
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcessChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), processChildEnv+"="+addr, processModeEnv+"="+mode)
-	ch := &child{t: t, cmd: cmd, lines: make(chan string, 64), stderr: &bytes.Buffer{}}
-	cmd.Stderr = ch.stderr
+// lockedBuffer is a child's stderr: written by exec's goroutine, read by a
+// failing test.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// startChild starts this test binary as the test helper (its name), with
+// env added to its environment; the test's cleanup kills it.
+func startChild(t *testing.T, helper string, env ...string) *child {
+	cmd := exec.Command(os.Args[0], "-test.run=^"+helper+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env...)
+	ch := &child{t: t, cmd: cmd, lines: make(chan string, 64)}
+	cmd.Stderr = &ch.stderr
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
 	ch.pid = cmd.Process.Pid
 	t.Cleanup(func() {
 		_ = syscall.Kill(ch.pid, syscall.SIGKILL) // a no-op once it has exited
-		for range ch.lines {
-		}
-		_ = cmd.Wait()
+		ch.end()
 	})
 	go func() {
 		defer close(ch.lines)
@@ -67,7 +93,18 @@ func startChild(t *testing.T, addr, mode string) *child {
 	return ch
 }
 
-// next returns the next line the child says that begins with prefix.
+// end waits until the child has exited (its stdout closed), keeping what
+// it said.
+func (ch *child) end() {
+	for l := range ch.lines {
+		ch.said = append(ch.said, l)
+	}
+	_ = ch.cmd.Wait()
+}
+
+// next returns the next line the child says that begins with prefix. If
+// none comes in 30s, the child is made to dump its goroutines (SIGQUIT)
+// and the test fails with everything it said.
 func (ch *child) next(prefix string) string {
 	t := ch.t
 	t.Helper()
@@ -83,12 +120,40 @@ func (ch *child) next(prefix string) string {
 				return l
 			}
 		case <-timeout:
+			_ = syscall.Kill(ch.pid, syscall.SIGQUIT) // its goroutines, on stderr
+			ch.end()
 			t.Fatalf("the child did not say %q in 30s; it said %q; stderr:\n%s", prefix, ch.said, ch.stderr.String())
 		}
 	}
 }
 
 func (ch *child) signal(sig syscall.Signal) { require.NoError(ch.t, syscall.Kill(ch.pid, sig)) }
+
+// childSays prints a line for the parent's child.next.
+func childSays(format string, args ...any) { fmt.Printf("child: "+format+"\n", args...) }
+
+// untilStopped is a child's work that does not look at its hold, during
+// which the parent stops it (SIGSTOP): it says "past its last check" and
+// returns once the (monotonic) clock jumped by more than over between two
+// consecutive looks, with the jump (the stop may come at once, and
+// anywhere in the loop, not only during its sleep). After a minute with no
+// such jump it says "never stopped" and returns false.
+func untilStopped(over time.Duration) (time.Duration, bool) {
+	last := time.Now()
+	childSays("past its last check")
+	for limit := last.Add(time.Minute); ; {
+		time.Sleep(10 * time.Millisecond)
+		now := time.Now()
+		if gap := now.Sub(last); gap > over {
+			return gap, true
+		}
+		last = now
+		if now.After(limit) {
+			childSays("never stopped")
+			return 0, false
+		}
+	}
+}
 
 // The leader's process is killed (-9), then another is stopped past its
 // lease and continued: each time a candidate of another process leads
@@ -111,7 +176,7 @@ func TestElectionLeaderProcess(t *testing.T) {
 	e := newClient(t, srv.Client(t), WithWatchdogTimeout(processLease)).Election(name)
 
 	// kill -9
-	a := startChild(t, srv.Addr(), "campaign child-a")
+	a := processChild(t, srv.Addr(), "campaign child-a")
 	var ta int64
 	_, err := fmt.Sscanf(a.next("leading "), "leading %d", &ta)
 	require.NoError(t, err)
@@ -144,11 +209,16 @@ func TestElectionLeaderProcess(t *testing.T) {
 	require.NoError(t, e.Resign(lctx))
 
 	// SIGSTOP past the lease, then SIGCONT.
-	b := startChild(t, srv.Addr(), "campaign child-b")
+	b := processChild(t, srv.Addr(), "campaign child-b")
 	var tb int64
 	_, err = fmt.Sscanf(b.next("leading "), "leading %d", &tb)
 	require.NoError(t, err)
 	assert.Greater(t, tb, t1)
+	// The observers saw it lead (or they could say nobody leads below,
+	// from before it did).
+	for _, o := range obs {
+		o.waitFor(Leadership{Value: "child-b", Term: tb}, time.Second)
+	}
 	b.next("past its last check")
 	b.signal(syscall.SIGSTOP)
 	stopped := time.Now()
@@ -207,7 +277,7 @@ func TestElectionLeaderProcess(t *testing.T) {
 func TestMultiLockHolderProcessKilled(t *testing.T) {
 	srv := redistest.Start(t)
 	bg := context.Background()
-	ch := startChild(t, srv.Addr(), "multilock crash:a crash:b crash:c")
+	ch := processChild(t, srv.Addr(), "multilock crash:a crash:b crash:c")
 	ch.next("locked")
 	c := newClient(t, srv.Client(t))
 	type won struct {
@@ -256,7 +326,7 @@ func TestHelperProcessChild(t *testing.T) {
 	if addr == "" {
 		t.Skip("the child process of TestElectionLeaderProcess and TestMultiLockHolderProcessKilled")
 	}
-	say := func(format string, args ...any) { fmt.Printf("child: "+format+"\n", args...) }
+	say := childSays
 	bg := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
@@ -280,19 +350,8 @@ func TestHelperProcessChild(t *testing.T) {
 		say("lost before its last check: %v", context.Cause(lctx))
 		return
 	}
-	say("past its last check")
-	// Work that does not look at lctx, during which the process may be
-	// stopped: the stop shows as a jump of the (monotonic) clock.
-	for limit := time.Now().Add(time.Minute); ; {
-		t0 := time.Now()
-		time.Sleep(10 * time.Millisecond)
-		if time.Since(t0) > processLease*3/2 {
-			break
-		}
-		if time.Now().After(limit) {
-			say("never stopped")
-			return
-		}
+	if _, ok := untilStopped(processLease * 3 / 2); !ok {
+		return
 	}
 	say("context at resume: live=%v", lctx.Err() == nil)
 	cause := "nil"

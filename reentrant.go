@@ -295,7 +295,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 // subscriptions to the channel.
 func (m *Mutex) handOver(ctx context.Context, h *hold, ho *handoff, mine int) (int64, time.Time, error) {
 	ho.release = ho.acc.release(ho.field)
-	ho.st = m.c.stamp(m.spec.ref)
+	ho.st = m.c.stamp(&m.spec)
 	ho.st.handoff = true
 	pub := m.c.mode.publish()
 	count := ""

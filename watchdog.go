@@ -65,7 +65,7 @@ func (w *watchdog) add(h *hold, st stamp) error {
 	if w.closed {
 		return ErrClosed
 	}
-	if w.forced[h.ref] != st.epoch || w.forcing[h.ref] > 0 {
+	if !w.trusted(st.epoch, h.ref, h.covers) {
 		return errUntrusted
 	}
 	sent := st.sent
@@ -138,10 +138,35 @@ func (w *watchdog) end(h *hold, why endReason, cause error) bool {
 // epoch returns how many times ref's lock was force-unlocked in this
 // process: a grant whose script was sent before a ForceUnlock and whose
 // reply came after it cannot tell which ran first, and is given back.
-func (w *watchdog) epoch(ref lockRef) uint64 {
+// A hold that covers other locks (a MultiLock's names) counts theirs too:
+// the sum, which moves when any of them is force-unlocked.
+func (w *watchdog) epoch(ref lockRef, covers []lockRef) uint64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.forced[ref]
+	return w.epochLocked(ref, covers)
+}
+
+func (w *watchdog) epochLocked(ref lockRef, covers []lockRef) uint64 {
+	n := w.forced[ref]
+	for _, r := range covers {
+		n += w.forced[r]
+	}
+	return n
+}
+
+// trusted reports whether a grant of ref (covering covers) stamped with
+// epoch can be trusted: no ForceUnlock of any of them came after the
+// stamp, and none is in flight. Call with w.mu held.
+func (w *watchdog) trusted(epoch uint64, ref lockRef, covers []lockRef) bool {
+	if w.epochLocked(ref, covers) != epoch || w.forcing[ref] > 0 {
+		return false
+	}
+	for _, r := range covers {
+		if w.forcing[r] > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // force ends, with ErrLeaseLost, every hold of ref's lock (any owner),
@@ -154,8 +179,8 @@ func (w *watchdog) epoch(ref lockRef) uint64 {
 // so that a grant sent meanwhile and answered later is refused too. A
 // MultiLock's hold that covers the lock ends too, and done gives back its
 // other locks (only then: the ForceUnlock finds the lock held, as it was).
-// A MultiLock's grant in flight is not refused: it learns of the loss at
-// its first renewal, as holders in other processes do.
+// A MultiLock's grant in flight is refused as well (its stamp counts the
+// ForceUnlocks of every name it covers).
 func (w *watchdog) force(ref lockRef) (done func()) {
 	w.mu.Lock()
 	w.forced[ref]++
