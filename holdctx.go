@@ -80,9 +80,10 @@ func (c *holdCtx) Err() error {
 	if err := c.Context.Err(); err != nil {
 		return err
 	}
-	if !c.h.overdue() {
-		return nil
-	}
+	// Read again whatever overdue says: the hold may have ended since the
+	// read above (its end cancels the context, then clears the deadline
+	// that overdue looks at).
+	c.h.overdue()
 	return c.Context.Err()
 }
 

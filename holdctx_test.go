@@ -1,0 +1,52 @@
+package redisync
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// endingCtx ends a hold in the middle of its first Err, after reading
+// that it is live: what another goroutine (the hold's timer, on a process
+// that resumed from a stop) may do between two instructions.
+type endingCtx struct {
+	context.Context
+	end func()
+}
+
+func (c *endingCtx) Err() error {
+	err := c.Context.Err()
+	if c.end != nil {
+		c.end()
+		c.end = nil
+	}
+	return err
+}
+
+// A hold context's Err never says live once it has seen the hold end: a
+// hold that ends while Err runs (its end cancels the context, then clears
+// the deadline) must not be reported live because its deadline is gone.
+// This happened with a downgrade's context on resuming from a stop (1 run
+// of TestPausedHolderIsToldAtOnce in about 20).
+func TestHoldCtxErrSeesAnEndDuringTheCall(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		bg := context.Background()
+		c := e.client(t)
+		m := c.Mutex("holdctx:end")
+		lctx, err := m.Lock(bg)
+		require.NoError(t, err)
+		h := held(lctx, m.spec.ref)
+		require.NotNil(t, h)
+		inner := h.ctx.(*holdCtx).Context
+		tctx := &holdCtx{Context: &endingCtx{Context: inner, end: func() {
+			if c.wd.end(h, endLost, ErrLeaseLost) {
+				c.giveBack(h)
+			}
+		}}, h: h}
+		assert.Error(t, tctx.Err(), "the hold ended during Err: it is not live")
+		assert.ErrorIs(t, context.Cause(lctx), ErrLeaseLost)
+		assert.Error(t, lctx.Err())
+	})
+}
