@@ -12,17 +12,7 @@ import (
 // chaos Mutex's, so it shares that Mutex's tracker: a MultiLock holder and
 // a Mutex holder must never both be live.
 func chaosMultiOps(m *MultiLock, tr *chaosTracker) chaosOps {
-	return chaosOps{
-		prim: "MultiLock", mode: modeExclusive, tr: tr,
-		lock: func(ctx context.Context, _ int) (context.Context, error) { return m.Lock(ctx) },
-		try:  func(ctx context.Context, _ int) (context.Context, error) { return m.TryLock(ctx) },
-		tryFor: func(ctx context.Context, _ int, w time.Duration) (context.Context, error) {
-			return m.TryLockFor(ctx, w)
-		},
-		unlock:  func(ctx context.Context, _ int) error { return m.Unlock(ctx) },
-		again:   m.Lock,
-		unagain: m.Unlock,
-	}
+	return chaosExclusiveOps("MultiLock", m, tr)
 }
 
 // chaosTerms checks that each leader's term is above the terms of every

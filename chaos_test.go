@@ -462,32 +462,34 @@ type chaosOps struct {
 	token func(ctx context.Context) (int64, bool)
 }
 
-func chaosMutexOps(m *Mutex, tr *chaosTracker) chaosOps {
+// exclusiveLock is what the Mutex, the FairMutex and the MultiLock have in
+// common.
+type exclusiveLock interface {
+	Lock(ctx context.Context) (context.Context, error)
+	TryLock(ctx context.Context) (context.Context, error)
+	TryLockFor(ctx context.Context, wait time.Duration) (context.Context, error)
+	Unlock(ctx context.Context) error
+}
+
+// chaosExclusiveOps is the chaos operations of l, a prim.
+func chaosExclusiveOps(prim string, l exclusiveLock, tr *chaosTracker) chaosOps {
 	return chaosOps{
-		prim: "Mutex", mode: modeExclusive, tr: tr,
-		lock: func(ctx context.Context, _ int) (context.Context, error) { return m.Lock(ctx) },
-		try:  func(ctx context.Context, _ int) (context.Context, error) { return m.TryLock(ctx) },
+		prim: prim, mode: modeExclusive, tr: tr,
+		lock: func(ctx context.Context, _ int) (context.Context, error) { return l.Lock(ctx) },
+		try:  func(ctx context.Context, _ int) (context.Context, error) { return l.TryLock(ctx) },
 		tryFor: func(ctx context.Context, _ int, w time.Duration) (context.Context, error) {
-			return m.TryLockFor(ctx, w)
+			return l.TryLockFor(ctx, w)
 		},
-		unlock:  func(ctx context.Context, _ int) error { return m.Unlock(ctx) },
-		again:   m.Lock,
-		unagain: m.Unlock,
+		unlock:  func(ctx context.Context, _ int) error { return l.Unlock(ctx) },
+		again:   l.Lock,
+		unagain: l.Unlock,
 	}
 }
 
+func chaosMutexOps(m *Mutex, tr *chaosTracker) chaosOps { return chaosExclusiveOps("Mutex", m, tr) }
+
 func chaosFairOps(f *FairMutex, tr *chaosTracker) chaosOps {
-	return chaosOps{
-		prim: "FairMutex", mode: modeExclusive, tr: tr,
-		lock: func(ctx context.Context, _ int) (context.Context, error) { return f.Lock(ctx) },
-		try:  func(ctx context.Context, _ int) (context.Context, error) { return f.TryLock(ctx) },
-		tryFor: func(ctx context.Context, _ int, w time.Duration) (context.Context, error) {
-			return f.TryLockFor(ctx, w)
-		},
-		unlock:  func(ctx context.Context, _ int) error { return f.Unlock(ctx) },
-		again:   f.Lock,
-		unagain: f.Unlock,
-	}
+	return chaosExclusiveOps("FairMutex", f, tr)
 }
 
 func chaosReaderOps(r *RWMutex, tr *chaosTracker) chaosOps {

@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -89,17 +87,9 @@ const (
 // (skipped unless that test started it). It reports on stdout, each line
 // prefixed "child: ".
 func TestHelperFencedChild(t *testing.T) {
-	addr := os.Getenv(fencedChildEnv)
-	if addr == "" {
-		t.Skip("the child process of TestFencingPausedProcess")
-	}
+	c, rdb := childClient(t, fencedChildEnv, "TestFencingPausedProcess", fencedChildLease)
 	say := childSays
 	bg := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	defer rdb.Close()
-	c, err := New(rdb, WithWatchdogTimeout(fencedChildLease))
-	require.NoError(t, err)
-	defer c.Close()
 	m := c.Mutex("fence:paused", WithFencing())
 	lctx, err := m.Lock(bg)
 	require.NoError(t, err)

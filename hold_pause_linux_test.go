@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -181,17 +179,9 @@ func pausedFields(line string) map[string]string {
 // TestPausedHolderIsToldAtOnce (skipped unless that test started it). It
 // reports on stdout, each line prefixed "child: ".
 func TestHelperPausedHolder(t *testing.T) {
-	addr := os.Getenv(pausedChildEnv)
-	if addr == "" {
-		t.Skip("the child process of TestPausedHolderIsToldAtOnce")
-	}
+	c, _ := childClient(t, pausedChildEnv, "TestPausedHolderIsToldAtOnce", pausedLease)
 	say := childSays
 	bg := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	defer rdb.Close()
-	c, err := New(rdb, WithWatchdogTimeout(pausedLease))
-	require.NoError(t, err)
-	defer c.Close()
 
 	for i, tr := range pausedTrials {
 		name := tr.name(i)

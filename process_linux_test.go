@@ -129,6 +129,23 @@ func (ch *child) next(prefix string) string {
 
 func (ch *child) signal(sig syscall.Signal) { require.NoError(ch.t, syscall.Kill(ch.pid, sig)) }
 
+// childClient is a child process's Client, with lease as its watchdog
+// timeout, on the Redis whose address is in the environment variable env,
+// and its go-redis client; both are closed with the test. Without env the
+// test is skipped: it runs only as the child of parent.
+func childClient(t *testing.T, env, parent string, lease time.Duration) (*Client, *redis.Client) {
+	addr := os.Getenv(env)
+	if addr == "" {
+		t.Skip("the child process of " + parent)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c, err := New(rdb, WithWatchdogTimeout(lease))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c, rdb
+}
+
 // childSays prints a line for the parent's child.next.
 func childSays(format string, args ...any) { fmt.Printf("child: "+format+"\n", args...) }
 
@@ -322,17 +339,9 @@ func TestMultiLockHolderProcessKilled(t *testing.T) {
 // unless one of them started it). It reports on stdout, each line
 // prefixed "child: ".
 func TestHelperProcessChild(t *testing.T) {
-	addr := os.Getenv(processChildEnv)
-	if addr == "" {
-		t.Skip("the child process of TestElectionLeaderProcess and TestMultiLockHolderProcessKilled")
-	}
+	c, _ := childClient(t, processChildEnv, "TestElectionLeaderProcess and TestMultiLockHolderProcessKilled", processLease)
 	say := childSays
 	bg := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	defer rdb.Close()
-	c, err := New(rdb, WithWatchdogTimeout(processLease))
-	require.NoError(t, err)
-	defer c.Close()
 	mode := strings.Fields(os.Getenv(processModeEnv))
 	if mode[0] == "multilock" {
 		_, err := c.MultiLock(mode[1:]).Lock(bg)

@@ -190,17 +190,7 @@ func wakeAll(string) int { return -1 }
 // subscriber of a channel sets it. The waiter must be left with leave. It
 // fails only when the client is closed.
 func (p *pubsub) subscribe(name string, wake func(string) int) (*waiter, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	select {
-	case <-p.closed:
-		return nil, ErrClosed
-	default:
-	}
-	ch := p.channel(name, wake)
-	w := &waiter{p: p, ch: ch, c: make(chan struct{}, 1)}
-	ch.waiters = append(ch.waiters, w)
-	return w, nil
+	return p.register(name, wake, false)
 }
 
 // watch registers a watcher on name, subscribing the channel if it is the
@@ -210,6 +200,10 @@ func (p *pubsub) subscribe(name string, wake func(string) int) (*waiter, error) 
 // the channel's waiters, if it is the first. The watcher must be left with
 // leave. It fails only when the client is closed.
 func (p *pubsub) watch(name string, wake func(string) int) (*waiter, error) {
+	return p.register(name, wake, true)
+}
+
+func (p *pubsub) register(name string, wake func(string) int, watcher bool) (*waiter, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	select {
@@ -218,8 +212,12 @@ func (p *pubsub) watch(name string, wake func(string) int) (*waiter, error) {
 	default:
 	}
 	ch := p.channel(name, wake)
-	w := &waiter{p: p, ch: ch, c: make(chan struct{}, 1), watcher: true}
-	ch.watchers = append(ch.watchers, w)
+	w := &waiter{p: p, ch: ch, c: make(chan struct{}, 1), watcher: watcher}
+	if watcher {
+		ch.watchers = append(ch.watchers, w)
+	} else {
+		ch.waiters = append(ch.waiters, w)
+	}
 	return w, nil
 }
 
