@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -64,9 +63,6 @@ type hold struct {
 
 	dl   dlStore       // the local deadline while live, for the hold's contexts (holdctx.go)
 	over chan struct{} // closed once the hold has ended and its contexts are cancelled
-	// firsting is set while the firsts of its end run: they look at
-	// contexts, its own included, as they were before it ended.
-	firsting atomic.Bool
 
 	tmu   sync.Mutex // guards the fields below
 	sent  time.Time  // when the newest script that set the lease was sent
@@ -92,7 +88,7 @@ func (h *hold) reason() endReason {
 	h.tmu.Lock()
 	why := h.why
 	h.tmu.Unlock()
-	if why != live && !h.firsting.Load() {
+	if why != live {
 		// Ended: once every context of the hold is cancelled, so that a
 		// caller told it ended finds its context done too.
 		<-h.over
@@ -113,7 +109,9 @@ func (h *hold) onEnd(stop func() bool) {
 }
 
 // first registers f to run when the hold ends, before its context is
-// cancelled; at once if it has ended.
+// cancelled; at once if it has ended. f runs while the hold is ending: it
+// must not call the methods of the hold's contexts, nor of contexts
+// derived from them, which wait for the end.
 func (h *hold) first(f func()) {
 	h.tmu.Lock()
 	if h.why == live {

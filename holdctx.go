@@ -46,23 +46,18 @@ func (d *dlStore) passed() bool {
 // live, as its timer would (the timer may not have run yet: the process
 // was stopped), and reports whether its deadline had passed. When it
 // returns true, every context of the hold is cancelled: if another
-// goroutine is ending the hold this instant, it waits for that (but while
-// that end runs its firsts, which see the hold as it was before, it
-// reports false). The give-back to Redis runs in the background: the
-// caller may hold h.mu.
+// goroutine is ending the hold this instant, it waits for that (so the
+// hold's firsts must not call the methods of its contexts: see
+// hold.first). The give-back to Redis runs in the background: the caller
+// may hold h.mu.
 func (h *hold) overdue() bool {
 	if !h.dl.passed() {
 		return false
 	}
 	c := h.ref.c
-	switch {
-	case c.wd.end(h, endLost, ErrLeaseLost):
+	if c.wd.end(h, endLost, ErrLeaseLost) {
 		go c.giveBack(h)
-	case h.firsting.Load():
-		// Its end is under way and deciding, in its firsts, what had
-		// happened before it (see hold.first): as it was then.
-		return false
-	default:
+	} else {
 		<-h.over // ended by another goroutine, which is cancelling its contexts
 	}
 	return true

@@ -3,6 +3,7 @@ package redisync
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -48,5 +49,49 @@ func TestHoldCtxErrSeesAnEndDuringTheCall(t *testing.T) {
 		assert.Error(t, tctx.Err(), "the hold ended during Err: it is not live")
 		assert.ErrorIs(t, context.Cause(lctx), ErrLeaseLost)
 		assert.Error(t, lctx.Err())
+	})
+}
+
+// A hold whose deadline has passed is not reported live while another
+// goroutine is ending it: its timer, on a process that resumed from a
+// stop, may be preempted in the middle of the end's firsts (a downgrade's
+// check), and the holder's goroutine must not read "live" meanwhile.
+func TestHoldCtxErrWhileAnotherGoroutineEndsIt(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		bg := context.Background()
+		c := e.client(t)
+		m := c.Mutex("holdctx:firsts")
+		lctx, err := m.Lock(bg)
+		require.NoError(t, err)
+		h := held(lctx, m.spec.ref)
+		require.NotNil(t, h)
+		inFirst, release := make(chan struct{}), make(chan struct{})
+		h.first(func() { close(inFirst); <-release })
+		h.dl.set(time.Now().Add(-time.Millisecond)) // as after a stop
+		go func() {
+			if c.wd.end(h, endLost, ErrLeaseLost) {
+				c.giveBack(h)
+			}
+		}()
+		<-inFirst
+		got := make(chan error, 1)
+		go func() { got <- lctx.Err() }()
+		select {
+		case err := <-got:
+			// It may answer at once, but not "live", and not "ended"
+			// with Done still open.
+			assert.Error(t, err, "Err said live while the hold was being ended")
+			select {
+			case <-lctx.Done():
+			default:
+				t.Error("Err said ended with Done still open")
+			}
+			close(release)
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+		close(release)
+		assert.Error(t, <-got, "the hold ended: not live")
+		assert.ErrorIs(t, context.Cause(lctx), ErrLeaseLost)
 	})
 }

@@ -242,12 +242,17 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		writer = oh.field
 		p, cancel := context.WithCancelCause(context.WithoutCancel(parent))
 		stopW := context.AfterFunc(oh.parent, func() { cancel(context.Cause(oh.parent)) })
+		// own follows parent (cancelled with it, in the same call when
+		// parent's chain is the standard library's), and its methods do
+		// not call parent's: ownEnd also runs in the write hold's end,
+		// where the write hold's contexts wait for that end.
+		own, stopOwnCtx := context.WithCancel(parent)
 		ownEnd := func() {
-			if parent.Err() != nil { // parent ended by itself, not with the write hold
-				cancel(context.Cause(parent))
+			if own.Err() != nil { // parent ended by itself, not with the write hold
+				cancel(context.Cause(own))
 			}
 		}
-		stopOwn := context.AfterFunc(parent, func() {
+		stopOwn := context.AfterFunc(own, func() {
 			if oh.live() {
 				ownEnd()
 			}
@@ -258,7 +263,7 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		// cancelled.
 		oh.first(ownEnd)
 		a.hparent = p
-		ends = []func() bool{stopW, stopOwn, func() bool { cancel(nil); return true }}
+		ends = []func() bool{stopW, stopOwn, func() bool { cancel(nil); stopOwnCtx(); return true }}
 	}
 	defer func() {
 		if !a.won {

@@ -114,12 +114,10 @@ func (w *watchdog) end(h *hold, why endReason, cause error) bool {
 	}
 	stops, ties, firsts := h.stops, h.ties, h.firsts
 	h.stops, h.ties, h.firsts = nil, nil, nil
-	h.firsting.Store(len(firsts) > 0)
 	h.tmu.Unlock()
 	for _, f := range firsts {
 		f()
 	}
-	h.firsting.Store(false)
 	h.cancel(cause)
 	for _, cancel := range ties {
 		cancel(cause)
