@@ -95,3 +95,37 @@ func TestHoldCtxErrWhileAnotherGoroutineEndsIt(t *testing.T) {
 		assert.ErrorIs(t, context.Cause(lctx), ErrLeaseLost)
 	})
 }
+
+// A write hold lost by its deadline, with a downgrade taken through a
+// context derived from it (a value on top): the write hold's end decides
+// whether the downgrade's context ended by itself without waiting for
+// that end (it would never come), and every context tells the loss.
+func TestHoldCtxDowngradeThroughDerivedContextLostByDeadline(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		bg := context.Background()
+		c := e.client(t)
+		rw := c.RWMutex("holdctx:down", WithLease(100*time.Millisecond))
+		wctx, err := rw.Lock(bg)
+		require.NoError(t, err)
+		type key struct{}
+		vctx := context.WithValue(wctx, key{}, 1)
+		dctx, err := rw.RLock(vctx)
+		require.NoError(t, err)
+		time.Sleep(150 * time.Millisecond) // past both fixed leases
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			assert.Error(t, vctx.Err())
+			assert.Error(t, wctx.Err())
+			assert.Error(t, dctx.Err())
+			assert.ErrorIs(t, context.Cause(wctx), ErrLeaseLost)
+		}()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the contexts' methods hang")
+		}
+		assert.ErrorIs(t, rw.RUnlock(dctx), ErrLeaseLost)
+		assert.ErrorIs(t, rw.Unlock(wctx), ErrLeaseLost)
+	})
+}
