@@ -77,7 +77,7 @@ func (a *acquisition) send(build func(field string) call) (string, []int64, time
 	})
 	v, err := a.c.acquired(r)
 	if notReplicated(err) != nil {
-		a.c.undo(a.gives(field)...) // WithReplicaAck: given back, and the call fails
+		a.c.undoNow(a.wctx, a.gives(field)...) // WithReplicaAck: given back, and the call fails
 		return field, nil, 0, err
 	}
 	if err != nil {

@@ -40,6 +40,7 @@ import (
 // the other client holds "{coll}"; "coll" is left held by an owner that
 // nobody in the process knows.
 func TestAdvCohortChannelSharedByTwoNames(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	e := realEnv(t)
 	bg := context.Background()
 	c := e.client(t)

@@ -174,6 +174,7 @@ func TestAdvMultiLockLostReplyThenWaitHoldsNothing(t *testing.T) {
 // then the reply arrives. The grant cannot tell which ran first and must
 // not be trusted, as a Mutex's grant is not (TestAdvForceUnlockRacingGrantInProcess).
 func TestAdvMultiLockForceUnlockRacingGrantInProcess(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	e := realEnv(t)
 	bg := context.Background()
 	rdb, h := faultRDB(t, &redis.Options{Addr: e.addr})

@@ -44,6 +44,7 @@ func advSilentRDB(t *testing.T, addr string) (*redis.Client, *faultproxy.Proxy) 
 // abandonable, so the call is held by go-redis's read timeout (3s here,
 // plus its retries) long after the context ended.
 func TestAdvLatchWaitIgnoresContextWhileRedisSilent(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	e := realEnv(t)
 	rdb, p := advSilentRDB(t, e.addr)
 	c := newClient(t, rdb)
@@ -86,6 +87,7 @@ func TestAdvLatchWaitIgnoresContextWhileRedisSilent(t *testing.T) {
 // never abandoned"), so the wait lasts go-redis's read timeout, not the
 // context.
 func TestAdvSemaphoreAddToHoldIgnoresContextWhileRedisSilent(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	e := realEnv(t)
 	rdb, p := advSilentRDB(t, e.addr)
 	c := newClient(t, rdb)
@@ -127,6 +129,7 @@ func TestAdvSemaphoreAddToHoldIgnoresContextWhileRedisSilent(t *testing.T) {
 // What happens: reenter sends lock.lua with context.WithoutCancel and does
 // not abandon it, so Lock blocks for go-redis's read timeout.
 func TestAdvMutexReentryIgnoresContextWhileRedisSilent(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	e := realEnv(t)
 	rdb, p := advSilentRDB(t, e.addr)
 	c := newClient(t, rdb)
@@ -388,6 +391,7 @@ func TestAdvDowngradeLostReplyLeavesReadHold(t *testing.T) {
 // free in Redis while the hold's context is live and its local deadline is
 // still ~0.5s away; another client takes it: two holders.
 func TestAdvTooLateGrantGiveBackFreesNextHold(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	e := realEnv(t)
 	bg := context.Background()
 	rdb, h := faultRDB(t, &redis.Options{Addr: e.addr})

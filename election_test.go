@@ -383,6 +383,7 @@ func electionRun(t *testing.T, client func(opts ...Option) *Client, name string,
 
 // Several candidates on several Clients, and observers on others.
 func TestElectionManyCandidates(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	run := 3 * time.Second
 	if testing.Short() {
 		run = time.Second
@@ -401,6 +402,7 @@ func TestElectionManyCandidates(t *testing.T) {
 // (CLIENT KILL TYPE pubsub): no promise breaks, and observers and
 // candidates still hear of every change soon after.
 func TestElectionPubSubKilled(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	e := realEnv(t)
 	admin := e.rdb(t)
 	run := 4 * time.Second

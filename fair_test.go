@@ -425,6 +425,7 @@ func TestFairMutexOnCluster(t *testing.T) {
 // queue entry is removed in the background, bounded by go-redis's timeouts,
 // instead of holding the caller for them.
 func TestFairMutexWaitEndsPromptlyWhenRedisIsSilent(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	e := realEnv(t)
 	holder := e.client(t).FairMutex("silent")
 	hctx, err := holder.Lock(context.Background())

@@ -177,6 +177,7 @@ func TestSubscribeWriteFailureIsResent(t *testing.T) {
 // reads the resend time before sending it, so delaying the resend itself
 // would not move that time.)
 func TestRenewalDatedPerCommandAfterNoScript(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	e := realEnv(t)
 	ctx := context.Background()
 	admin := e.rdb(t)

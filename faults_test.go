@@ -135,6 +135,7 @@ func doneBy(t *testing.T, until time.Time, what string, ctx context.Context, wan
 // it while the holder's context was live. Fixed: the re-entry is refused with
 // ErrInvalid and changes nothing.
 func TestLeaseMixingRefused(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	for _, l := range []faultLock{faultLocks[0], faultLocks[1], faultLocks[2]} {
 		t.Run(l.name, func(t *testing.T) {
 			forEachEnv(t, func(t *testing.T, e *testEnv) {

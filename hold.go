@@ -282,7 +282,7 @@ func (c *Client) reenter(ctx, wctx context.Context, wait bool, s *spec, h *hold,
 				c.undo(undo(int(v[1])))
 			}
 		})
-	}, parse, func(n int) { c.undo(undo(n)) })
+	}, parse, func(n int) { c.undoNow(wctx, undo(n)) })
 }
 
 // reenterBy is reenter with the sending step given: send runs the
@@ -542,6 +542,21 @@ func (c *Client) undo(calls ...call) {
 				"script", scriptName(k), "error", err)
 		}
 	}, calls...)
+}
+
+// undoNow is undo for a call that fails with ErrNotReplicated, whose
+// promise is that what it took was undone when it returns: it waits for
+// the replies, as long as ctx lasts and at most releaseTimeout (what it
+// no longer waits for still goes out).
+func (c *Client) undoNow(ctx context.Context, calls ...call) {
+	ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
+	defer cancel()
+	for i, r := range c.tr.doAll(ctx, calls) {
+		if err := r.Err(); err != nil && !r.gone {
+			c.log.Warn("redisync: could not give back what an unacknowledged acquisition took; its lease frees it",
+				"script", scriptName(calls[i]), "error", err)
+		}
+	}
 }
 
 // scriptName names k's script for the log.

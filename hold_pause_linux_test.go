@@ -28,6 +28,7 @@ import (
 // trials this test holds the lock meanwhile; in the "gone" ones the
 // child's key just expired.
 func TestPausedHolderIsToldAtOnce(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	srv := redistest.Start(t)
 	bg := context.Background()
 	ch := startChild(t, "TestHelperPausedHolder", pausedChildEnv+"="+srv.Addr(), "GOMAXPROCS=1")

@@ -327,6 +327,7 @@ func clusterMultiNames(t *testing.T, cc *redis.ClusterClient, n int) []string {
 // On a Cluster the names are grouped by slot, one script per slot, in the
 // order of their slots, and a Mutex of any name excludes the MultiLock.
 func TestMultiLockCluster(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	cl := redistestCluster(t)
 	cc := cl.Client(t)
 	bg := context.Background()
@@ -416,6 +417,7 @@ func TestMultiLockCluster(t *testing.T) {
 // on several Clients: never two holders of one name at once, and no
 // deadlock: every goroutine keeps getting its locks.
 func TestMultiLockContention(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	t.Run("redis", func(t *testing.T) {
 		e := realEnv(t)
 		var names []string
@@ -531,6 +533,7 @@ var _ = fmt.Sprint
 // A MultiLock waiting in a Client whose goroutines keep handing a Mutex of
 // one of its names to each other (cohort handoff) still gets its turn.
 func TestMultiLockNotStarvedByHandoffs(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	e := realEnv(t)
 	c := e.client(t)
 	run := 2 * time.Second

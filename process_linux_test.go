@@ -179,6 +179,7 @@ func untilStopped(over time.Duration) (time.Duration, bool) {
 // leadership was lost, and observers on other Clients see every leader
 // in order, never one twice.
 func TestElectionLeaderProcess(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	srv := redistest.Start(t)
 	bg := context.Background()
 	const name = "elect:process"

@@ -321,6 +321,7 @@ func TestFailureModeLeaseLivesInRedisClock(t *testing.T) {
 // replica has it, a promoted replica keeps excluding others, and the holder,
 // cut off from the dead primary, is told its lease is lost.
 func TestFailureModeFailoverToReplica(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	e := realEnv(t)
 	replica := redistestReplica(t, e)
 	const lease = 600 * time.Millisecond

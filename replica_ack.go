@@ -11,14 +11,15 @@ import (
 // WithReplicaAck makes every acquisition count only once at least k
 // replicas of the lock's Redis node have it. After each first acquisition
 // and each re-entry of every primitive (Mutex, FairMutex, RWMutex read and
-// write, Semaphore), redisync sends WAIT k timeout on the same connection,
+// write, Semaphore, MultiLock), redisync sends WAIT k timeout on the same connection,
 // in the same pipeline (one round trip) as the script; WAIT answers once k
 // replicas have acknowledged every write that connection made, or when
 // timeout has passed. If fewer than k acknowledged, the acquisition is
 // undone in Redis (a first acquisition is released whole, a re-entry is
-// taken back; that release itself is not waited for) before the call
-// returns an error wrapping ErrNotReplicated that names the lock; the hold's
-// context is never handed out. Each watchdog renewal batch is followed by
+// taken back; the replicas' acknowledgement of that undo is not waited
+// for) before the call returns an error wrapping ErrNotReplicated that
+// names the lock; the hold's context is never handed out. (A call whose
+// context ends during the undo returns then; the undo still goes out.) Each watchdog renewal batch is followed by
 // WAIT the same way (one per node on a Cluster): a renewal that is not
 // acknowledged counts as a failed renewal, so a holder whose writes stop
 // reaching the replicas is told (its context is cancelled with ErrLeaseLost)

@@ -11,7 +11,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redisync-go/redisync/internal/faultproxy"
 	"github.com/redisync-go/redisync/internal/redistest"
+	"github.com/redisync-go/redisync/lua"
 )
 
 // ackRDB is a go-redis client whose ReadTimeout leaves room for WAIT.
@@ -113,7 +115,8 @@ func TestReplicaAckPausedReplicaFails(t *testing.T) {
 	e := realEnv(t)
 	replica := ackReplica(t, e)
 	const timeout = 200 * time.Millisecond
-	c := newClient(t, ackRDB(t, e.addr), WithReplicaAck(1, timeout))
+	rdb, hook := faultRDB(t, &redis.Options{Addr: e.addr, DialTimeout: time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: time.Second})
+	c := newClient(t, rdb, WithReplicaAck(1, timeout))
 	bg := context.Background()
 
 	sem := c.Semaphore("ack-sem")
@@ -127,6 +130,11 @@ func TestReplicaAckPausedReplicaFails(t *testing.T) {
 
 	replica.Pause()
 	t.Cleanup(replica.Resume)
+	// Every give-back reaches Redis late: an undo that the error does not
+	// wait for is still to come when the checks below look.
+	for _, s := range []*lua.Script{lua.Unlock, lua.FairUnlock, lua.RWUnlock, lua.RWRUnlock, lua.SemRelease, lua.MultiUnlock} {
+		hook.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(s.Script), Action: faultproxy.DelayBefore(300 * time.Millisecond)})
+	}
 
 	cases := []struct {
 		name    string
@@ -144,6 +152,7 @@ func TestReplicaAckPausedReplicaFails(t *testing.T) {
 		{"RWMutex.RLock ack-rw", bg, c.RWMutex("ack-rw").RLock},
 		{"Semaphore.Acquire ack-sem", bg, func(ctx context.Context) (context.Context, error) { return sem.Acquire(ctx, 2) }},
 		{"Semaphore.TryAcquire ack-sem", bg, func(ctx context.Context) (context.Context, error) { return sem.TryAcquire(ctx, 1) }},
+		{"MultiLock.Lock ack-ml", bg, c.MultiLock([]string{"ack-ml", "ack-m2"}).Lock},
 		{"Mutex re-entry ack-held", hctx, held.Lock},
 		{"Semaphore re-entry ack-sem", sctx, func(ctx context.Context) (context.Context, error) { return sem.Acquire(ctx, 1) }},
 	}
@@ -160,8 +169,16 @@ func TestReplicaAckPausedReplicaFails(t *testing.T) {
 			assert.Equal(t, ctx, got, "no hold is handed out")
 			assert.Less(t, took, timeout+3*time.Second, "it fails within about the timeout")
 			assert.Equal(t, baseline, e.keys(t), "nothing is left behind on the primary")
+			// Undone when the error returns, re-entries too.
+			n, err := held.HoldCount(hctx)
+			require.NoError(t, err)
+			assert.Equal(t, 1, n, "the failed re-entry was taken back")
+			avail, err := sem.Available(bg)
+			require.NoError(t, err)
+			assert.Equal(t, 2, avail, "the failed permits were given back")
 		})
 	}
+	hook.Clear()
 
 	n, err := held.HoldCount(hctx)
 	require.NoError(t, err)
@@ -369,6 +386,7 @@ func TestReplicaAckCluster(t *testing.T) {
 // frozen, the receiver's Lock fails with ErrNotReplicated, the releaser's
 // Unlock succeeds, and no lock is left behind.
 func TestReplicaAckCohortHandoff(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	e := realEnv(t)
 	replica := ackReplica(t, e)
 	const timeout = 200 * time.Millisecond

@@ -55,6 +55,7 @@ func TestDowngradeCancelThenUnlock(t *testing.T) {
 // ran out), not the bound's context.DeadlineExceeded; and the late
 // re-entry is taken back.
 func TestReentryAfterWaitBoundIsNotAcquired(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	e := realEnv(t)
 	bg := context.Background()
 	rdb, hook := faultRDB(t, &redis.Options{Addr: e.addr})
@@ -99,6 +100,7 @@ func TestReentryAfterWaitBoundIsNotAcquired(t *testing.T) {
 // and announced: a waiter of another client gets the permit at once, not
 // at its wait bound.
 func TestReplicaAckSemaphoreReentryUndoWakes(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	e := realEnv(t)
 	replica := ackReplica(t, e)
 	bg := context.Background()
@@ -148,6 +150,7 @@ func (errLoading) RedisError()   {}
 // the other replies that say Redis is not ready yet; a TryLock, which does
 // not wait, reports it.
 func TestWaitRidesOutLoading(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	e := realEnv(t)
 	bg := context.Background()
 	rdb, hook := faultRDB(t, &redis.Options{Addr: e.addr})
@@ -205,6 +208,7 @@ func TestWaitRidesOutLoading(t *testing.T) {
 // that does not serve the lock silent, locks and unlocks a free lock
 // within the caller's deadline.
 func TestPubSubDetectionNotOnCallersPath(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	cl := redistestCluster(t)
 	bg := context.Background()
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
@@ -248,6 +252,7 @@ func TestPubSubDetectionNotOnCallersPath(t *testing.T) {
 // MOVED for a refusal. (Classic pub/sub: a sharded subscription would
 // reload the slot map itself when Redis moves it.)
 func TestReplicaAckClusterFailoverKeepsHolds(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	rc := redistest.StartClusterWithReplicas(t, 3, 1)
 	bg := context.Background()
 	ackClient := func() *Client {
@@ -301,6 +306,7 @@ func TestReplicaAckClusterFailoverKeepsHolds(t *testing.T) {
 // millisecond while the pub/sub connections are killed every few hundred
 // milliseconds; no Lock waits a second.
 func TestPubSubKillLosesNoWakeUp(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	e := realEnv(t)
 	bg := context.Background()
 	admin := e.rdb(t)

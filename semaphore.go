@@ -308,7 +308,7 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 		case errors.Is(err, errEnded):
 			return false, 0, endedError(h)
 		case notReplicated(err) != nil: // WithReplicaAck: take the n back
-			s.c.undo(giveBack(h.field, int64(notReplicated(err).count())))
+			s.c.undoNow(wctx, giveBack(h.field, int64(notReplicated(err).count())))
 			return false, 0, err
 		case err != nil:
 			return false, 0, err

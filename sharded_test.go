@@ -177,6 +177,7 @@ func TestRedissonPeerClusterClassic(t *testing.T) {
 // node works for every primitive's wake-ups, and the unlock goes out with
 // SPUBLISH (a SUBSCRIBE listener does not hear it, an SSUBSCRIBE one does).
 func TestShardedForcedSingleNode(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	e := realEnv(t)
 	rdb := e.rdb(t)
 	c1 := newClient(t, rdb, WithPubSub(PubSubSharded))

@@ -171,6 +171,7 @@ func TestTransportOneWaitPerGroup(t *testing.T) {
 // redis client counts is what Redis ran, on a single node and, through
 // the cluster client, on a Cluster.
 func TestTransportHooksSeeEveryCommand(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	workload := func(t *testing.T, c *Client) {
 		bg := context.Background()
 		for i := range 20 {
@@ -228,6 +229,7 @@ func TestTransportHooksSeeEveryCommand(t *testing.T) {
 // pipelines, and on a master's own connection (WithReplicaAck), where
 // the MOVED reply has the slot map reloaded.
 func TestTransportFollowsMovedSlots(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	rc := redistest.StartClusterWithReplicas(t, 3, 1)
 	bg := context.Background()
 	ackRdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: rc.Addrs(), ReadTimeout: 5 * time.Second})
