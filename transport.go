@@ -21,9 +21,12 @@ import (
 // Calls go to a lane: one per master (one in all on a single node or
 // Sentinel), and on a lane the calls that are ready at the same moment go
 // out together, as one pipeline; a call that finds a lane idle goes out at
-// once, so batching never adds a wait to a lone call. A lane has a few
-// workers, each sending one pipeline at a time, so one pipeline waiting on
-// a slow reply does not hold up the calls that come after it.
+// once, so batching never adds a wait to a lone call. While a pipeline is
+// in flight, the calls that come wait for it and go out together in the
+// next one; a lane has a second worker, which sends them without waiting
+// any longer once that pipeline has been out for laneStall, so one
+// pipeline waiting on a slow reply does not hold up the calls that come
+// after it.
 //
 // Its callers wait for their reply or for their context, whichever comes
 // first, without a goroutine of their own: a caller whose context ends
@@ -55,10 +58,12 @@ type transport struct {
 }
 
 // Bounds of a lane: workers (pipelines in flight at once), calls per
-// pipeline, and how long an idle worker stays.
+// pipeline, how long a pipeline is out before another one goes out beside
+// it, and how long an idle worker stays.
 const (
 	laneWorkers = 2
 	laneBatch   = 2000
+	laneStall   = 2 * time.Millisecond
 	laneIdle    = 10 * time.Second
 )
 
@@ -173,7 +178,8 @@ type lane struct {
 	queue   []*op
 	workers int
 	idle    int
-	sending int // pipelines in flight: workers' and callers' own
+	sending int       // pipelines in flight: workers' and callers' own
+	sentAt  time.Time // when the latest of them was sent
 	kick    chan struct{}
 }
 
@@ -347,11 +353,20 @@ func (l *lane) sendDirect(o *op) bool {
 		return false
 	}
 	l.sending++
+	l.sentAt = time.Now()
 	node := l.node
 	l.mu.Unlock()
 	l.send(node, []*op{o})
 	l.mu.Lock()
 	l.sending--
+	if len(l.queue) > 0 {
+		// Calls came meanwhile: the worker waiting for this send
+		// sends them now.
+		select {
+		case l.kick <- struct{}{}:
+		default:
+		}
+	}
 	l.mu.Unlock()
 	if o.state.Load() == opWaiting { // sent again after MOVED: on its way
 		<-o.done
@@ -360,32 +375,51 @@ func (l *lane) sendDirect(o *op) bool {
 }
 
 // work is a worker of l: it sends what is queued, a pipeline at a time,
-// until l has been idle for laneIdle or the client closes.
+// until l has been idle for laneIdle or the client closes. While another
+// pipeline is in flight, it waits until that one has been out for
+// laneStall (see stall).
 func (l *lane) work() {
 	defer l.t.workers.Add(-1)
 	idle := time.NewTimer(laneIdle)
 	defer idle.Stop()
+	closing := false
 	for {
 		l.mu.Lock()
-		for len(l.queue) == 0 {
-			l.idle++
+		for {
+			if len(l.queue) == 0 {
+				l.idle++
+				l.mu.Unlock()
+				idle.Reset(laneIdle)
+				quit := false
+				select {
+				case <-l.kick:
+				case <-idle.C:
+					quit = true
+				case <-l.t.closed:
+					quit, closing = true, true
+				}
+				l.mu.Lock()
+				l.idle--
+				if quit && len(l.queue) == 0 {
+					l.workers--
+					l.mu.Unlock()
+					return
+				}
+				continue
+			}
+			d := l.stall(time.Now())
+			if d == 0 || closing {
+				break
+			}
 			l.mu.Unlock()
-			idle.Reset(laneIdle)
-			quit := false
+			idle.Reset(d)
 			select {
-			case <-l.kick:
 			case <-idle.C:
-				quit = true
+			case <-l.kick:
 			case <-l.t.closed:
-				quit = true
+				closing = true
 			}
 			l.mu.Lock()
-			l.idle--
-			if quit && len(l.queue) == 0 {
-				l.workers--
-				l.mu.Unlock()
-				return
-			}
 		}
 		n := min(len(l.queue), laneBatch)
 		batch := l.queue[:n:n]
@@ -395,12 +429,22 @@ func (l *lane) work() {
 		}
 		node := l.node
 		l.sending++
+		l.sentAt = time.Now()
 		l.mu.Unlock()
 		l.send(node, batch)
 		l.mu.Lock()
 		l.sending--
 		l.mu.Unlock()
 	}
+}
+
+// stall returns how long l's calls wait before another pipeline may go
+// out: 0 when none is in flight or the latest has been out for laneStall.
+func (l *lane) stall(now time.Time) time.Duration {
+	if l.sending == 0 {
+		return 0
+	}
+	return max(0, laneStall-now.Sub(l.sentAt))
 }
 
 // send sends batch as one pipeline on node (with WAIT last on a wait
