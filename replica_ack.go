@@ -50,7 +50,10 @@ import (
 // included): New refuses a timeout that is not. rdb must be a
 // *redis.Client (single node or Sentinel failover) or a *redis.ClusterClient,
 // so that WAIT goes on the connection of the lock's node; New refuses other
-// clients. k ≤ 0 or timeout ≤ 0 is refused too (ErrInvalid).
+// clients. On a Cluster, the scripts that take something therefore go
+// through the master's own client: a hook meant to see them must be added
+// to every node (ClusterClient.OnNewNode, as redisotel does), not only to
+// the ClusterClient. k ≤ 0 or timeout ≤ 0 is refused too (ErrInvalid).
 func WithReplicaAck(k int, timeout time.Duration) Option {
 	return func(c *Client) error {
 		switch {

@@ -42,7 +42,9 @@ import (
 // command a script takes is read when it is sent (see publish), and each
 // reply carries when its pipeline was sent: the time a lease it set is
 // counted from. Pipelines go through the redis client's Pipeline, so the
-// user's hooks see every command.
+// user's hooks see every command; with WithReplicaAck on a Cluster, those
+// are the masters' own clients, whose hooks (added through OnNewNode, as
+// redisotel adds its own) see them, not hooks on the ClusterClient alone.
 type transport struct {
 	rdb    redis.UniversalClient
 	cc     *redis.ClusterClient // nil unless rdb is a Cluster client

@@ -222,6 +222,22 @@ func TestTransportHooksSeeEveryCommand(t *testing.T) {
 		}
 		assert.Equal(t, ran, seen.Load())
 	})
+	t.Run("cluster with replica ack", func(t *testing.T) {
+		// The scripts go on each master's own client (WAIT answers for
+		// the writes of its connection): a hook on every node, as
+		// redisotel adds one, sees them all.
+		rc := redistest.StartClusterWithReplicas(t, 3, 1)
+		var seen atomic.Int64
+		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: rc.Addrs(), ReadTimeout: 5 * time.Second})
+		t.Cleanup(func() { _ = cc.Close() })
+		cc.OnNewNode(func(node *redis.Client) { node.AddHook(countHook{n: &seen}) })
+		workload(t, newClient(t, cc, WithReplicaAck(1, time.Second)))
+		var ran int64
+		for _, m := range rc.Masters {
+			ran += scriptsRun(t, m.Client(t))
+		}
+		assert.Equal(t, ran, seen.Load())
+	})
 }
 
 // On a Cluster, calls follow their slot to its new master after a
