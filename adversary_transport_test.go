@@ -306,3 +306,70 @@ func TestAdvReplicaAckContextEndsDuringUndo(t *testing.T) {
 		})
 	}
 }
+
+// waitAcked waits until e's replica acknowledges writes again (after a
+// Resume).
+func waitAcked(t *testing.T, e *testEnv) {
+	t.Helper()
+	rdb := e.rdb(t)
+	bg := context.Background()
+	eventually(t, 10*time.Second, "the replica acknowledging writes", func() bool {
+		p := rdb.Pipeline()
+		p.Set(bg, "ack-probe", 1, 0)
+		p.Del(bg, "ack-probe")
+		w := p.Do(bg, "wait", 1, 50)
+		_, _ = p.Exec(bg)
+		n, _ := w.Int64()
+		return n == 1
+	})
+}
+
+// Goroutines may share a hold (its mutex serialises the scripts that
+// change it, so the count sent stays in step with Redis). The undo of one
+// goroutine's unacknowledged addition of permits must not take back the
+// permits another goroutine added through the same hold meanwhile: Redis
+// would then count fewer permits held than the holder has, and let other
+// owners take more than the semaphore's permits.
+func TestAdvReplicaAckSemaphoreUndoRacesSharedHold(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
+	e := realEnv(t)
+	replica := ackReplica(t, e)
+	const timeout = 200 * time.Millisecond
+	rdb, hook := faultRDB(t, &redis.Options{Addr: e.addr, DialTimeout: time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: time.Second})
+	c := newClient(t, rdb, WithReplicaAck(1, timeout))
+	bg := context.Background()
+	sem := c.Semaphore("adv-ack-sem")
+	require.NoError(t, sem.SetPermits(bg, 3))
+	sctx, err := sem.Acquire(bg, 1)
+	require.NoError(t, err)
+	// Scripts cached, so that the slowed undo is sent once.
+	require.NoError(t, sem.Release(sctx, 1))
+	sctx, err = sem.Acquire(bg, 1)
+	require.NoError(t, err)
+
+	replica.Pause()
+	t.Cleanup(replica.Resume)
+	slow := hook.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.SemRelease.Script), Times: 1, Action: faultproxy.DelayBefore(time.Second)})
+	first := make(chan error, 1)
+	go func() {
+		_, err := sem.Acquire(sctx, 1) // not acknowledged: taken back
+		first <- err
+	}()
+	eventually(t, 5*time.Second, "the undo on its way", func() bool { return slow.Fired() == 1 })
+	replica.Resume()
+	waitAcked(t, e)
+	// Another goroutine adds 2 permits through the same hold, and the
+	// replica acknowledges them.
+	_, err = sem.Acquire(sctx, 2)
+	require.NoError(t, err)
+	require.ErrorIs(t, <-first, ErrNotReplicated)
+
+	avail, err := sem.Available(bg)
+	require.NoError(t, err)
+	assert.Equal(t, 0, avail, "the hold has 3 permits: none is free")
+	other := e.client(t).Semaphore("adv-ack-sem")
+	if octx, err := other.TryAcquire(bg, 1); err == nil {
+		t.Errorf("another owner took a permit while this hold has all 3")
+		require.NoError(t, other.Release(octx, 1))
+	}
+}
