@@ -373,3 +373,41 @@ func TestAdvReplicaAckSemaphoreUndoRacesSharedHold(t *testing.T) {
 		require.NoError(t, other.Release(octx, 1))
 	}
 }
+
+// The same through the give-back of an addition of permits whose caller
+// left before its reply (no WithReplicaAck): the hold's lock is held
+// until the reply comes and its give-back is sent; a pipeline goes out
+// beside a slow one after laneStall, so a re-entry through the hold that
+// follows the give-back must not overtake it.
+func TestAdvSemaphoreLateGiveBackRacesSharedHold(t *testing.T) {
+	e := realEnv(t)
+	rdb, hook := faultRDB(t, &redis.Options{Addr: e.addr, DialTimeout: time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: time.Second})
+	c := newClient(t, rdb)
+	bg := context.Background()
+	sem := c.Semaphore("adv-late-sem")
+	require.NoError(t, sem.SetPermits(bg, 3))
+	sctx, err := sem.Acquire(bg, 1)
+	require.NoError(t, err)
+	require.NoError(t, sem.Release(sctx, 1)) // scripts cached
+	sctx, err = sem.Acquire(bg, 1)
+	require.NoError(t, err)
+
+	hook.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.SemAcquire.Script), Times: 1, Action: faultproxy.DelayReply(300 * time.Millisecond)})
+	slow := hook.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.SemRelease.Script), Times: 1, Action: faultproxy.DelayBefore(time.Second)})
+	_, err = sem.TryAcquireFor(sctx, 1, 50*time.Millisecond) // leaves; its script runs
+	require.ErrorIs(t, err, ErrNotAcquired)
+	eventually(t, 5*time.Second, "the give-back on its way", func() bool { return slow.Fired() == 1 })
+	// Another goroutine adds 2 permits through the same hold.
+	_, err = sem.Acquire(sctx, 2)
+	require.NoError(t, err)
+	time.Sleep(1500 * time.Millisecond) // the give-back has landed
+
+	avail, err := sem.Available(bg)
+	require.NoError(t, err)
+	assert.Equal(t, 0, avail, "the hold has 3 permits: none is free")
+	other := e.client(t).Semaphore("adv-late-sem")
+	if octx, err := other.TryAcquire(bg, 1); err == nil {
+		t.Errorf("another owner took a permit while this hold has all 3")
+		require.NoError(t, other.Release(octx, 1))
+	}
+}

@@ -279,7 +279,7 @@ func (c *Client) reenter(ctx, wctx context.Context, wait bool, s *spec, h *hold,
 	return c.reenterBy(ctx, wctx, s, h, func() ([]int64, error) {
 		return c.underHold(wctx, wait, h, build, func(v []int64) {
 			if v[0] == 1 {
-				c.undo(undo(int(v[1])))
+				c.undoHeld(undo(int(v[1])))
 			}
 		})
 	}, parse, func(n int) { c.undoUnder(wctx, h, undo(n)) })
@@ -336,7 +336,8 @@ var errEnded = errors.New("redisync: the hold has ended")
 // reply with h's lock still held, for the caller to apply and unlock; on
 // an error the lock is released. When ctx ends first, the lock stays held
 // until the reply comes, and then taken (unless nil) runs with the reply
-// when the script took something, to give it back. A reply that took
+// when the script took something, to give it back, and waits for that
+// (undoHeld): the lock is released after it. A reply that took
 // something the replicas did not acknowledge (WithReplicaAck) is a
 // *notReplicatedError, returned with h's lock still held: the caller
 // takes it back under the lock (undoUnder).
@@ -586,6 +587,24 @@ func (c *Client) undoUnder(ctx context.Context, h *hold, calls ...call) {
 	select {
 	case <-done:
 	case <-ctx.Done():
+	}
+}
+
+// undoHeld is undo for a give-back sent under a hold's lock (underHold's
+// taken): it waits for the replies, at most releaseTimeout, so that the
+// lock, released after it, orders the give-back before the next script
+// through the hold. Those scripts set counts rather than add to them, and
+// pipelines of one lane may overtake each other (one goes out beside a
+// slow one after laneStall): a give-back landing after another
+// goroutine's re-entry would set the count below what that one took.
+func (c *Client) undoHeld(calls ...call) {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	for i, r := range c.tr.doAll(ctx, calls) {
+		if err := r.Err(); err != nil {
+			c.log.Warn("redisync: could not give back what an abandoned attempt took; its lease or deadline frees it",
+				"script", scriptName(calls[i]), "error", err)
+		}
 	}
 }
 

@@ -291,7 +291,7 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 		}
 		r, err := s.c.underHold(wctx, wait, h, func(count int) call { return acquire(h.field, count) }, func(r []int64) {
 			if r[0] == 1 {
-				s.c.undo(giveBack(h.field, r[1]))
+				s.c.undoHeld(giveBack(h.field, r[1]))
 			}
 		})
 		if err == nil {
