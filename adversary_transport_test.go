@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisync-go/redisync/internal/faultproxy"
+	"github.com/redisync-go/redisync/internal/keys"
+	"github.com/redisync-go/redisync/internal/redistest"
 	"github.com/redisync-go/redisync/lua"
 )
 
@@ -409,5 +411,62 @@ func TestAdvSemaphoreLateGiveBackRacesSharedHold(t *testing.T) {
 	if octx, err := other.TryAcquire(bg, 1); err == nil {
 		t.Errorf("another owner took a permit while this hold has all 3")
 		require.NoError(t, other.Release(octx, 1))
+	}
+}
+
+// On a Cluster, a MultiLock across slots whose later slot's master is
+// not acknowledged by its replica: the first acquisition and a re-entry
+// fail with ErrNotReplicated, and what they took in every slot (the
+// acknowledged one included) is given back before they return.
+func TestAdvReplicaAckClusterMultiLockAcrossSlots(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
+	rc := redistest.StartClusterWithReplicas(t, 3, 1)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: rc.Addrs(), ReadTimeout: 5 * time.Second})
+	t.Cleanup(func() { _ = cc.Close() })
+	hook := faultproxy.NewHook()
+	cc.AddHook(hook) // the give-backs take nothing: they go through the cluster client
+	c := newClient(t, cc, WithReplicaAck(1, 200*time.Millisecond))
+	bg := context.Background()
+	admin := rc.Client(t)
+
+	a, b := nameOn(t, admin, rc.Masters[0], "advml"), nameOn(t, admin, rc.Masters[1], "advml")
+	paused := 1 // the master of the later slot
+	if keys.Slot(b) < keys.Slot(a) {
+		paused = 0
+	}
+	m := c.MultiLock([]string{a, b})
+	require.Len(t, m.groups, 2)
+	hctx, err := m.Lock(bg)
+	require.NoError(t, err)
+
+	rc.Replicas[paused][0].Pause()
+	t.Cleanup(rc.Replicas[paused][0].Resume)
+	hook.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.MultiUnlock.Script), Action: faultproxy.DelayBefore(500 * time.Millisecond)})
+
+	counts := func() []string {
+		var got []string
+		for _, k := range []string{a, b} {
+			v, err := admin.HGetAll(bg, k).Result()
+			require.NoError(t, err)
+			for _, n := range v {
+				got = append(got, n)
+			}
+		}
+		return got
+	}
+	_, err = m.Lock(hctx)
+	require.ErrorIs(t, err, ErrNotReplicated)
+	assert.Equal(t, []string{"1", "1"}, counts(), "the re-entry taken back in both slots")
+
+	require.NoError(t, m.Unlock(hctx))
+	hook.Clear()
+
+	// A first acquisition: the acknowledged slot's lock given back too.
+	_, err = m.Lock(bg)
+	require.ErrorIs(t, err, ErrNotReplicated)
+	for _, k := range []string{a, b} {
+		n, err := admin.Exists(bg, k).Result()
+		require.NoError(t, err)
+		assert.Zero(t, n, "%s given back before Lock returned", k)
 	}
 }
