@@ -279,15 +279,16 @@ func (c *Client) reenter(ctx, wctx context.Context, wait bool, s *spec, h *hold,
 	return c.reenterBy(ctx, wctx, s, h, func() ([]int64, error) {
 		return c.underHold(wctx, wait, h, build, func(v []int64) {
 			if v[0] == 1 {
-				c.undo(undo(int(v[1])))
+				c.undoHeld(undo(int(v[1])))
 			}
 		})
-	}, parse, func(n int) { c.undoNow(wctx, undo(n)) })
+	}, parse, func(n int) { c.undoUnder(wctx, h, undo(n)) })
 }
 
 // reenterBy is reenter with the sending step given: send runs the
 // re-entry under h's lock as underHold (or underHoldAll) does, and undo
-// takes back a re-entry to count n that was not acknowledged.
+// takes back a re-entry to count n that was not acknowledged, under h's
+// lock, which send left held for it (see undoUnder).
 func (c *Client) reenterBy(ctx, wctx context.Context, s *spec, h *hold,
 	send func() ([]int64, error), parse func([]int64) (n int, lost bool), undo func(n int)) (context.Context, error) {
 	if h.lease != s.lease || h.renewed != s.renewed {
@@ -335,9 +336,11 @@ var errEnded = errors.New("redisync: the hold has ended")
 // reply with h's lock still held, for the caller to apply and unlock; on
 // an error the lock is released. When ctx ends first, the lock stays held
 // until the reply comes, and then taken (unless nil) runs with the reply
-// when the script took something, to give it back. A reply that took
+// when the script took something, to give it back, and waits for that
+// (undoHeld): the lock is released after it. A reply that took
 // something the replicas did not acknowledge (WithReplicaAck) is a
-// *notReplicatedError.
+// *notReplicatedError, returned with h's lock still held: the caller
+// takes it back under the lock (undoUnder).
 func (c *Client) underHold(ctx context.Context, wait bool, h *hold, build func(count int) call, taken func([]int64)) ([]int64, error) {
 	for {
 		h.mu.Lock()
@@ -357,6 +360,9 @@ func (c *Client) underHold(ctx context.Context, wait bool, h *hold, build func(c
 			return nil, r.err
 		}
 		v, err := c.acquired(r)
+		if notReplicated(err) != nil {
+			return nil, err // h's lock stays held for the undo
+		}
 		if err != nil {
 			h.mu.Unlock()
 			var re redis.Error
@@ -396,6 +402,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // counts, so a call abandoned when ctx ends, or one that ran where others
 // failed, needs no give-back: the next call through the hold sets every
 // count again, and the last release deletes the hold whatever its count.
+// A *notReplicatedError is returned with h's lock held, as by underHold.
 func (c *Client) underHoldAll(ctx context.Context, wait bool, h *hold, build func(count int) []call) ([]int64, error) {
 	for {
 		h.mu.Lock()
@@ -423,6 +430,9 @@ func (c *Client) underHoldAll(ctx context.Context, wait bool, h *hold, build fun
 			if err == nil && (sent.IsZero() || r.sent.Before(sent)) {
 				sent = r.sent
 			}
+		}
+		if notReplicated(ferr) != nil {
+			return nil, ferr // h's lock stays held for the undo
 		}
 		if ferr != nil {
 			h.mu.Unlock()
@@ -554,6 +564,45 @@ func (c *Client) undoNow(ctx context.Context, calls ...call) {
 	for i, r := range c.tr.doAll(ctx, calls) {
 		if err := r.Err(); err != nil && !r.gone {
 			c.log.Warn("redisync: could not give back what an unacknowledged acquisition took; its lease frees it",
+				"script", scriptName(calls[i]), "error", err)
+		}
+	}
+}
+
+// undoUnder is undoNow for the undo of a script sent through h, under
+// h's lock, which the caller holds: the lock is released once the undo
+// has answered (at most releaseTimeout), in the background when ctx ends
+// first. h's lock serialises the scripts that change the hold because
+// they set counts, not add to them: an undo sent after the lock was
+// released could land after another goroutine's re-entry through h and
+// set the count below what that one took (a Semaphore's permits: other
+// owners could then take more than the semaphore has).
+func (c *Client) undoUnder(ctx context.Context, h *hold, calls ...call) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer h.mu.Unlock()
+		c.undoNow(context.WithoutCancel(ctx), calls...)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
+// undoHeld is undo for a give-back sent under a hold's lock (underHold's
+// taken): it waits for the replies, at most releaseTimeout, so that the
+// lock, released after it, orders the give-back before the next script
+// through the hold. Those scripts set counts rather than add to them, and
+// pipelines of one lane may overtake each other (one goes out beside a
+// slow one after laneStall): a give-back landing after another
+// goroutine's re-entry would set the count below what that one took.
+func (c *Client) undoHeld(calls ...call) {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	for i, r := range c.tr.doAll(ctx, calls) {
+		if err := r.Err(); err != nil {
+			c.log.Warn("redisync: could not give back what an abandoned attempt took; its lease or deadline frees it",
 				"script", scriptName(calls[i]), "error", err)
 		}
 	}

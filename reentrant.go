@@ -314,8 +314,11 @@ func (m *Mutex) handOver(ctx context.Context, h *hold, ho *handoff, mine int) (i
 	if notReplicated(err) != nil {
 		// WithReplicaAck: the receiver's grant was not acknowledged;
 		// take it back, and the receiver's call fails as its own
-		// attempt would have.
-		m.c.undo(ho.release)
+		// attempt would have. ErrNotReplicated promises the undo is
+		// done when the receiver's call returns, and settle below is
+		// what lets it return: wait for the undo first (ctx is the
+		// release's, detached, so releaseTimeout bounds it).
+		m.c.undoNow(ctx, ho.release)
 		r = nil
 	}
 	if !m.c.co.settle(ho, r, err) {

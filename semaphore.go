@@ -291,7 +291,7 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 		}
 		r, err := s.c.underHold(wctx, wait, h, func(count int) call { return acquire(h.field, count) }, func(r []int64) {
 			if r[0] == 1 {
-				s.c.undo(giveBack(h.field, r[1]))
+				s.c.undoHeld(giveBack(h.field, r[1]))
 			}
 		})
 		if err == nil {
@@ -307,8 +307,8 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 		switch {
 		case errors.Is(err, errEnded):
 			return false, 0, endedError(h)
-		case notReplicated(err) != nil: // WithReplicaAck: take the n back
-			s.c.undoNow(wctx, giveBack(h.field, int64(notReplicated(err).count())))
+		case notReplicated(err) != nil: // WithReplicaAck: take the n back, under h's lock
+			s.c.undoUnder(wctx, h, giveBack(h.field, int64(notReplicated(err).count())))
 			return false, 0, err
 		case err != nil:
 			return false, 0, err
