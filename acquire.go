@@ -76,8 +76,8 @@ func (a *acquisition) send(build func(field string) call) (string, []int64, time
 		a.c.undo(calls...)
 	})
 	v, err := a.c.acquired(r)
-	if notReplicated(err) != nil {
-		a.c.undoNow(a.wctx, a.gives(field)...) // WithReplicaAck: given back, and the call fails
+	if nr := notReplicated(err); nr != nil {
+		nr.undo = a.c.undoNow(a.wctx, a.gives(field)...) // WithReplicaAck: given back, and the call fails
 		return field, nil, 0, err
 	}
 	if err != nil {

@@ -36,7 +36,9 @@ var (
 
 	// ErrNotReplicated is returned, with WithReplicaAck, by an acquisition
 	// or re-entry that fewer than the required replicas acknowledged within
-	// the timeout: it was undone in Redis, and no hold was handed out. It
+	// the timeout: it was undone in Redis, and no hold was handed out. Its
+	// text says otherwise when the undo failed (the lease frees what it
+	// took) or was still on its way when the call's context ended. It
 	// also matches the error a renewal logs when it was not acknowledged.
 	ErrNotReplicated = errors.New("redisync: not replicated")
 )

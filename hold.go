@@ -282,7 +282,7 @@ func (c *Client) reenter(ctx, wctx context.Context, wait bool, s *spec, h *hold,
 				c.undoHeld(undo(int(v[1])))
 			}
 		})
-	}, parse, func(n int) { c.undoUnder(wctx, h, undo(n)) })
+	}, parse, func(n int) error { return c.undoUnder(wctx, h, undo(n)) })
 }
 
 // reenterBy is reenter with the sending step given: send runs the
@@ -290,7 +290,7 @@ func (c *Client) reenter(ctx, wctx context.Context, wait bool, s *spec, h *hold,
 // takes back a re-entry to count n that was not acknowledged, under h's
 // lock, which send left held for it (see undoUnder).
 func (c *Client) reenterBy(ctx, wctx context.Context, s *spec, h *hold,
-	send func() ([]int64, error), parse func([]int64) (n int, lost bool), undo func(n int)) (context.Context, error) {
+	send func() ([]int64, error), parse func([]int64) (n int, lost bool), undo func(n int) error) (context.Context, error) {
 	if h.lease != s.lease || h.renewed != s.renewed {
 		return nil, s.wrap(fmt.Errorf("%w: the context holds it with a %s, this handle asks for a %s",
 			ErrInvalid, leaseText(h.lease, h.renewed), leaseText(s.lease, s.renewed)))
@@ -313,7 +313,8 @@ func (c *Client) reenterBy(ctx, wctx context.Context, s *spec, h *hold,
 	case errors.Is(err, errEnded):
 		return nil, s.wrap(endedError(h))
 	case notReplicated(err) != nil:
-		undo(notReplicated(err).count())
+		nr := notReplicated(err)
+		nr.undo = undo(nr.count())
 		return nil, s.wrap(err)
 	case err != nil:
 		// wctx is TryLockFor's bound when it is not ctx: its end while
@@ -557,16 +558,23 @@ func (c *Client) undo(calls ...call) {
 // undoNow is undo for a call that fails with ErrNotReplicated, whose
 // promise is that what it took was undone when it returns: it waits for
 // the replies, as long as ctx lasts and at most releaseTimeout (what it
-// no longer waits for still goes out).
-func (c *Client) undoNow(ctx context.Context, calls ...call) {
+// no longer waits for still goes out). It returns the first error: ctx's
+// when it ended first (the undo is on its way), or why the undo failed.
+func (c *Client) undoNow(ctx context.Context, calls ...call) error {
 	ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
 	defer cancel()
+	var first error
 	for i, r := range c.tr.doAll(ctx, calls) {
-		if err := r.Err(); err != nil && !r.gone {
+		err := r.Err()
+		if err != nil && !r.gone {
 			c.log.Warn("redisync: could not give back what an unacknowledged acquisition took; its lease frees it",
 				"script", scriptName(calls[i]), "error", err)
 		}
+		if first == nil {
+			first = err
+		}
 	}
+	return first
 }
 
 // undoUnder is undoNow for the undo of a script sent through h, under
@@ -577,16 +585,17 @@ func (c *Client) undoNow(ctx context.Context, calls ...call) {
 // released could land after another goroutine's re-entry through h and
 // set the count below what that one took (a Semaphore's permits: other
 // owners could then take more than the semaphore has).
-func (c *Client) undoUnder(ctx context.Context, h *hold, calls ...call) {
-	done := make(chan struct{})
+func (c *Client) undoUnder(ctx context.Context, h *hold, calls ...call) error {
+	done := make(chan error, 1)
 	go func() {
-		defer close(done)
 		defer h.mu.Unlock()
-		c.undoNow(context.WithoutCancel(ctx), calls...)
+		done <- c.undoNow(context.WithoutCancel(ctx), calls...)
 	}()
 	select {
-	case <-done:
+	case err := <-done:
+		return err
 	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

@@ -241,8 +241,8 @@ func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (cont
 			})
 		}, func(r []int64) (int, bool) {
 			return int(r[1]), r[0] != 1
-		}, func(n int) {
-			m.c.undoUnder(wctx, h, m.unlockCalls(h.field, n)...)
+		}, func(n int) error {
+			return m.c.undoUnder(wctx, h, m.unlockCalls(h.field, n)...)
 		})
 		if err != nil {
 			return parent, err

@@ -311,14 +311,14 @@ func (m *Mutex) handOver(ctx context.Context, h *hold, ho *handoff, mine int) (i
 	rep := m.c.tr.do(ctx, k, nil)
 	ho.st.sent = rep.sent
 	r, err := m.c.acquired(rep)
-	if notReplicated(err) != nil {
+	if nr := notReplicated(err); nr != nil {
 		// WithReplicaAck: the receiver's grant was not acknowledged;
 		// take it back, and the receiver's call fails as its own
 		// attempt would have. ErrNotReplicated promises the undo is
 		// done when the receiver's call returns, and settle below is
 		// what lets it return: wait for the undo first (ctx is the
 		// release's, detached, so releaseTimeout bounds it).
-		m.c.undoNow(ctx, ho.release)
+		nr.undo = m.c.undoNow(ctx, ho.release)
 		r = nil
 	}
 	if !m.c.co.settle(ho, r, err) {

@@ -1,6 +1,7 @@
 package redisync
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -19,7 +20,9 @@ import (
 // taken back; the replicas' acknowledgement of that undo is not waited
 // for) before the call returns an error wrapping ErrNotReplicated that
 // names the lock; the hold's context is never handed out. (A call whose
-// context ends during the undo returns then; the undo still goes out.) Each watchdog renewal batch is followed by
+// context ends during the undo returns then, and the undo still goes out;
+// an undo that fails, Redis unreachable, leaves what it took to its lease.
+// The error's text says which.) Each watchdog renewal batch is followed by
 // WAIT the same way (one per node on a Cluster): a renewal that is not
 // acknowledged counts as a failed renewal, so a holder whose writes stop
 // reaching the replicas is told (its context is cancelled with ErrLeaseLost)
@@ -134,12 +137,19 @@ type notReplicatedError struct {
 	acked int64
 	ack   replicaAck
 	err   error // WAIT's own error, if it failed
+	undo  error // why undoing the acquisition did not finish, if it did not
 }
 
 func (e *notReplicatedError) Error() string {
 	undone := "" // a renewal's
-	if e.reply != nil {
+	switch {
+	case e.reply == nil:
+	case e.undo == nil:
 		undone = "; the acquisition was undone"
+	case errors.Is(e.undo, context.Canceled) || errors.Is(e.undo, context.DeadlineExceeded):
+		undone = "; the acquisition is being undone (the call's context ended first)"
+	default:
+		undone = fmt.Sprintf("; undoing the acquisition failed (%v): its lease frees it", e.undo)
 	}
 	if e.err != nil {
 		return fmt.Sprintf("redisync: not replicated: WAIT failed (%v)%s", e.err, undone)

@@ -404,3 +404,47 @@ func TestReplicaAckCohortHandoff(t *testing.T) {
 	assert.Contains(t, got.err.Error(), `"ack-handoff"`)
 	assert.Empty(t, e.keys(t), "the handed lock was taken back")
 }
+
+// ErrNotReplicated's text tells whether the acquisition was undone: not
+// when the undo failed (its lease frees the lock then), and "being
+// undone" when the call's context ended while the undo was on its way.
+func TestReplicaAckUndoOutcomeIsTold(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
+	e := realEnv(t)
+	bg := context.Background()
+	admin := e.rdb(t)
+	rdb, hook := faultRDB(t, &redis.Options{Addr: e.addr, DialTimeout: time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: time.Second})
+	c := newClient(t, rdb, WithReplicaAck(1, 50*time.Millisecond)) // no replica: never acknowledged
+	m := c.Mutex("ack-undo", WithLease(3*time.Second))
+
+	// The undo cannot be sent.
+	hook.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.Drop.Script), Times: 1, Action: faultproxy.Fail(nil)})
+	_, err := m.Lock(bg)
+	require.ErrorIs(t, err, ErrNotReplicated)
+	assert.Contains(t, err.Error(), "undoing the acquisition failed")
+	assert.NotContains(t, err.Error(), "was undone")
+	n, err := admin.Exists(bg, "ack-undo").Result()
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, n, "what the failed undo left is freed by its lease")
+	require.NoError(t, admin.Del(bg, "ack-undo").Err())
+
+	// The undo is slow, and the call's context ends meanwhile.
+	hook.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.Drop.Script), Times: 1, Action: faultproxy.DelayBefore(time.Second)})
+	ctx, cancel := context.WithTimeout(bg, 400*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = m.Lock(ctx)
+	require.ErrorIs(t, err, ErrNotReplicated)
+	assert.Less(t, time.Since(start), 900*time.Millisecond, "the call returns when its context ends")
+	assert.Contains(t, err.Error(), "is being undone (the call's context ended first)")
+	eventually(t, 3*time.Second, "the undo to land", func() bool {
+		n, _ := admin.Exists(bg, "ack-undo").Result()
+		return n == 0
+	})
+
+	// And when it goes through, the error says it was undone.
+	_, err = m.Lock(bg)
+	require.ErrorIs(t, err, ErrNotReplicated)
+	assert.Contains(t, err.Error(), "; the acquisition was undone")
+	assert.Empty(t, e.keys(t))
+}

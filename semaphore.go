@@ -308,7 +308,8 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 		case errors.Is(err, errEnded):
 			return false, 0, endedError(h)
 		case notReplicated(err) != nil: // WithReplicaAck: take the n back, under h's lock
-			s.c.undoUnder(wctx, h, giveBack(h.field, int64(notReplicated(err).count())))
+			nr := notReplicated(err)
+			nr.undo = s.c.undoUnder(wctx, h, giveBack(h.field, int64(nr.count())))
 			return false, 0, err
 		case err != nil:
 			return false, 0, err
