@@ -30,17 +30,7 @@ func ackRDB(t testing.TB, addr string) *redis.Client {
 func ackReplica(t *testing.T, e *testEnv) *redistest.Server {
 	t.Helper()
 	replica := redistestReplica(t, e)
-	rdb := e.rdb(t)
-	bg := context.Background()
-	eventually(t, 10*time.Second, "the replica acknowledging writes", func() bool {
-		p := rdb.Pipeline()
-		p.Set(bg, "ack-probe", 1, 0)
-		p.Del(bg, "ack-probe")
-		w := p.Do(bg, "wait", 1, 50)
-		_, _ = p.Exec(bg)
-		n, _ := w.Int64()
-		return n == 1
-	})
+	waitAcked(t, e)
 	return replica
 }
 
