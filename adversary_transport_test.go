@@ -27,11 +27,8 @@ import (
 // for is still to come when the check looks.
 func TestAdvReplicaAckHandoffUndoneBeforeReturn(t *testing.T) {
 	t.Parallel() // its own servers, mostly waiting
-	e := realEnv(t)
-	replica := ackReplica(t, e)
 	const timeout = 200 * time.Millisecond
-	rdb, hook := faultRDB(t, &redis.Options{Addr: e.addr, DialTimeout: time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: time.Second})
-	c := newClient(t, rdb, WithReplicaAck(1, timeout))
+	e, replica, c, hook := ackFaulted(t, timeout)
 	m := c.Mutex("adv-ack-handoff")
 	bg := context.Background()
 	hctx, err := m.Lock(bg)
@@ -185,11 +182,8 @@ func TestAdvLaneOneSlowReplyAmongMany(t *testing.T) {
 // ErrNotReplicated returns.
 func TestAdvReplicaAckUndoneBeforeReturnMore(t *testing.T) {
 	t.Parallel() // its own servers, mostly waiting
-	e := realEnv(t)
-	replica := ackReplica(t, e)
 	const timeout = 200 * time.Millisecond
-	rdb, hook := faultRDB(t, &redis.Options{Addr: e.addr, DialTimeout: time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: time.Second})
-	c := newClient(t, rdb, WithReplicaAck(1, timeout))
+	e, replica, c, hook := ackFaulted(t, timeout)
 	bg := context.Background()
 	admin := e.rdb(t)
 
@@ -246,11 +240,8 @@ func TestAdvReplicaAckUndoneBeforeReturnMore(t *testing.T) {
 // still reaches Redis.
 func TestAdvReplicaAckContextEndsDuringUndo(t *testing.T) {
 	t.Parallel() // its own servers, mostly waiting
-	e := realEnv(t)
-	replica := ackReplica(t, e)
 	const timeout = 200 * time.Millisecond
-	rdb, hook := faultRDB(t, &redis.Options{Addr: e.addr, DialTimeout: time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: time.Second})
-	c := newClient(t, rdb, WithReplicaAck(1, timeout))
+	e, replica, c, hook := ackFaulted(t, timeout)
 	bg := context.Background()
 	admin := e.rdb(t)
 	held := c.Mutex("adv-ack-held")
@@ -334,11 +325,8 @@ func waitAcked(t *testing.T, e *testEnv) {
 // owners take more than the semaphore's permits.
 func TestAdvReplicaAckSemaphoreUndoRacesSharedHold(t *testing.T) {
 	t.Parallel() // its own servers, mostly waiting
-	e := realEnv(t)
-	replica := ackReplica(t, e)
 	const timeout = 200 * time.Millisecond
-	rdb, hook := faultRDB(t, &redis.Options{Addr: e.addr, DialTimeout: time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: time.Second})
-	c := newClient(t, rdb, WithReplicaAck(1, timeout))
+	e, replica, c, hook := ackFaulted(t, timeout)
 	bg := context.Background()
 	sem := c.Semaphore("adv-ack-sem")
 	require.NoError(t, sem.SetPermits(bg, 3))

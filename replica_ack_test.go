@@ -97,16 +97,24 @@ func TestReplicaAckLockIsOnTheReplica(t *testing.T) {
 	require.NoError(t, f.Unlock(fctx))
 }
 
+// ackFaulted starts a real server with a replica that acknowledges
+// writes, and a Client on it with WithReplicaAck(1, timeout) whose
+// commands the hook can delay, lose or fail.
+func ackFaulted(t *testing.T, timeout time.Duration) (*testEnv, *redistest.Server, *Client, *faultproxy.Hook) {
+	t.Helper()
+	e := realEnv(t)
+	replica := ackReplica(t, e)
+	rdb, hook := faultRDB(t, &redis.Options{Addr: e.addr, DialTimeout: time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: time.Second})
+	return e, replica, newClient(t, rdb, WithReplicaAck(1, timeout)), hook
+}
+
 // With the replica frozen, every kind of acquisition and re-entry fails
 // with ErrNotReplicated within about the timeout, naming the lock, hands
 // out no hold and leaves nothing behind on the primary.
 func TestReplicaAckPausedReplicaFails(t *testing.T) {
 	t.Parallel() // its own servers, mostly waiting
-	e := realEnv(t)
-	replica := ackReplica(t, e)
 	const timeout = 200 * time.Millisecond
-	rdb, hook := faultRDB(t, &redis.Options{Addr: e.addr, DialTimeout: time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: time.Second})
-	c := newClient(t, rdb, WithReplicaAck(1, timeout))
+	e, replica, c, hook := ackFaulted(t, timeout)
 	bg := context.Background()
 
 	sem := c.Semaphore("ack-sem")
