@@ -42,7 +42,9 @@ import (
 //
 // Cost and bounds: timeout bounds the extra latency of an acquisition
 // attempt (on a healthy replica WAIT answers in about one round trip
-// between the primary and the replica). An attempt that finds the lock held
+// between the primary and the replica), also while other attempts on the
+// same node wait in WAIT, up to eight pipelines at once per node and
+// Client (beyond, an attempt waits for one of them). An attempt that finds the lock held
 // sends WAIT too, and waits up to timeout when the connection's earlier
 // writes are not yet acknowledged or fewer than k replicas are connected.
 // Unlock, ForceUnlock, SetPermits and the other calls that are not

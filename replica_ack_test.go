@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -444,5 +445,39 @@ func TestReplicaAckUndoOutcomeIsTold(t *testing.T) {
 	_, err = m.Lock(bg)
 	require.ErrorIs(t, err, ErrNotReplicated)
 	assert.Contains(t, err.Error(), "; the acquisition was undone")
+	assert.Empty(t, e.keys(t))
+}
+
+// WithReplicaAck's timeout bounds the extra latency of each acquisition
+// attempt, also when attempts on one node come while others wait in
+// WAIT: none waits for another's WAIT to end first.
+func TestReplicaAckTimeoutBoundsEachAttempt(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
+	// No replica: every WAIT runs to its timeout.
+	e := realEnv(t)
+	const timeout = 400 * time.Millisecond
+	c := newClient(t, ackRDB(t, e.addr), WithReplicaAck(1, timeout))
+	bg := context.Background()
+	_, err := c.Mutex("ack-each-warm").Lock(bg) // scripts cached, connections made
+	require.ErrorIs(t, err, ErrNotReplicated)
+
+	const n = 8
+	took := make([]time.Duration, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		time.Sleep(50 * time.Millisecond) // each comes while the ones before wait
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			_, err := c.Mutex(fmt.Sprintf("ack-each-%d", i)).Lock(bg)
+			took[i] = time.Since(start)
+			assert.ErrorIs(t, err, ErrNotReplicated)
+		}()
+	}
+	wg.Wait()
+	for i, d := range took {
+		assert.Less(t, d, timeout+250*time.Millisecond, "attempt %d took %v", i, d)
+	}
 	assert.Empty(t, e.keys(t))
 }

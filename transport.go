@@ -23,10 +23,10 @@ import (
 // out together, as one pipeline; a call that finds a lane idle goes out at
 // once, so batching never adds a wait to a lone call. While a pipeline is
 // in flight, the calls that come wait for it and go out together in the
-// next one; a lane has a second worker, which sends them without waiting
-// any longer once that pipeline has been out for laneStall, so one
-// pipeline waiting on a slow reply does not hold up the calls that come
-// after it.
+// next one. A lane has a second worker (a lane whose pipelines end with
+// WAIT has up to eight), which sends them without waiting any longer once
+// that pipeline has been out for laneStall, so one pipeline waiting on a
+// slow reply does not hold up the calls that come after it.
 //
 // Its callers wait for their reply or for their context, whichever comes
 // first, without a goroutine of their own: a caller whose context ends
@@ -59,14 +59,17 @@ type transport struct {
 	pipes   atomic.Uint64 // pipelines sent, to tell them apart
 }
 
-// Bounds of a lane: workers (pipelines in flight at once), calls per
-// pipeline, how long a pipeline is out before another one goes out beside
-// it, and how long an idle worker stays.
+// Bounds of a lane: workers (pipelines in flight at once; more on a lane
+// whose pipelines end with WAIT, each of which may be out for the whole
+// WithReplicaAck timeout, which bounds the extra latency of every
+// attempt), calls per pipeline, how long a pipeline is out before another
+// one goes out beside it, and how long an idle worker stays.
 const (
-	laneWorkers = 2
-	laneBatch   = 2000
-	laneStall   = 2 * time.Millisecond
-	laneIdle    = 10 * time.Second
+	laneWorkers     = 2
+	laneWaitWorkers = 8
+	laneBatch       = 2000
+	laneStall       = 2 * time.Millisecond
+	laneIdle        = 10 * time.Second
 )
 
 // call is one script invocation (or, with a nil script, one command whose
@@ -179,6 +182,7 @@ type lane struct {
 	// lane's worker goroutines and those of them waiting for calls.
 	queue   []*op
 	workers int
+	most    int // workers at most: laneWorkers, or laneWaitWorkers
 	idle    int
 	sending int       // pipelines in flight: workers' and callers' own
 	sentAt  time.Time // when the latest of them was sent
@@ -316,7 +320,11 @@ func (t *transport) lane(k *call) (*lane, error) {
 	t.mu.Lock()
 	l := t.lanes[key]
 	if l == nil {
-		l = &lane{t: t, key: key, node: node, kick: make(chan struct{}, laneWorkers)}
+		most := laneWorkers
+		if key.wait {
+			most = laneWaitWorkers
+		}
+		l = &lane{t: t, key: key, node: node, most: most, kick: make(chan struct{}, most)}
 		t.lanes[key] = l
 	}
 	t.mu.Unlock()
@@ -339,7 +347,7 @@ func (l *lane) queueOps(ops []*op) {
 		case l.kick <- struct{}{}:
 		default:
 		}
-	case l.workers < laneWorkers:
+	case l.workers < l.most:
 		l.workers++
 		l.t.workers.Add(1)
 		go l.work()
