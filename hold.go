@@ -555,8 +555,9 @@ func (c *Client) undo(calls ...call) {
 	}, calls...)
 }
 
-// undoNow is undo for a call that fails with ErrNotReplicated, whose
-// promise is that what it took was undone when it returns: it waits for
+// undoNow is undo for a caller that must know the undo done before it goes
+// on (a call that fails with ErrNotReplicated, whose promise is that what
+// it took was undone when it returns; see also undoHeld): it waits for
 // the replies, as long as ctx lasts and at most releaseTimeout (what it
 // no longer waits for still goes out). It returns the first error: ctx's
 // when it ended first (the undo is on its way), or why the undo failed.
@@ -567,7 +568,7 @@ func (c *Client) undoNow(ctx context.Context, calls ...call) error {
 	for i, r := range c.tr.doAll(ctx, calls) {
 		err := r.Err()
 		if err != nil && !r.gone {
-			c.log.Warn("redisync: could not give back what an unacknowledged acquisition took; its lease frees it",
+			c.log.Warn("redisync: could not give back what an attempt took; its lease or deadline frees it",
 				"script", scriptName(calls[i]), "error", err)
 		}
 		if first == nil {
@@ -606,16 +607,7 @@ func (c *Client) undoUnder(ctx context.Context, h *hold, calls ...call) error {
 // pipelines of one lane may overtake each other (one goes out beside a
 // slow one after laneStall): a give-back landing after another
 // goroutine's re-entry would set the count below what that one took.
-func (c *Client) undoHeld(calls ...call) {
-	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-	defer cancel()
-	for i, r := range c.tr.doAll(ctx, calls) {
-		if err := r.Err(); err != nil {
-			c.log.Warn("redisync: could not give back what an abandoned attempt took; its lease or deadline frees it",
-				"script", scriptName(calls[i]), "error", err)
-		}
-	}
-}
+func (c *Client) undoHeld(calls ...call) { _ = c.undoNow(context.Background(), calls...) }
 
 // scriptName names k's script for the log.
 func scriptName(k call) string {
