@@ -396,40 +396,33 @@ func (l *lane) work() {
 	for {
 		l.mu.Lock()
 		for {
-			if len(l.queue) == 0 {
+			// Nothing queued: wait for calls, at most laneIdle. Calls
+			// queued while a pipeline is in flight: wait for its stall.
+			empty, d := len(l.queue) == 0, laneIdle
+			if empty {
 				l.idle++
-				l.mu.Unlock()
-				idle.Reset(laneIdle)
-				quit := false
-				select {
-				case <-l.kick:
-				case <-idle.C:
-					quit = true
-				case <-l.t.closed:
-					quit, closing = true, true
-				}
-				l.mu.Lock()
-				l.idle--
-				if quit && len(l.queue) == 0 {
-					l.workers--
-					l.mu.Unlock()
-					return
-				}
-				continue
-			}
-			d := l.stall(time.Now())
-			if d == 0 || closing {
+			} else if d = l.stall(time.Now()); d == 0 || closing {
 				break
 			}
 			l.mu.Unlock()
 			idle.Reset(d)
+			timedOut := false
 			select {
-			case <-idle.C:
 			case <-l.kick:
+			case <-idle.C:
+				timedOut = true
 			case <-l.t.closed:
 				closing = true
 			}
 			l.mu.Lock()
+			if empty {
+				l.idle--
+				if (timedOut || closing) && len(l.queue) == 0 {
+					l.workers--
+					l.mu.Unlock()
+					return
+				}
+			}
 		}
 		n := min(len(l.queue), laneBatch)
 		batch := l.queue[:n:n]
