@@ -9,21 +9,21 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// WithReplicaAck makes every acquisition count only once at least k
-// replicas of the lock's Redis node have it. After each first acquisition
-// and each re-entry of every primitive (Mutex, FairMutex, RWMutex read and
-// write, Semaphore, MultiLock), redisync sends WAIT k timeout on the same connection,
-// in the same pipeline (one round trip) as the script; WAIT answers once k
-// replicas have acknowledged every write that connection made, or when
-// timeout has passed. If fewer than k acknowledged, the acquisition is
-// undone in Redis (a first acquisition is released whole, a re-entry is
-// taken back; the replicas' acknowledgement of that undo is not waited
-// for) before the call returns an error wrapping ErrNotReplicated that
-// names the lock; the hold's context is never handed out. (A call whose
-// context ends during the undo returns then, and the undo still goes out;
-// an undo that fails, Redis unreachable, leaves what it took to its lease.
-// The error's text says which.) Each watchdog renewal batch is followed by
-// WAIT the same way (one per node on a Cluster): a renewal that is not
+// WithReplicaAck makes every acquisition count only once at least k replicas
+// of the lock's Redis node have it. After each first acquisition and each
+// re-entry of every primitive (Mutex, FairMutex, RWMutex read and write,
+// Semaphore, MultiLock), redisync sends WAIT k timeout on the same
+// connection, in the same pipeline (one round trip) as the script; WAIT
+// answers once k replicas have acknowledged every write that connection
+// made, or when timeout has passed. If fewer than k acknowledged, the
+// acquisition is undone in Redis (a first acquisition is released whole, a
+// re-entry is taken back; the replicas' acknowledgement of that undo is not
+// waited for) before the call returns an error wrapping ErrNotReplicated
+// that names the lock; the hold's context is never handed out. (A call whose
+// context ends during the undo returns then, and the undo still goes out; an
+// undo that fails, Redis unreachable, leaves what it took to its lease. The
+// error's text says which.) Each watchdog renewal batch is followed by WAIT
+// the same way (one per node on a Cluster): a renewal that is not
 // acknowledged counts as a failed renewal, so a holder whose writes stop
 // reaching the replicas is told (its context is cancelled with ErrLeaseLost)
 // before the lease of its last acknowledged renewal could run out.
@@ -44,9 +44,10 @@ import (
 // attempt (on a healthy replica WAIT answers in about one round trip
 // between the primary and the replica), also while other attempts on the
 // same node wait in WAIT, up to eight pipelines at once per node and
-// Client (beyond, an attempt waits for one of them). An attempt that finds the lock held
-// sends WAIT too, and waits up to timeout when the connection's earlier
-// writes are not yet acknowledged or fewer than k replicas are connected.
+// Client (beyond, an attempt waits for one of them). An attempt that finds
+// the lock held sends WAIT too, and waits up to timeout when the
+// connection's earlier writes are not yet acknowledged or fewer than k
+// replicas are connected.
 // Unlock, ForceUnlock, SetPermits and the other calls that are not
 // acquisitions do not wait: a release that a failover loses leaves a lock
 // that its lease frees, delaying the next holder but never admitting two.
