@@ -26,6 +26,26 @@ func (c *endingCtx) Err() error {
 	return err
 }
 
+// lockedHold locks the Mutex name on a new Client of e and returns the
+// Client, the hold's context and the hold.
+func lockedHold(t *testing.T, e *testEnv, name string) (*Client, context.Context, *hold) {
+	t.Helper()
+	c := e.client(t)
+	m := c.Mutex(name)
+	lctx, err := m.Lock(context.Background())
+	require.NoError(t, err)
+	h := held(lctx, m.spec.ref)
+	require.NotNil(t, h)
+	return c, lctx, h
+}
+
+// loseNow ends h as lost, as its timer does, and gives it back.
+func loseNow(c *Client, h *hold) {
+	if c.wd.end(h, endLost, ErrLeaseLost) {
+		c.giveBack(h)
+	}
+}
+
 // A hold context's Err never says live once it has seen the hold end: a
 // hold that ends while Err runs (its end cancels the context, then clears
 // the deadline) must not be reported live because its deadline is gone.
@@ -33,19 +53,9 @@ func (c *endingCtx) Err() error {
 // of TestPausedHolderIsToldAtOnce in about 20).
 func TestHoldCtxErrSeesAnEndDuringTheCall(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, e *testEnv) {
-		bg := context.Background()
-		c := e.client(t)
-		m := c.Mutex("holdctx:end")
-		lctx, err := m.Lock(bg)
-		require.NoError(t, err)
-		h := held(lctx, m.spec.ref)
-		require.NotNil(t, h)
+		c, lctx, h := lockedHold(t, e, "holdctx:end")
 		inner := h.ctx.(*holdCtx).Context
-		tctx := &holdCtx{Context: &endingCtx{Context: inner, end: func() {
-			if c.wd.end(h, endLost, ErrLeaseLost) {
-				c.giveBack(h)
-			}
-		}}, h: h}
+		tctx := &holdCtx{Context: &endingCtx{Context: inner, end: func() { loseNow(c, h) }}, h: h}
 		assert.Error(t, tctx.Err(), "the hold ended during Err: it is not live")
 		assert.ErrorIs(t, context.Cause(lctx), ErrLeaseLost)
 		assert.Error(t, lctx.Err())
@@ -58,21 +68,11 @@ func TestHoldCtxErrSeesAnEndDuringTheCall(t *testing.T) {
 // check), and the holder's goroutine must not read "live" meanwhile.
 func TestHoldCtxErrWhileAnotherGoroutineEndsIt(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, e *testEnv) {
-		bg := context.Background()
-		c := e.client(t)
-		m := c.Mutex("holdctx:firsts")
-		lctx, err := m.Lock(bg)
-		require.NoError(t, err)
-		h := held(lctx, m.spec.ref)
-		require.NotNil(t, h)
+		c, lctx, h := lockedHold(t, e, "holdctx:firsts")
 		inFirst, release := make(chan struct{}), make(chan struct{})
 		h.first(func() { close(inFirst); <-release })
 		h.dl.set(time.Now().Add(-time.Millisecond)) // as after a stop
-		go func() {
-			if c.wd.end(h, endLost, ErrLeaseLost) {
-				c.giveBack(h)
-			}
-		}()
+		go loseNow(c, h)
 		<-inFirst
 		got := make(chan error, 1)
 		go func() { got <- lctx.Err() }()
