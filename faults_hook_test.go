@@ -163,6 +163,65 @@ func TestSubscribeWriteFailureIsResent(t *testing.T) {
 	}
 }
 
+// A write on the subscription connection that fails makes go-redis replace
+// the connection and subscribe its channels again on the new one; the
+// reader may never see the old one fail (here it waits for the PubSub's
+// lock while the UNSUBSCRIBE's write stalls, after a message). The replies
+// the old connection owed never come, and a channel whose UNSUBSCRIBE
+// failed there is subscribed nowhere: a waiter that then comes for it must
+// subscribe it again. It failed before: the channel still counted as
+// subscribed, nothing was sent, and the waiter slept through the unlock
+// until the holder's whole lease (30s) had passed.
+func TestSubscriptionReplacedUnseenBySilentWriteFailure(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
+	e := realEnv(t)
+	ctx := context.Background()
+	admin := e.rdb(t)
+	holder := e.client(t) // default 30s watchdog lease
+	// The stalled write fails at its deadline, as a dead connection's would.
+	rdb, h := faultRDB(t, &redis.Options{Addr: e.addr, WriteTimeout: 100 * time.Millisecond})
+	waiter := newClient(t, rdb)
+	const lost, kept = "silent:lost", "silent:kept"
+	lostHold, err := holder.Mutex(lost).Lock(ctx)
+	require.NoError(t, err)
+	_, err = holder.Mutex(kept).Lock(ctx)
+	require.NoError(t, err)
+
+	// A waiter on each lock; the connection holds both channels.
+	kctx, kcancel := context.WithCancel(ctx)
+	kdone := faultLockAsync(kctx, waiter.Mutex(kept))
+	t.Cleanup(func() { kcancel(); <-kdone })
+	lctx, lcancel := context.WithCancel(ctx)
+	ldone := faultLockAsync(lctx, waiter.Mutex(lost))
+	eventually(t, 2*time.Second, "both channels subscribed", func() bool {
+		return faultNumSub(t, admin, faultMutexChannel(lost)) == 1 && faultNumSub(t, admin, faultMutexChannel(kept)) == 1
+	})
+
+	// The waiter of lost leaves: its UNSUBSCRIBE stalls past the write
+	// deadline, holding the PubSub's lock, while a message on kept draws
+	// the reader away from the old connection.
+	stall := h.OnWrite(faultproxy.WriteRule{Name: "UNSUBSCRIBE", Times: 1, Action: faultproxy.DelayWrite(400 * time.Millisecond)})
+	lcancel()
+	require.ErrorIs(t, (<-ldone).err, context.Canceled)
+	eventually(t, time.Second, "the UNSUBSCRIBE written", func() bool { return stall.Fired() == 1 })
+	time.Sleep(100 * time.Millisecond)
+	require.NoError(t, admin.Publish(ctx, faultMutexChannel(kept), "wake").Err())
+	time.Sleep(500 * time.Millisecond) // the write failed; go-redis is on a new connection
+
+	// A new waiter of lost must be woken by its unlock.
+	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer wcancel()
+	done := faultLockAsync(wctx, waiter.Mutex(lost))
+	time.Sleep(300 * time.Millisecond)
+	unlocked := time.Now()
+	require.NoError(t, holder.Mutex(lost).Unlock(lostHold))
+	r := <-done
+	require.NoError(t, r.err, "the new waiter was not woken by the unlock (Redis subscribers on its channel: %d)",
+		faultNumSub(t, admin, faultMutexChannel(lost)))
+	assert.Less(t, r.at.Sub(unlocked), 2*time.Second, "the waiter got the lock late")
+	require.NoError(t, waiter.Mutex(lost).Unlock(r.hctx))
+}
+
 // S5 — After a NOSCRIPT retry, the watchdog dates successful renewals too
 // late. It renews all holds in one pipeline per tick; when part of the batch
 // answers NOSCRIPT (Redis lost its script cache), the old code resends those

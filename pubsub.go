@@ -574,7 +574,8 @@ func (p *pubsub) resend() {
 }
 
 // write is c's writer goroutine: it writes the queued commands in order
-// until the client closes or c is retired.
+// until the client closes or c is retired. After a failed write it pauses
+// (10ms, doubling up to a second while writes keep failing).
 func (p *pubsub) write(c *subConn) {
 	defer p.wg.Done()
 	ctx := context.Background()
@@ -582,6 +583,7 @@ func (p *pubsub) write(c *subConn) {
 	if c.sharded {
 		sub, unsub = c.ps.SSubscribe, c.ps.SUnsubscribe
 	}
+	backoff := 10 * time.Millisecond
 	for {
 		select {
 		case <-c.kick:
@@ -599,29 +601,61 @@ func (p *pubsub) write(c *subConn) {
 			op := c.ops[0]
 			c.ops = c.ops[1:]
 			p.mu.Unlock()
-			switch {
-			case op.sub:
-				// A failed write may have made go-redis reconnect and
-				// re-subscribe its channels without this one: write it
-				// again at once (the retry timer covers the rest).
-				if sub(ctx, op.name) != nil {
-					_ = sub(ctx, op.name)
-				}
-			case op.forget:
-				_ = unsub(ctx, op.name)
-			default:
-				if unsub(ctx, op.name) != nil {
-					// No confirmation will come: the connection is gone,
-					// and go-redis does not re-subscribe the channel.
-					p.mu.Lock()
-					if s := c.subs[op.name]; s != nil && s.unsubs > 0 {
-						s.unsubs--
-					}
-					p.mu.Unlock()
-				}
+			do := unsub
+			if op.sub {
+				do = sub
 			}
+			if do(ctx, op.name) == nil {
+				backoff = 10 * time.Millisecond
+				continue
+			}
+			if p.writeFailed(c) {
+				return
+			}
+			select {
+			case <-time.After(backoff):
+			case <-c.gone:
+				return
+			case <-p.closed:
+				return
+			}
+			backoff = min(backoff*2, time.Second)
 		}
 	}
+}
+
+// writeFailed records that a write on c failed. go-redis has then replaced
+// c's connection and subscribed the channels it knew again on the new one,
+// and c's reader may never see the old one fail (it was not reading it
+// then): the old connection's replies, those it gave and those it still
+// owed, no longer count, as when the reader sees it fail (connLost). The
+// write that failed is not sent again: each channel of c is subscribed
+// again instead, after the UNSUBSCRIBEs still queued, so its confirmation
+// comes on the new connection and wakes its waiters. It reports whether c
+// was retired.
+func (p *pubsub) writeFailed(c *subConn) (retired bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.lost(c) {
+		return true
+	}
+	ops := c.ops[:0]
+	for _, op := range c.ops {
+		if op.sub {
+			continue
+		}
+		ops = append(ops, op)
+		if !op.forget {
+			c.state(op.name).unsubs++
+		}
+	}
+	c.ops = ops
+	for _, ch := range p.chans {
+		if ch.conn == c {
+			p.queueSub(c, ch.name)
+		}
+	}
+	return false
 }
 
 // mark records the state of a channel that is already subscribed and
@@ -883,6 +917,11 @@ func (p *pubsub) read(c *subConn) {
 func (p *pubsub) connLost(c *subConn) (retired bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.lost(c)
+}
+
+// lost is connLost with p.mu held.
+func (p *pubsub) lost(c *subConn) (retired bool) {
 	now := time.Now()
 	used := false
 	for name, s := range c.subs {
