@@ -30,7 +30,9 @@ import (
 // what was sent: a SUBSCRIBE counts once Redis confirmed it on the channel's
 // connection, one whose write failed or whose confirmation does not come is
 // sent again until it is, and a lost connection unconfirms every channel on
-// it until it has been subscribed afresh. Whenever a channel becomes
+// it until it has been subscribed afresh (a failed write counts as one:
+// go-redis then replaces the connection, maybe unseen by the reader, and
+// the replies the old one owed never come). Whenever a channel becomes
 // subscribed again while waiters wait on it (a reconnection, a rotation, a
 // move to another node), a message may have been missed meanwhile, so its
 // waiters look again. Messages can still be lost, so no wait relies on them
