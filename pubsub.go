@@ -1009,7 +1009,14 @@ func (p *pubsub) ack(c *subConn, kind, name string) {
 		return
 	}
 	if ch == nil {
-		if !s.live && s.unsubs == 0 {
+		// No local waiter needs the channel on c: only the replies its
+		// UNSUBSCRIBEs still owe are awaited. A confirmation with none
+		// owed is not trusted: it can be a reply read from a connection
+		// go-redis has since replaced (a failed write) after writeFailed
+		// reset c's states, for a channel the new connection does not
+		// have. Kept, it would make the channel's next waiter count it as
+		// subscribed and send nothing; dropped, that waiter subscribes it.
+		if s.unsubs == 0 {
 			delete(c.subs, name)
 		}
 		return
