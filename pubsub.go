@@ -632,8 +632,9 @@ func (p *pubsub) write(c *subConn) {
 // then): the old connection's replies, those it gave and those it still
 // owed, no longer count, as when the reader sees it fail (connLost). The
 // write that failed is not sent again: each channel of c is subscribed
-// again instead, after the UNSUBSCRIBEs still queued, so its confirmation
-// comes on the new connection and wakes its waiters. It reports whether c
+// again instead, after the UNSUBSCRIBEs still queued (the SUBSCRIBEs
+// queued are dropped), so its confirmation comes on the new connection
+// and wakes its waiters. It reports whether c
 // was retired.
 func (p *pubsub) writeFailed(c *subConn) (retired bool) {
 	p.mu.Lock()
@@ -641,17 +642,7 @@ func (p *pubsub) writeFailed(c *subConn) (retired bool) {
 	if p.lost(c) {
 		return true
 	}
-	ops := c.ops[:0]
-	for _, op := range c.ops {
-		if op.sub {
-			continue
-		}
-		ops = append(ops, op)
-		if !op.forget {
-			c.state(op.name).unsubs++
-		}
-	}
-	c.ops = ops
+	c.ops = slices.DeleteFunc(c.ops, func(op subOp) bool { return op.sub })
 	for _, ch := range p.chans {
 		if ch.conn == c {
 			p.queueSub(c, ch.name)
@@ -933,6 +924,13 @@ func (p *pubsub) lost(c *subConn) (retired bool) {
 		}
 		used = true
 		s.live, s.unsubs, s.sent = false, 0, now
+	}
+	// The UNSUBSCRIBEs still queued go out on the new connection: their
+	// replies are owed there.
+	for _, op := range c.ops {
+		if !op.sub && !op.forget {
+			c.state(op.name).unsubs++
+		}
 	}
 	if c.sharded && c.addr != "" {
 		if !used {

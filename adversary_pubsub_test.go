@@ -22,7 +22,8 @@ import (
 // confirmation. The channel must not count as subscribed: a new waiter on
 // it must subscribe it again and be woken by the unlock, not sleep through
 // the holder's 30s lease.
-func TestAdv3StaleConfirmationAfterWriteFailure(t *testing.T) {
+func TestAdvStaleConfirmationAfterWriteFailure(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	e := realEnv(t)
 	ctx := context.Background()
 	admin := e.rdb(t)
@@ -31,7 +32,7 @@ func TestAdv3StaleConfirmationAfterWriteFailure(t *testing.T) {
 	waiter := newClient(t, rdb)
 	const rounds = 5
 	for i := range rounds {
-		name := fmt.Sprintf("adv3:stale:%d", i)
+		name := fmt.Sprintf("adv:stale:%d", i)
 		channel := faultMutexChannel(name)
 		onChannel := func(args []string) bool { return len(args) > 1 && args[1] == channel }
 		hold, err := holder.Mutex(name).Lock(ctx)
@@ -49,7 +50,7 @@ func TestAdv3StaleConfirmationAfterWriteFailure(t *testing.T) {
 		eventually(t, 2*time.Second, "the UNSUBSCRIBE stalled", func() bool { return stall.Fired() == 1 })
 		time.Sleep(1200 * time.Millisecond) // it failed; go-redis is on a new connection
 
-		left := adv3State(waiter, channel)
+		left := subStateOf(waiter, channel)
 		wctx, wcancel := context.WithTimeout(ctx, 6*time.Second)
 		done := faultLockAsync(wctx, waiter.Mutex(name))
 		time.Sleep(300 * time.Millisecond)
@@ -65,8 +66,8 @@ func TestAdv3StaleConfirmationAfterWriteFailure(t *testing.T) {
 	}
 }
 
-// adv3State describes channel's state on c's subscription connections.
-func adv3State(c *Client, channel string) string {
+// subStateOf describes channel's state on c's subscription connections.
+func subStateOf(c *Client, channel string) string {
 	c.ps.mu.Lock()
 	defer c.ps.mu.Unlock()
 	out := ""
