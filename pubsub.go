@@ -576,8 +576,8 @@ func (p *pubsub) resend() {
 }
 
 // write is c's writer goroutine: it writes the queued commands in order
-// until the client closes or c is retired. After a failed write it pauses
-// (10ms, doubling up to a second while writes keep failing).
+// until the client closes or c is retired, pausing after a failed write
+// (see pause).
 func (p *pubsub) write(c *subConn) {
 	defer p.wg.Done()
 	ctx := context.Background()
@@ -585,7 +585,7 @@ func (p *pubsub) write(c *subConn) {
 	if c.sharded {
 		sub, unsub = c.ps.SSubscribe, c.ps.SUnsubscribe
 	}
-	backoff := 10 * time.Millisecond
+	backoff := firstBackoff
 	for {
 		select {
 		case <-c.kick:
@@ -608,20 +608,12 @@ func (p *pubsub) write(c *subConn) {
 				do = sub
 			}
 			if do(ctx, op.name) == nil {
-				backoff = 10 * time.Millisecond
+				backoff = firstBackoff
 				continue
 			}
-			if p.writeFailed(c) {
+			if p.writeFailed(c) || !p.pause(c, &backoff) {
 				return
 			}
-			select {
-			case <-time.After(backoff):
-			case <-c.gone:
-				return
-			case <-p.closed:
-				return
-			}
-			backoff = min(backoff*2, time.Second)
 		}
 	}
 }
@@ -634,8 +626,7 @@ func (p *pubsub) write(c *subConn) {
 // write that failed is not sent again: each channel of c is subscribed
 // again instead, after the UNSUBSCRIBEs still queued (the SUBSCRIBEs
 // queued are dropped), so its confirmation comes on the new connection
-// and wakes its waiters. It reports whether c
-// was retired.
+// and wakes its waiters. It reports whether c was retired.
 func (p *pubsub) writeFailed(c *subConn) (retired bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -850,6 +841,25 @@ func wake(ws []*waiter, n int) {
 	}
 }
 
+// firstBackoff is how long a connection's reader or writer pauses after
+// a first failure; see pause.
+const firstBackoff = 10 * time.Millisecond
+
+// pause waits *backoff after a failure on c, then doubles it, up to a
+// second, for the next failure in a row. It reports false, at once, when
+// the client closes or c is retired first.
+func (p *pubsub) pause(c *subConn, backoff *time.Duration) bool {
+	select {
+	case <-time.After(*backoff):
+	case <-c.gone:
+		return false
+	case <-p.closed:
+		return false
+	}
+	*backoff = min(*backoff*2, time.Second)
+	return true
+}
+
 // read is c's reader goroutine: it dispatches messages and confirmations
 // until the client closes or c is retired. go-redis reconnects and
 // re-subscribes the channels it knows by itself after a connection error;
@@ -857,7 +867,7 @@ func wake(ws []*waiter, n int) {
 // serves a channel's slot) routes c's channels again.
 func (p *pubsub) read(c *subConn) {
 	defer p.wg.Done()
-	backoff := 10 * time.Millisecond
+	backoff := firstBackoff
 	for {
 		msg, err := c.ps.Receive(context.Background())
 		if err != nil {
@@ -877,20 +887,12 @@ func (p *pubsub) read(c *subConn) {
 				continue
 			}
 			p.log.Warn("redisync: subscription connection lost; re-subscribing", "node", c.addr, "error", err)
-			if p.connLost(c) {
+			if p.connLost(c) || !p.pause(c, &backoff) {
 				return
 			}
-			select {
-			case <-p.closed:
-				return
-			case <-c.gone:
-				return
-			case <-time.After(backoff):
-			}
-			backoff = min(backoff*2, time.Second)
 			continue
 		}
-		backoff = 10 * time.Millisecond
+		backoff = firstBackoff
 		switch m := msg.(type) {
 		case *redis.Message:
 			p.deliver(m.Channel, m.Payload)
