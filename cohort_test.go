@@ -399,7 +399,9 @@ func TestCohortLeaseLostMidHandoff(t *testing.T) {
 	other := e.client(t).Mutex(m.Name())
 	octx, err := other.TryLock(context.Background())
 	require.NoError(t, err)
-	<-unlocked // before the hold's deadline, a release cannot tell (see Mutex.Unlock)
+	// Written once, the handoff that found the releaser's hold gone says
+	// it was lost (see writes).
+	assert.ErrorIs(t, <-unlocked, ErrLeaseLost)
 
 	select {
 	case got := <-w:

@@ -203,9 +203,8 @@ func (e *Election) Term(ctx context.Context) (int64, bool) {
 // ctx carries no leadership of this election, or one that has ended; that
 // error also wraps ErrLeaseLost when the leadership was lost, as
 // Mutex.Unlock tells it: by the leadership's local deadline (a process
-// stopped past its lease learns it here), not by what Redis still has (a
-// leadership that Redis lost before its deadline, a deleted key, is told
-// by the next renewal).
+// stopped past its lease learns it here), or by Redis no longer having it
+// (a leadership lost before its deadline, a deleted key).
 func (e *Election) Resign(ctx context.Context) error {
 	if err := e.check(ctx); err != nil {
 		return err

@@ -865,6 +865,28 @@ func TestResentLastUnlockSucceeds(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, 1, n)
 		})
+		t.Run("multilock", func(t *testing.T) {
+			m := c.MultiLock(multiNames("s9-multi"))
+			hctx, err := m.Lock(ctx)
+			require.NoError(t, err)
+			r := resend(t, lua.MultiUnlock)
+			require.NoError(t, m.Unlock(hctx), notHeldMsg)
+			require.Equal(t, 1, r.Fired())
+			ended(t, hctx)
+			free(t, "s9-multi")
+		})
+		t.Run("election", func(t *testing.T) {
+			el := c.Election("s9-elect")
+			lctx, err := el.Campaign(ctx, "me")
+			require.NoError(t, err)
+			r := resend(t, lua.ElectResign)
+			require.NoError(t, el.Resign(lctx), notHeldMsg)
+			require.Equal(t, 1, r.Fired())
+			ended(t, lctx)
+			l, err := el.Leader(ctx)
+			require.NoError(t, err)
+			assert.Zero(t, l.Term, "somebody still leads")
+		})
 	})
 }
 

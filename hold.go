@@ -460,9 +460,10 @@ func leaseText(d time.Duration, renewed bool) string {
 
 // release gives up n of the holds that ctx carries (all of them when n is
 // its count). send runs the release script with the count before it and
-// returns 1 (holds remain), 2 (the last was released, or was already gone)
-// or 0 (this owner's holds are gone: the lease was lost), and when it was
-// sent.
+// returns 1 (holds remain), 2 (the last was released, or was already gone
+// and the call was written twice: see writes), goneAt (the last was
+// already gone, lost) or 0 (holds that should remain are gone: the lease
+// was lost), and when it was sent.
 func (c *Client) release(ctx context.Context, s *spec, n int, send func(ctx context.Context, h *hold, count int) (int64, time.Time, error)) error {
 	h := carried(ctx, s.ref)
 	if h == nil {
@@ -492,6 +493,12 @@ func (c *Client) release(ctx context.Context, s *spec, n int, send func(ctx cont
 		}
 		return s.wrap(err)
 	case reply == 0:
+		c.lose(h, true)
+		return s.wrap(errLost)
+	case reply == goneAt:
+		// Redis lost the hold before its deadline (forced elsewhere, its
+		// data lost, a key deleted): the hold has ended, and its owner
+		// learns here that it was not protected until now.
 		c.lose(h, true)
 		return s.wrap(errLost)
 	case reply == 1 && !last:
@@ -683,10 +690,12 @@ func (c *Client) releaseAll(ctx context.Context, calls []call) error {
 	return nil
 }
 
-// releaseBy sends k, a release script, for release's send.
+// releaseBy sends k, a release script, for release's send; a last hold
+// found gone is lost unless go-redis wrote the call twice (see writes).
 func (c *Client) releaseBy(ctx context.Context, k call) (int64, time.Time, error) {
+	k, w := counted(k)
 	k.direct = true
 	r := c.tr.do(ctx, k, nil)
 	n, err := r.Int64()
-	return n, r.sent, err
+	return lostOrResent(n, w), r.sent, err
 }

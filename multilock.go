@@ -379,7 +379,7 @@ func (m *MultiLock) unlockCallsOf(groups []multiGroup, field string, count int) 
 // this MultiLock (the same names) or a hold that ended, also wrapping
 // ErrLeaseLost when it was lost from any of the names (the others are
 // then freed too), told as Mutex.Unlock tells it: by the hold's local
-// deadline, or by a count above one that Redis no longer has. After
+// deadline, or by what Redis no longer has. After
 // another error on the last hold, the hold has ended and redisync retries
 // the release in the background.
 func (m *MultiLock) Unlock(ctx context.Context) error {
@@ -391,11 +391,16 @@ func (m *MultiLock) Unlock(ctx context.Context) error {
 		if len(calls) == 1 {
 			return m.c.releaseBy(ctx, calls[0])
 		}
-		// 0 (lost) from any slot, else 1 (holds remain) from any, else
-		// 2 (released); dated by the earliest send.
+		ws := make([]*writes, len(calls))
+		for i := range calls {
+			calls[i], ws[i] = counted(calls[i])
+		}
+		// 0 (lost) from any slot, else goneAt (the last hold lost) from
+		// any, else 1 (holds remain) from any, else 2 (released); dated
+		// by the earliest send.
 		var res int64 = 2
 		var sent time.Time
-		for _, r := range m.c.tr.doAll(ctx, calls) {
+		for i, r := range m.c.tr.doAll(ctx, calls) {
 			n, err := r.Int64()
 			if err != nil {
 				return 0, r.sent, err
@@ -403,8 +408,13 @@ func (m *MultiLock) Unlock(ctx context.Context) error {
 			if sent.IsZero() || r.sent.Before(sent) {
 				sent = r.sent
 			}
-			if n == 0 || n == 1 && res == 2 {
-				res = n
+			switch n = lostOrResent(n, ws[i]); {
+			case n == 0 || res == 0:
+				res = 0
+			case n == goneAt || res == goneAt:
+				res = goneAt
+			case n == 1:
+				res = 1
 			}
 		}
 		return res, sent, nil

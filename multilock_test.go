@@ -272,13 +272,13 @@ func TestMultiLockLoss(t *testing.T) {
 		})
 
 		// A last Unlock that finds one name gone (deleted behind the
-		// holder's back, before its deadline) frees the others; as for a
-		// Mutex, only the next renewal would have told the loss.
+		// holder's back, before its deadline) frees the others, and tells
+		// the loss, as a Mutex's does.
 		c3 := e.client(t)
 		lctx, err = c3.MultiLock(names).Lock(bg)
 		require.NoError(t, err)
 		require.NoError(t, rdb.Del(bg, "loss:a").Err())
-		assert.NoError(t, c3.MultiLock(names).Unlock(lctx))
+		assert.ErrorIs(t, c3.MultiLock(names).Unlock(lctx), ErrLeaseLost)
 		assert.Empty(t, e.keys(t))
 
 		// The context it was taken with ends: released at once.

@@ -217,7 +217,7 @@ func TestForceUnlock(t *testing.T) {
 		assert.True(t, ok, "the waiter's hold is freed")
 		assert.ErrorIs(t, context.Cause(hctx), ErrLeaseLost, "the process that forced it: told at once")
 		assert.NoError(t, r.ctx.Err(), "another process hears at its next renewal")
-		assert.NoError(t, waiter.unlock(r.ctx))
+		assert.ErrorIs(t, waiter.unlock(r.ctx), ErrLeaseLost, "or at its Unlock")
 		assert.Error(t, r.ctx.Err())
 		assert.ErrorIs(t, mine.unlock(hctx), ErrLeaseLost, "a hold this process knows was lost")
 

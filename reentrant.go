@@ -264,13 +264,13 @@ func (m *Mutex) script(field string, count int) call {
 // still kept of the hold is cleared). The hold's local deadline decides
 // whether it was lost: a hold whose deadline had passed when Unlock was
 // called (its process was stopped past its lease, say) was lost, even if
-// no timer has told it yet, and Unlock says so. Before its deadline, a
-// last release that finds the hold gone in Redis returns nil: it cannot
-// tell an Unlock that go-redis sent again after a network error, although
-// Redis ran it, from a hold that Redis lost early (another process forced
-// it, Redis lost its data, a key deleted by hand); the hold's renewals
-// tell that, at the next one. Where a write must never follow a lost hold,
-// check a fencing token (WithFencing). After another error on the last hold (Redis
+// no timer has told it yet, and Unlock says so. So was a hold that Redis
+// lost before its deadline (another process forced it, Redis lost its
+// data, a key deleted by hand): a last release that finds it gone in Redis
+// says so too, unless go-redis wrote that release twice (a retry after a
+// network error, which finds the hold its first write released: nil). Where
+// a write must never follow a lost hold, check a fencing token
+// (WithFencing). After another error on the last hold (Redis
 // unreachable), the hold has ended: redisync retries the release in the
 // background, and Redis frees the lock when its lease ends at the latest.
 func (m *Mutex) Unlock(ctx context.Context) error {
@@ -289,10 +289,9 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 
 // handOver hands the lock from h, releasing its last hold, to the local
 // waiter reserved by ho (cohort.go), or at the end of a run of handoffs
-// releases it for other clients; it reports h released (2), as the unlock
-// script does even when Redis no longer had h's hold (the hold's deadline
-// decides whether it was lost, see Unlock). mine is this client's
-// subscriptions to the channel.
+// releases it for other clients; it reports h released (2), or lost
+// (goneAt) when Redis no longer had h's hold and the call was written
+// once (see writes). mine is this client's subscriptions to the channel.
 func (m *Mutex) handOver(ctx context.Context, h *hold, ho *handoff, mine int) (int64, time.Time, error) {
 	ho.release = ho.acc.release(ho.field)
 	ho.st = m.c.stamp(&m.spec)
@@ -306,7 +305,7 @@ func (m *Mutex) handOver(ctx context.Context, h *hold, ho *handoff, mine int) (i
 	if ho.acc.fence != "" {
 		keys = append(keys, ho.acc.fence)
 	}
-	k := script(lua.Handoff, keys, h.field, ho.field, ho.acc.lease.Milliseconds(), count, pub, unlockMessage, mine)
+	k, w := counted(script(lua.Handoff, keys, h.field, ho.field, ho.acc.lease.Milliseconds(), count, pub, unlockMessage, mine))
 	k.takes = true
 	rep := m.c.tr.do(ctx, k, nil)
 	ho.st.sent = rep.sent
@@ -326,6 +325,9 @@ func (m *Mutex) handOver(ctx context.Context, h *hold, ho *handoff, mine int) (i
 	}
 	if err != nil && notReplicated(err) == nil {
 		return 0, rep.sent, err
+	}
+	if v, err := rep.Int64Slice(); err == nil && len(v) == 4 && v[3] == 1 {
+		return lostOrResent(goneAt, w), rep.sent, nil
 	}
 	return 2, rep.sent, nil
 }

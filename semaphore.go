@@ -400,10 +400,8 @@ func semBound(ms int64) time.Duration {
 // changes nothing. Its other results are Mutex.Unlock's: nil when the hold
 // already ended with the context it was taken with, and an error wrapping
 // ErrNotHeld (and ErrLeaseLost) when its lease was lost (its deadline had
-// passed, or Redis no longer had its permits), in which case whatever
-// Redis still kept of the hold is released. A release of the last permits
-// that finds them gone in Redis before the hold's deadline returns nil (see
-// Mutex.Unlock).
+// passed, or Redis no longer had its permits, told as Mutex.Unlock tells
+// it), in which case whatever Redis still kept of the hold is released.
 func (s *Semaphore) Release(ctx context.Context, n int) error {
 	if err := s.check(ctx); err != nil {
 		return err

@@ -460,6 +460,7 @@ func (l *lane) send(node redis.UniversalClient, batch []*op) {
 	var againAt []int
 	for i, cmd := range cmds {
 		if batch[i].script != nil && lua.IsNoScript(cmd.Err()) {
+			notRun(&batch[i].call)
 			again, againAt = append(again, batch[i]), append(againAt, i)
 		}
 	}
@@ -574,6 +575,9 @@ func (t *transport) follow(ops []*op) {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	for _, o := range ops {
+		notRun(&o.call)
 	}
 	t.submit(ops...)
 }

@@ -16,7 +16,8 @@
 -- have heard already). A Resign that go-redis resends after a network
 -- error finds the owner gone, as it is.
 --
--- Returns 2.
+-- Returns 2 when the owner led, 3 when it no longer did (a resent Resign,
+-- or a lost leadership: see unlock.lua).
 local term = redis.call('hget', KEYS[1], 'term')
 if redis.call('hget', KEYS[1], 'owner') == ARGV[1] then
   redis.call('del', KEYS[1])
@@ -26,4 +27,4 @@ end
 if term == false and redis.call('exists', KEYS[1]) == 0 and redis.call('get', KEYS[2]) == ARGV[2] then
   redis.call(ARGV[3], KEYS[3], ARGV[2])
 end
-return 2
+return 3

@@ -20,8 +20,9 @@
 -- wake, no clock read). With a queue, waiters whose deadline has passed are
 -- dropped first (TIME, ZRANGEBYSCORE), so the head woken is a live one.
 --
--- Returns 1 when holds remain, 2 when the lock was released (or the last
--- hold was already gone: a resent unlock), 0 when a hold that should remain
+-- Returns 1 when holds remain, 2 when the lock was released, 3 when the
+-- last hold was already gone (a resent unlock, or a lost hold: see
+-- unlock.lua), 0 when a hold that should remain
 -- is gone (the lease was lost; nothing changed). A key of another type fails
 -- with WRONGTYPE and is not overwritten (a foreign queue key is found only
 -- after the lock's field is deleted).
@@ -36,7 +37,7 @@ if n > 0 then
   return 1
 end
 if redis.call('hdel', KEYS[1], ARGV[1]) == 0 then
-  return 2
+  return 3
 end
 local head = redis.call('zrange', KEYS[2], 0, 0)[1]
 if head == nil then

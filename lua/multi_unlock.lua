@@ -13,10 +13,11 @@
 --
 -- Counts are set to ARGV[2] - 1, as in unlock.lua: a call that go-redis
 -- resends after a network error cannot leave twice, and a resent last
--- unlock finds the fields gone and reports the locks freed, as they are.
+-- unlock finds the fields gone, as a lost hold's does (see unlock.lua).
 --
--- Returns 1 when holds remain, 2 when the locks were freed (or the last
--- hold was already gone from some or all of them), 0 when a hold that
+-- Returns 1 when holds remain, 2 when the locks were freed, 3 when the
+-- last hold was already gone from some or all of them (the others are
+-- freed), 0 when a hold that
 -- should remain is gone from any of them (the lease was lost; nothing
 -- changed).
 local n = #KEYS / 2
@@ -33,10 +34,13 @@ if left > 0 then
   end
   return 1
 end
+local result = 2
 for i = 1, n do
-  if redis.call('hdel', KEYS[i], ARGV[1]) == 1 and redis.call('hlen', KEYS[i]) == 0 then
+  if redis.call('hdel', KEYS[i], ARGV[1]) == 0 then
+    result = 3
+  elseif redis.call('hlen', KEYS[i]) == 0 then
     redis.call('del', KEYS[i])
     redis.call(ARGV[4], KEYS[n + i], ARGV[5])
   end
 end
-return 2
+return result

@@ -9,8 +9,9 @@
 -- ARGV[3]  lease in milliseconds, renewed while holds remain
 -- ARGV[4]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded)
 --
--- Returns 1 when holds remain, 2 when the owner's read hold was released (or
--- was already gone: a resent release), 0 when a hold that should remain is
+-- Returns 1 when holds remain, 2 when the owner's read hold was released, 3
+-- when it was already gone (a resent release, or a lost hold: see
+-- unlock.lua), 0 when a hold that should remain is
 -- gone (the lease was lost; nothing changed).
 -- (rw_prelude.lua comes first: now, purge, extend.)
 
@@ -21,7 +22,7 @@ if redis.call('hexists', KEYS[1], rf) == 0 then
   if n > 0 then
     return 0
   end
-  return 2
+  return 3
 end
 if n > 0 then
   local lease = tonumber(ARGV[3])

@@ -12,8 +12,9 @@
 -- decremented, so a call that go-redis resends cannot release twice.
 --
 -- Returns 1 when the owner still holds permits, 2 when it holds none any
--- more, 0 when it held none although its process thought it did (its lease
--- ran out): nothing changed.
+-- more, 3 when it held none already and was releasing its last (a resent
+-- release, or a lost hold: see unlock.lua), 0 when it held none although
+-- its process thought it kept some (its lease ran out): nothing changed.
 local field, n, prev = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local now = sem_now()
 local used, stored = sem_used()
@@ -29,7 +30,7 @@ if held == 0 then
   if want > 0 then
     result = 0
   else
-    result = 2
+    result = 3
   end
 else
   local keep = math.min(held, want)

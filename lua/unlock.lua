@@ -11,17 +11,20 @@
 --
 -- The count is set to ARGV[2] - 1 rather than decremented, so a call that
 -- go-redis resends after a network error cannot leave twice; a resent last
--- unlock finds the field gone, and reports the lock released, as it is.
+-- unlock finds the field gone, as a lost hold's does: it answers 3, and
+-- the caller tells the two apart (it knows whether go-redis wrote the call
+-- twice, see resend.go). Further ARGV are ignored.
 --
--- Returns 1 when holds remain, 2 when the lock was released (or the last
--- hold was already gone), 0 when a hold that should remain is gone (the
--- lease was lost; nothing changed).
+-- Returns 1 when holds remain, 2 when the lock was released, 3 when the
+-- last hold was already gone (released by this very call, resent, or
+-- lost), 0 when a hold that should remain is gone (the lease was lost;
+-- nothing changed).
 local n = tonumber(ARGV[2]) - 1
 if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
   if n > 0 then
     return 0
   end
-  return 2
+  return 3
 end
 if n > 0 then
   redis.call('hset', KEYS[1], ARGV[1], n)

@@ -1,0 +1,58 @@
+package redisync
+
+import "sync/atomic"
+
+// writes is the last argument of a release's script: it counts how many
+// times go-redis wrote the command to Redis. go-redis runs a command twice
+// only by writing it again (a pipeline retried after a network error, a
+// command followed to another node), and every write encodes the
+// arguments once, which is when writes counts. So a last release that
+// finds its hold already gone in Redis knows which of the two it is: when
+// written once, the hold was lost (forced by another process, lost with
+// Redis's data, a key deleted) and its caller is told; when written again,
+// it may be its own first write that released it, and the release
+// succeeds, as it did. Redis ignores the argument (an empty string).
+type writes struct{ n atomic.Int32 }
+
+// MarshalBinary counts a write (go-redis encodes a BinaryMarshaler's
+// bytes for every write of the command).
+func (w *writes) MarshalBinary() ([]byte, error) {
+	w.n.Add(1)
+	return nil, nil
+}
+
+// String is what hooks that print commands show; it counts nothing.
+func (w *writes) String() string { return "" }
+
+// again reports whether the command was written more than once.
+func (w *writes) again() bool { return w.n.Load() > 1 }
+
+// notRun forgets the writes of a call that Redis refused without running
+// it (NOSCRIPT, MOVED): the next write is its first that can run.
+func notRun(k *call) {
+	for _, a := range k.args {
+		if w, ok := a.(*writes); ok {
+			w.n.Store(0)
+		}
+	}
+}
+
+// counted returns k with a writes argument last, and that argument.
+func counted(k call) (call, *writes) {
+	w := &writes{}
+	k.args = append(k.args[:len(k.args):len(k.args)], w)
+	return k, w
+}
+
+// goneAt is what a release script answers when the last hold it releases
+// was already gone from Redis: see writes.
+const goneAt = 3
+
+// lostOrResent turns a release script's goneAt into 2 (released) when the
+// call was written again, and leaves it as the loss it is otherwise.
+func lostOrResent(n int64, w *writes) int64 {
+	if n == goneAt && w.again() {
+		return 2
+	}
+	return n
+}
