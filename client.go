@@ -67,16 +67,20 @@ func WithWatchdogTimeout(d time.Duration) Option {
 }
 
 // New returns a Client on rdb, which may be a single node, a Sentinel
-// (failover) client or a Cluster client. It fails on a nil rdb or a bad
-// option. Close the Client to stop its goroutines; rdb stays open.
+// (failover) client or a Cluster client: a *redis.Client or a
+// *redis.ClusterClient, as redis.NewUniversalClient returns them. It fails
+// on a nil rdb, on any other kind of client (a *redis.Ring shards keys and
+// channels by a hash of its own, which the locks' scripts and unlock
+// messages cannot follow), and on a bad option. Close the Client to stop
+// its goroutines; rdb stays open.
 //
 // On a Cluster client with PubSubAuto (the default), New asks the masters
 // whether they support sharded pub/sub (see PubSubMode), waiting at most 2
 // seconds; when they cannot be reached, New still succeeds and the Client
 // asks again when it first needs to know.
 func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
-	if rdb == nil {
-		return nil, fmt.Errorf("%w: nil redis client", ErrInvalid)
+	if err := checkClient(rdb); err != nil {
+		return nil, err
 	}
 	c := &Client{
 		rdb:    rdb,
@@ -106,6 +110,27 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		c.ps.setMode(mode == PubSubSharded)
 	}
 	return c, nil
+}
+
+// checkClient refuses a redis client that New cannot work with.
+func checkClient(rdb redis.UniversalClient) error {
+	switch r := rdb.(type) {
+	case nil:
+		return fmt.Errorf("%w: nil redis client", ErrInvalid)
+	case *redis.Client:
+		if r == nil {
+			return fmt.Errorf("%w: nil *redis.Client", ErrInvalid)
+		}
+	case *redis.ClusterClient:
+		if r == nil {
+			return fmt.Errorf("%w: nil *redis.ClusterClient", ErrInvalid)
+		}
+	case *redis.Ring:
+		return fmt.Errorf("%w: a *redis.Ring is not supported (it shards keys and channels by a hash of its own); use a single node, Sentinel or a Redis Cluster", ErrInvalid)
+	default:
+		return fmt.Errorf("%w: a redis client of type %T is not supported: pass a *redis.Client (single node, Sentinel) or a *redis.ClusterClient", ErrInvalid, rdb)
+	}
+	return nil
 }
 
 // ID returns the client's identity: the UUID that begins the Redis field of
