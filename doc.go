@@ -40,16 +40,20 @@
 // context.
 //
 // It tells the truth even to a process that was stopped past its lease (a
-// long GC pause, SIGSTOP, a VM paused) and runs again before any of its
-// timers: every hold keeps a local deadline (when the last renewal was
-// sent, plus the lease, less a margin), and from the moment it has passed
+// long GC pause, SIGSTOP, a VM paused, a machine suspended) and runs again
+// before any of its timers: every hold keeps a local deadline (when the
+// last renewal was sent, plus the lease, less a margin), on a clock that
+// counts the time the machine was suspended (the monotonic clock plus the
+// wall clock's lead over it; a wall clock stepped forward tells a holder
+// early, never late), and from the moment it has passed
 // the hold's context, and the context of every re-entry and downgrade,
 // reports the loss in Err (and context.Cause), Done (already closed) and
 // Value, whether or not a timer has run yet. Contexts you derive from it
 // (context.WithCancel, WithTimeout...) follow as soon as the cancellation
 // reaches them: at the first look at the hold's context or when its timer
-// runs, whichever comes first; check lctx itself where it matters. Unlock
-// then reports ErrLeaseLost too (see Mutex.Unlock).
+// runs, whichever comes first (after a suspend, timers are set again within
+// a second of the resume); check lctx itself where it matters. Unlock then
+// reports ErrLeaseLost too (see Mutex.Unlock).
 //
 // # Leases and the watchdog
 //

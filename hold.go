@@ -243,7 +243,7 @@ func (c *Client) grantHold(s *spec, h *hold, start time.Time, st stamp) (context
 		c.cleanup(parent, h.release...)
 		return nil, err
 	}
-	if !time.Now().Before(deadline(sent, s.lease)) {
+	if expired(deadline(sent, s.lease)) {
 		return giveUp(errUntrusted)
 	}
 	if err := parent.Err(); err != nil {

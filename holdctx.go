@@ -3,7 +3,6 @@ package redisync
 import (
 	"context"
 	"fmt"
-	"math"
 	"sync/atomic"
 	"time"
 )
@@ -11,36 +10,42 @@ import (
 // The hold's context tells the truth from the moment its local deadline
 // has passed, not from the moment a timer runs: a process stopped past its
 // lease (SIGSTOP, a VM paused, a long GC) resumes with every timer late,
-// and its code may run before any of them. So each hold keeps its local
-// deadline where a context method can read it (two atomic loads and a
-// clock read), and the hold's contexts (holdCtx: the hold's own, and every
+// and its code may run before any of them; a machine resumed from a
+// suspend, whose monotonic clock did not count it, has timers later still
+// (see clock.go). So each hold keeps its local deadline where a context
+// method can read it (an atomic load and a clock read), and the hold's contexts (holdCtx: the hold's own, and every
 // re-entry's) look at it in Err, Done and Value: the first of them to find
 // it passed ends the hold as lost, synchronously, which cancels the real
 // context with cause ErrLeaseLost before that method returns. Contexts the
 // user derives from them are cancelled by that, as soon as it happens.
 
-// monoBase is the origin of the holds' deadlines (monotonic clock).
-var monoBase = time.Now()
+// dlStore is a hold's local deadline (see deadline), on the holds' clock
+// (clock.go), readable without its lock; nil when the hold has none to
+// watch (not yet registered, or ended).
+type dlStore struct{ at atomic.Pointer[clockAt] }
 
-// noDeadline is the stored deadline of a hold that has none to watch: not
-// yet registered, or ended.
-const noDeadline = math.MaxInt64
-
-// monoOf is t as stored in a hold's deadline.
-func monoOf(t time.Time) int64 { return int64(t.Sub(monoBase)) }
-
-// dlStore is a hold's local deadline (see deadline), readable without its
-// lock.
-type dlStore struct{ at atomic.Int64 }
-
-func (d *dlStore) set(t time.Time) { d.at.Store(monoOf(t)) }
-func (d *dlStore) clear()          { d.at.Store(noDeadline) }
+func (d *dlStore) set(t time.Time) { at := clockOf(t); d.at.Store(&at) }
+func (d *dlStore) clear()          { d.at.Store(nil) }
 
 // passed reports whether the deadline has passed.
 func (d *dlStore) passed() bool {
 	at := d.at.Load()
-	return at != noDeadline && int64(time.Since(monoBase)) >= at
+	return at != nil && at.since(clockOf(time.Now())) >= 0
 }
+
+// left returns how long until the deadline passes (0 when it has, or when
+// there is none).
+func (d *dlStore) left() time.Duration {
+	at := d.at.Load()
+	if at == nil {
+		return 0
+	}
+	return time.Duration(max(0, -at.since(clockOf(time.Now()))))
+}
+
+// expired reports whether the deadline dl (see deadline) has passed on the
+// holds' clock.
+func expired(dl time.Time) bool { return clockOf(dl).since(clockOf(time.Now())) >= 0 }
 
 // overdue ends h as lost if its local deadline has passed and it is still
 // live, as its timer would (the timer may not have run yet: the process

@@ -73,7 +73,7 @@ func (w *watchdog) add(h *hold, st stamp) error {
 	h.tmu.Lock()
 	h.sent = sent
 	h.dl.set(deadline(sent, h.lease))
-	h.timer = time.AfterFunc(time.Until(deadline(sent, h.lease)), func() {
+	h.timer = time.AfterFunc(h.dl.left(), func() {
 		if w.end(h, endLost, ErrLeaseLost) {
 			w.giveBack(h) // Redis may keep it a little longer: give it back
 		}
@@ -93,7 +93,7 @@ func (w *watchdog) extend(h *hold, sent time.Time) {
 	}
 	h.sent = sent
 	h.dl.set(deadline(sent, h.lease))
-	h.timer.Reset(time.Until(deadline(sent, h.lease)))
+	h.timer.Reset(h.dl.left())
 }
 
 // end ends h for why: it leaves the table, its deadline stops, and its
@@ -211,6 +211,27 @@ func (w *watchdog) force(ref lockRef) (done func()) {
 	}
 }
 
+// resumed sets again the timers of every hold after the wall clock jumped
+// ahead of the monotonic one (the machine was suspended): the timers count
+// monotonic time, and would tell the holders late. A hold whose deadline
+// passed meanwhile is told at once; so is one whose context is read first
+// (see dlStore).
+func (w *watchdog) resumed() {
+	w.mu.Lock()
+	hs := make([]*hold, 0, len(w.holds))
+	for h := range w.holds {
+		hs = append(hs, h)
+	}
+	w.mu.Unlock()
+	for _, h := range hs {
+		h.tmu.Lock()
+		if h.why == live && h.timer != nil {
+			h.timer.Reset(h.dl.left())
+		}
+		h.tmu.Unlock()
+	}
+}
+
 // snapshot returns the holds the watchdog renews.
 func (w *watchdog) snapshot() []*hold {
 	w.mu.Lock()
@@ -228,10 +249,21 @@ func (w *watchdog) run() {
 	defer close(w.done)
 	t := time.NewTimer(w.interval)
 	defer t.Stop()
+	jump := time.NewTicker(jumpEvery)
+	defer jump.Stop()
+	last := clockOf(time.Now()).lead
 	for {
 		select {
 		case <-w.stop:
 			return
+		case <-jump.C:
+			if now := clockOf(time.Now()).lead; now-last > int64(jumpSlack) {
+				w.resumed()
+				last = now
+			} else {
+				last = min(last, now)
+			}
+			continue
 		case <-t.C:
 		}
 		// Ticks are counted from the start of a round, so a slow round
