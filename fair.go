@@ -291,8 +291,7 @@ func (f *FairMutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := f.check(ctx); err != nil {
 		return false, err
 	}
-	defer f.c.wd.force(f.spec.ref)()
-	n, err := f.c.tr.do(ctx, script(lua.FairForceUnlock, []string{f.name, f.queue}, f.prefix, publish), nil).Int64()
+	n, err := f.c.forceBy(ctx, script(lua.FairForceUnlock, []string{f.name, f.queue}, f.prefix, publish), f.spec.ref).Int64()
 	if err != nil {
 		return false, f.wrap(err)
 	}

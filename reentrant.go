@@ -400,8 +400,7 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := m.check(ctx); err != nil {
 		return false, err
 	}
-	defer m.c.wd.force(m.spec.ref)()
-	n, err := m.c.tr.do(ctx, script(lua.ForceUnlock, []string{m.name, m.channel}, publish, unlockMessage), nil).Int64()
+	n, err := m.c.forceBy(ctx, script(lua.ForceUnlock, []string{m.name, m.channel}, publish, unlockMessage), m.spec.ref).Int64()
 	if err != nil {
 		return false, m.wrap(err)
 	}

@@ -437,9 +437,8 @@ func (r *RWMutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := r.check(ctx); err != nil {
 		return false, err
 	}
-	defer r.c.wd.force(r.rspec.ref)()
-	defer r.c.wd.force(r.wspec.ref)()
-	n, err := r.c.tr.do(ctx, call{script: lua.RWForce, keys: []string{r.name, r.keys[1], r.rchan, r.wchan}, args: []any{publish}}, nil).Int64()
+	k := call{script: lua.RWForce, keys: []string{r.name, r.keys[1], r.rchan, r.wchan}, args: []any{publish}}
+	n, err := r.c.forceBy(ctx, k, r.rspec.ref, r.wspec.ref).Int64()
 	if err != nil {
 		return false, r.wrap(err)
 	}

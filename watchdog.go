@@ -171,14 +171,16 @@ func (w *watchdog) trusted(epoch uint64, ref lockRef, covers []lockRef) bool {
 // before a ForceUnlock frees it, and makes grants in flight unusable: the
 // epoch is bumped under the same lock that collects the holds, so a grant
 // either registers before and is ended here, or finds the epoch moved.
-// Call done once the ForceUnlock's script has answered: until then no
-// grant of the lock is trusted (its script may have run before the
-// ForceUnlock's, and its hold be freed by it), and the epoch moves again,
-// so that a grant sent meanwhile and answered later is refused too. A
-// MultiLock's hold that covers the lock ends too, and done gives back its
-// other locks (only then: the ForceUnlock finds the lock held, as it was).
-// A MultiLock's grant in flight is refused as well (its stamp counts the
-// ForceUnlocks of every name it covers).
+// Call done once the ForceUnlock's script has answered (from the
+// transport's late callback when the caller left before: the script may
+// still be on its way, and frees what holds the lock when it runs): until
+// then no grant of the lock is trusted (its script may have run before
+// the ForceUnlock's, and its hold be freed by it), and the epoch moves
+// again, so that a grant sent meanwhile and answered later is refused
+// too. A MultiLock's hold that covers the lock ends too, and done gives
+// back its other locks (only then: the ForceUnlock finds the lock held,
+// as it was). A MultiLock's grant in flight is refused as well (its stamp
+// counts the ForceUnlocks of every name it covers).
 func (w *watchdog) force(ref lockRef) (done func()) {
 	w.mu.Lock()
 	w.forced[ref]++
@@ -209,6 +211,27 @@ func (w *watchdog) force(ref lockRef) (done func()) {
 			delete(w.forcing, ref)
 		}
 	}
+}
+
+// forceBy sends k, the script of a ForceUnlock of refs' locks, and returns
+// its reply. Their holds in this process end first (see watchdog.force),
+// and the window in which their grants are not trusted ends when the
+// script answers: when ctx ends first, only once its late reply comes.
+func (c *Client) forceBy(ctx context.Context, k call, refs ...lockRef) reply {
+	dones := make([]func(), len(refs))
+	for i, ref := range refs {
+		dones[i] = c.wd.force(ref)
+	}
+	done := func() {
+		for i := len(dones) - 1; i >= 0; i-- {
+			dones[i]()
+		}
+	}
+	r := c.tr.do(ctx, k, func(reply) { done() })
+	if !r.gone {
+		done()
+	}
+	return r
 }
 
 // snapshot returns the holds the watchdog renews.

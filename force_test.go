@@ -1,0 +1,104 @@
+package redisync
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisync-go/redisync/internal/faultproxy"
+	"github.com/redisync-go/redisync/lua"
+)
+
+// forceKind is a lock a ForceUnlock frees, for the tests of ForceUnlock's
+// bookkeeping; ops returns its handle's calls through c.
+type forceKind struct {
+	kind   string
+	script *lua.Script // ForceUnlock's
+	ops    func(c *Client, name string) forceOps
+}
+
+// forceOps are the calls of a lock handle: lock takes it (a read hold for
+// "rw read"), try takes it exclusively without waiting, untry releases
+// what try took.
+type forceOps struct {
+	lock, try     func(context.Context) (context.Context, error)
+	unlock, untry func(context.Context) error
+	force         func(context.Context) (bool, error)
+}
+
+var forceKinds = []forceKind{
+	{"mutex", lua.ForceUnlock, func(c *Client, n string) forceOps {
+		m := c.Mutex(n)
+		return forceOps{m.Lock, m.TryLock, m.Unlock, m.Unlock, m.ForceUnlock}
+	}},
+	{"fair", lua.FairForceUnlock, func(c *Client, n string) forceOps {
+		f := c.FairMutex(n)
+		return forceOps{f.Lock, f.TryLock, f.Unlock, f.Unlock, f.ForceUnlock}
+	}},
+	{"rw write", lua.RWForce, func(c *Client, n string) forceOps {
+		r := c.RWMutex(n)
+		return forceOps{r.Lock, r.TryLock, r.Unlock, r.Unlock, r.ForceUnlock}
+	}},
+	{"rw read", lua.RWForce, func(c *Client, n string) forceOps {
+		r := c.RWMutex(n)
+		return forceOps{r.RLock, r.TryLock, r.RUnlock, r.Unlock, r.ForceUnlock}
+	}},
+}
+
+// A ForceUnlock whose caller leaves before its script has run must not
+// leave its Client trusting new grants of the lock: the script still
+// frees whatever holds the lock when it runs. Here the script reaches
+// Redis 600ms late, its caller leaves after 50ms, and the same Client
+// then takes the lock: either that hold is not granted before the script
+// has run, or it is ended before another Client can take the lock (while
+// its context is live, nobody else holds the lock).
+func TestForceUnlockLeftEarlyKeepsGrantsUntrusted(t *testing.T) {
+	const delay = 600 * time.Millisecond
+	for _, k := range forceKinds {
+		t.Run(k.kind, func(t *testing.T) {
+			t.Parallel()
+			e := realEnv(t)
+			bg := context.Background()
+			admin := e.rdb(t)
+			rdb, h := faultRDB(t, &redis.Options{Addr: e.addr})
+			c := newClient(t, rdb)
+			other := e.client(t)
+			mine, theirs := k.ops(c, "force-left"), k.ops(other, "force-left")
+			require.NoError(t, k.script.Load(bg, admin).Err()) // the EVALSHA is the one delayed
+			slow := h.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(k.script.Script), Times: 1,
+				Action: faultproxy.DelayBefore(delay)})
+
+			fctx, cancel := context.WithTimeout(bg, 50*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			_, err := mine.force(fctx)
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			require.Equal(t, 1, slow.Fired())
+
+			lctx, cancelL := context.WithTimeout(bg, 5*time.Second)
+			defer cancelL()
+			hctx, err := mine.lock(lctx)
+			require.NoError(t, err)
+			t.Logf("the Lock after the ForceUnlock that left returned after %v", time.Since(start).Round(time.Millisecond))
+
+			// The script has surely run (and answered) well before the end.
+			for until := start.Add(delay + 500*time.Millisecond); time.Now().Before(until); {
+				octx, err := theirs.try(bg)
+				if err == nil {
+					if hctx.Err() == nil {
+						t.Errorf("another Client took the lock while the hold taken after the ForceUnlock that left is live: two live holders")
+					}
+					assert.NoError(t, theirs.untry(octx))
+					break
+				}
+				assert.ErrorIs(t, err, ErrNotAcquired)
+				time.Sleep(10 * time.Millisecond)
+			}
+			_ = mine.unlock(hctx)
+		})
+	}
+}
