@@ -22,8 +22,8 @@ type forceKind struct {
 }
 
 // forceOps are the calls of a lock handle: lock takes it (a read hold for
-// "rw read"), try takes it exclusively without waiting, untry releases
-// what try took.
+// "rw read", a MultiLock on the name and another for "multilock"), try
+// takes it exclusively without waiting, untry releases what try took.
 type forceOps struct {
 	lock, try     func(context.Context) (context.Context, error)
 	unlock, untry func(context.Context) error
@@ -46,6 +46,11 @@ var forceKinds = []forceKind{
 	{"rw read", lua.RWForce, func(c *Client, n string) forceOps {
 		r := c.RWMutex(n)
 		return forceOps{r.RLock, r.TryLock, r.RUnlock, r.Unlock, r.ForceUnlock}
+	}},
+	// A MultiLock whose names include the Mutex force-unlocked.
+	{"multilock", lua.ForceUnlock, func(c *Client, n string) forceOps {
+		m, ml := c.Mutex(n), c.MultiLock([]string{n, n + "-other"})
+		return forceOps{ml.Lock, m.TryLock, ml.Unlock, m.Unlock, m.ForceUnlock}
 	}},
 }
 
