@@ -2,6 +2,7 @@ package redisync
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -105,5 +106,124 @@ func TestForceUnlockLeftEarlyKeepsGrantsUntrusted(t *testing.T) {
 			}
 			_ = mine.unlock(hctx)
 		})
+	}
+}
+
+// forceOrderRound runs one round of the FairMutex order test: c's first
+// goroutine holds the lock, a second waits at the head of the queue, a
+// waiter of another Client queues behind it, then c force-unlocks. It
+// reports whether the head got the lock first.
+func forceOrderRound(t *testing.T, admin *redis.Client, c, o *Client, name string) bool {
+	bg := context.Background()
+	f := c.FairMutex(name)
+	hctx, err := f.Lock(bg)
+	require.NoError(t, err)
+	var seq atomic.Int32
+	type res struct{ n int32 }
+	wait := func(m *FairMutex) <-chan res {
+		ch := make(chan res, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(bg, 5*time.Second)
+			defer cancel()
+			wctx, err := m.Lock(ctx)
+			if !assert.NoError(t, err) {
+				ch <- res{-1}
+				return
+			}
+			n := seq.Add(1)
+			time.Sleep(5 * time.Millisecond)
+			assert.NoError(t, m.Unlock(wctx))
+			ch <- res{n}
+		}()
+		return ch
+	}
+	queued := func(n int64) func() bool {
+		return func() bool { q, err := admin.ZCard(bg, f.queue).Result(); return err == nil && q == n }
+	}
+	head := wait(f)
+	eventually(t, 2*time.Second, "the head queued", queued(1))
+	next := wait(o.FairMutex(name))
+	eventually(t, 2*time.Second, "the next waiter queued", queued(2))
+	freed, err := f.ForceUnlock(bg)
+	require.NoError(t, err)
+	require.True(t, freed)
+	assert.ErrorIs(t, context.Cause(hctx), ErrLeaseLost)
+	h, n := <-head, <-next
+	return h.n == 1 && n.n == 2
+}
+
+// A ForceUnlock from the Client whose own waiter heads a FairMutex's
+// queue hands the lock to that waiter: the force script wakes it, and its
+// grant (sent after the script ran) is its own, not one the ForceUnlock
+// may have freed; the waiter behind it, in another Client, comes second.
+func TestForceUnlockKeepsFairOrder(t *testing.T) {
+	e := realEnv(t)
+	admin := e.rdb(t)
+	c, o := e.client(t), e.client(t)
+	const rounds = 20
+	broken := 0
+	for i := range rounds {
+		if !forceOrderRound(t, admin, c, o, "force-order-"+string(rune('a'+i))) {
+			broken++
+		}
+	}
+	if broken > 0 {
+		t.Errorf("the queue's order broke in %d of %d rounds: the head woken by the ForceUnlock came second", broken, rounds)
+	}
+}
+
+// The same on an RWMutex: c's writer waits (registered, which keeps new
+// readers out), a reader of another Client comes after it, and c
+// force-unlocks the write hold: the writer gets the lock first.
+func TestForceUnlockKeepsWriterBeforeLaterReader(t *testing.T) {
+	e := realEnv(t)
+	bg := context.Background()
+	admin := e.rdb(t)
+	c, o := e.client(t), e.client(t)
+	const rounds = 20
+	broken := 0
+	for i := range rounds {
+		r := c.RWMutex("force-rw-" + string(rune('a'+i)))
+		hctx, err := r.Lock(bg)
+		require.NoError(t, err)
+		var seq atomic.Int32
+		run := func(lock func(context.Context) (context.Context, error), unlock func(context.Context) error) <-chan int32 {
+			ch := make(chan int32, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(bg, 5*time.Second)
+				defer cancel()
+				lctx, err := lock(ctx)
+				if !assert.NoError(t, err) {
+					ch <- -1
+					return
+				}
+				n := seq.Add(1)
+				time.Sleep(5 * time.Millisecond)
+				assert.NoError(t, unlock(lctx))
+				ch <- n
+			}()
+			return ch
+		}
+		w := run(r.Lock, r.Unlock)
+		eventually(t, 2*time.Second, "the writer registered", func() bool {
+			n, err := admin.ZCard(bg, r.keys[2]).Result()
+			return err == nil && n == 1
+		})
+		or := o.RWMutex(r.name)
+		rd := run(or.RLock, or.RUnlock)
+		eventually(t, 2*time.Second, "the reader waiting", func() bool {
+			n, err := admin.PubSubNumSub(bg, r.rchan).Result()
+			return err == nil && n[r.rchan] == 1
+		})
+		freed, err := r.ForceUnlock(bg)
+		require.NoError(t, err)
+		require.True(t, freed)
+		assert.ErrorIs(t, context.Cause(hctx), ErrLeaseLost)
+		if wn, rn := <-w, <-rd; wn != 1 || rn != 2 {
+			broken++
+		}
+	}
+	if broken > 0 {
+		t.Errorf("a reader that came after a waiting writer got the lock first in %d of %d rounds", broken, rounds)
 	}
 }
