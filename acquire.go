@@ -63,9 +63,20 @@ func (a *acquisition) gives(field string) []call {
 // once it answers). It returns the field it ran for and the script's
 // reply; with no reply, it returns how long to wait before trying again,
 // or the call's error (see unsure).
+//
+// While a ForceUnlock of the lock is in flight in this Client, the attempt
+// waits for its script to answer before it is sent (a TryLock does not
+// try: not acquired): the ForceUnlock may have woken this waiter, and its
+// grant, sent after the script ran, is then trusted, so the waiter keeps
+// its turn (at the head of a FairMutex's queue, or a waiting writer's
+// place ahead of later readers) instead of being given back.
 func (a *acquisition) send(build func(field string) call) (string, []int64, time.Duration, error) {
 	field := a.owner
-	a.st = a.c.stamp(a.s)
+	epoch, ok, err := a.c.wd.unforced(a.wctx, a.s.ref, a.s.covers, a.wait)
+	if err != nil || !ok {
+		return field, nil, retryAfter, err
+	}
+	a.st = stamp{sent: time.Now(), epoch: epoch}
 	k := build(field)
 	k.takes = true
 	r := a.c.tr.do(a.wctx, k, func(r reply) {

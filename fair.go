@@ -287,12 +287,15 @@ func (f *FairMutex) TTL(ctx context.Context) (time.Duration, error) {
 // queue, reporting whether it was held. Holders lose their lease: their
 // contexts are cancelled with ErrLeaseLost, in this process before the lock
 // is freed, in others at their next renewal. The queue is kept.
+// When ctx ends before the script has answered, ForceUnlock returns ctx's
+// error and the script may still run: until it has answered, this
+// Client's new acquisitions of the lock wait for it (TryLock reports
+// ErrNotAcquired), so none is freed by it.
 func (f *FairMutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := f.check(ctx); err != nil {
 		return false, err
 	}
-	defer f.c.wd.force(f.spec.ref)()
-	n, err := f.c.tr.do(ctx, script(lua.FairForceUnlock, []string{f.name, f.queue}, f.prefix, publish), nil).Int64()
+	n, err := f.c.forceBy(ctx, script(lua.FairForceUnlock, []string{f.name, f.queue}, f.prefix, publish), f.spec.ref).Int64()
 	if err != nil {
 		return false, f.wrap(err)
 	}

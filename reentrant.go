@@ -398,12 +398,15 @@ func hashLease(ctx context.Context, c *Client, key string) (time.Duration, error
 // whether it was held. Holders lose their lease: their contexts are cancelled
 // with ErrLeaseLost, in this process before the lock is freed, in others at
 // their next renewal. A key of another type is refused and kept.
+// When ctx ends before the script has answered, ForceUnlock returns ctx's
+// error and the script may still run: until it has answered, this
+// Client's new acquisitions of the lock wait for it (TryLock reports
+// ErrNotAcquired), so none is freed by it.
 func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := m.check(ctx); err != nil {
 		return false, err
 	}
-	defer m.c.wd.force(m.spec.ref)()
-	n, err := m.c.tr.do(ctx, script(lua.ForceUnlock, []string{m.name, m.channel}, publish, unlockMessage), nil).Int64()
+	n, err := m.c.forceBy(ctx, script(lua.ForceUnlock, []string{m.name, m.channel}, publish, unlockMessage), m.spec.ref).Int64()
 	if err != nil {
 		return false, m.wrap(err)
 	}

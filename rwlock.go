@@ -433,13 +433,16 @@ func (r *RWMutex) count(ctx context.Context, s *spec, prefix string) (int, error
 // contexts are cancelled with ErrLeaseLost, in this process before the lock
 // is freed, in others at their next renewal. A key of another type is
 // refused and kept.
+// When ctx ends before the script has answered, ForceUnlock returns ctx's
+// error and the script may still run: until it has answered, this
+// Client's new acquisitions of the lock wait for it (TryLock reports
+// ErrNotAcquired), so none is freed by it.
 func (r *RWMutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := r.check(ctx); err != nil {
 		return false, err
 	}
-	defer r.c.wd.force(r.rspec.ref)()
-	defer r.c.wd.force(r.wspec.ref)()
-	n, err := r.c.tr.do(ctx, call{script: lua.RWForce, keys: []string{r.name, r.keys[1], r.rchan, r.wchan}, args: []any{publish}}, nil).Int64()
+	k := call{script: lua.RWForce, keys: []string{r.name, r.keys[1], r.rchan, r.wchan}, args: []any{publish}}
+	n, err := r.c.forceBy(ctx, k, r.rspec.ref, r.wspec.ref).Int64()
 	if err != nil {
 		return false, r.wrap(err)
 	}

@@ -29,8 +29,9 @@ type watchdog struct {
 
 	mu      sync.Mutex
 	holds   map[*hold]struct{}
-	forced  map[lockRef]uint64 // ForceUnlocks so far, per lock
-	forcing map[lockRef]int    // ForceUnlocks in flight, per lock
+	forced  map[lockRef]uint64        // ForceUnlocks so far, per lock
+	forcing map[lockRef]int           // ForceUnlocks in flight, per lock
+	calm    map[lockRef]chan struct{} // closed when a lock's last one in flight answers
 	closed  bool
 
 	stop chan struct{}
@@ -49,6 +50,7 @@ func newWatchdog(c *Client, lease time.Duration) *watchdog {
 		holds:    map[*hold]struct{}{},
 		forced:   map[lockRef]uint64{},
 		forcing:  map[lockRef]int{},
+		calm:     map[lockRef]chan struct{}{},
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
@@ -171,18 +173,23 @@ func (w *watchdog) trusted(epoch uint64, ref lockRef, covers []lockRef) bool {
 // before a ForceUnlock frees it, and makes grants in flight unusable: the
 // epoch is bumped under the same lock that collects the holds, so a grant
 // either registers before and is ended here, or finds the epoch moved.
-// Call done once the ForceUnlock's script has answered: until then no
-// grant of the lock is trusted (its script may have run before the
-// ForceUnlock's, and its hold be freed by it), and the epoch moves again,
-// so that a grant sent meanwhile and answered later is refused too. A
-// MultiLock's hold that covers the lock ends too, and done gives back its
-// other locks (only then: the ForceUnlock finds the lock held, as it was).
-// A MultiLock's grant in flight is refused as well (its stamp counts the
-// ForceUnlocks of every name it covers).
+// Call done once the ForceUnlock's script has answered (from the
+// transport's late callback when the caller left before: the script may
+// still be on its way, and frees what holds the lock when it runs): until
+// then no grant of the lock is trusted (its script may have run before
+// the ForceUnlock's, and its hold be freed by it), new attempts wait for
+// it (see unforced), and the epoch moves again, so that a grant sent
+// meanwhile and answered later is refused too. A MultiLock's hold that
+// covers the lock ends too, and done gives back its other locks (only
+// then: the ForceUnlock finds the lock held, as it was). A MultiLock's
+// grant in flight is refused as well (its stamp counts the ForceUnlocks
+// of every name it covers).
 func (w *watchdog) force(ref lockRef) (done func()) {
 	w.mu.Lock()
 	w.forced[ref]++
-	w.forcing[ref]++
+	if w.forcing[ref]++; w.forcing[ref] == 1 {
+		w.calm[ref] = make(chan struct{})
+	}
 	var hs []*hold
 	for h := range w.holds {
 		if h.ref == ref || slices.Contains(h.covers, ref) {
@@ -207,6 +214,8 @@ func (w *watchdog) force(ref lockRef) (done func()) {
 		w.forced[ref]++
 		if w.forcing[ref]--; w.forcing[ref] == 0 {
 			delete(w.forcing, ref)
+			close(w.calm[ref])
+			delete(w.calm, ref)
 		}
 	}
 }
@@ -230,6 +239,62 @@ func (w *watchdog) resumed() {
 		}
 		h.tmu.Unlock()
 	}
+}
+
+// unforced returns the epoch of ref's lock (with those of covers, see
+// epoch) once no ForceUnlock of any of them is in flight in this process:
+// an attempt stamped while one is could not tell whether its script ran
+// before the ForceUnlock's, and its grant would be refused; stamped after
+// the ForceUnlock's script answered, it ran after it. Without wait it
+// reports false at once instead of waiting; it returns ctx's error when
+// ctx ends first, and ErrClosed when the client closes.
+func (w *watchdog) unforced(ctx context.Context, ref lockRef, covers []lockRef, wait bool) (uint64, bool, error) {
+	for {
+		w.mu.Lock()
+		ch := w.calm[ref]
+		for _, r := range covers {
+			if ch == nil {
+				ch = w.calm[r]
+			}
+		}
+		if ch == nil {
+			epoch := w.epochLocked(ref, covers)
+			w.mu.Unlock()
+			return epoch, true, nil
+		}
+		w.mu.Unlock()
+		if !wait {
+			return 0, false, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return 0, false, ctx.Err()
+		case <-w.c.closed:
+			return 0, false, ErrClosed
+		}
+	}
+}
+
+// forceBy sends k, the script of a ForceUnlock of refs' locks, and returns
+// its reply. Their holds in this process end first (see watchdog.force),
+// and the window in which their grants are not trusted ends when the
+// script answers: when ctx ends first, only once its late reply comes.
+func (c *Client) forceBy(ctx context.Context, k call, refs ...lockRef) reply {
+	dones := make([]func(), len(refs))
+	for i, ref := range refs {
+		dones[i] = c.wd.force(ref)
+	}
+	done := func() {
+		for i := len(dones) - 1; i >= 0; i-- {
+			dones[i]()
+		}
+	}
+	r := c.tr.do(ctx, k, func(reply) { done() })
+	if !r.gone {
+		done()
+	}
+	return r
 }
 
 // snapshot returns the holds the watchdog renews.
