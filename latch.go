@@ -30,7 +30,8 @@ const latchRecheck = time.Second
 // wakes the waiters.
 //
 // A CountDownLatch is a cheap handle, safe for concurrent use. It has no
-// owner: anyone may count it down. It takes no options.
+// owner: anyone may count it down. It takes no options. A call whose ctx
+// has already ended sends nothing and returns an error wrapping ctx's.
 //
 // When Redis loses its data (a restart without persistence, a failover to
 // a replica that did not have it yet), the count is lost, and a latch that
@@ -75,11 +76,16 @@ func (c *Client) CountDownLatch(name string) *CountDownLatch {
 // Name returns the latch's name, which is also its Redis key.
 func (l *CountDownLatch) Name() string { return l.name }
 
+// check refuses bad input, a closed Client and an ended ctx: then nothing
+// is sent.
 func (l *CountDownLatch) check(ctx context.Context) error {
 	if l.err != nil {
 		return l.err
 	}
-	return l.wrap(usable(ctx, l.c, l.wrapf))
+	if err := usable(ctx, l.c, l.wrapf); err != nil {
+		return l.wrap(err)
+	}
+	return l.wrap(ctx.Err())
 }
 
 func (l *CountDownLatch) wrap(err error) error { return wrapOr(l.wrapf, err) }
@@ -105,11 +111,30 @@ func (l *CountDownLatch) TrySetCount(ctx context.Context, n int64) (bool, error)
 // keys are the latch's count and round.
 func (l *CountDownLatch) keys() []string { return []string{l.name, l.round} }
 
-// CountDown decrements the count; at zero the latch's key is removed and
-// every waiter, in every process, is released. Counting down a latch that
-// is not counting does nothing.
+// CountDown decrements the count; the CountDown that reaches zero ends the
+// round: the latch's keys are removed and the round's waiters, in every
+// process, are released. Counting down a latch that is not counting does
+// nothing.
 //
-// A CountDown that go-redis resends after a network error may count twice.
+// A CountDown cannot be told from another, so a caller must not count one
+// piece of work twice by retrying. What each result means:
+//   - nil: it counted once (or found the latch not counting);
+//   - an error wrapping ErrInvalid or ErrClosed, or ctx's error when ctx
+//     had ended before the call: nothing was sent, it did not count, and
+//     may be called again;
+//   - any other error (ctx ended while it was on its way, a network error):
+//     it may have counted, once, or not; and a go-redis resend after a
+//     network error (see redis.Options.MaxRetries) may even have counted
+//     it twice. Calling it again may then count the work twice: release the
+//     round's waiters before all the work is done or, when this count
+//     ended its round, count down the next round.
+//
+// So give CountDown a context that does not end before Redis answers
+// (context.WithoutCancel(ctx) with a timeout of a few seconds), so that
+// only a failing network leaves its outcome unknown, and after such an
+// error do not retry: report it, and let the waiters check the work itself
+// after Wait (or Delete the latch and set it again from the work's own
+// record).
 func (l *CountDownLatch) CountDown(ctx context.Context) error {
 	if err := l.check(ctx); err != nil {
 		return err
@@ -171,9 +196,6 @@ func (l *CountDownLatch) count(ctx context.Context) (int64, error) {
 func (l *CountDownLatch) Wait(ctx context.Context) error {
 	if err := l.check(ctx); err != nil {
 		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return l.wrap(err)
 	}
 	n, round, err := l.read(ctx)
 	if err != nil || n == 0 {
