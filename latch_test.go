@@ -58,7 +58,12 @@ func TestLatchBadInput(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, e *testEnv) {
 		bg := context.Background()
 		c := e.client(t)
-		for _, bad := range []*CountDownLatch{c.CountDownLatch(""), (*Client)(nil).CountDownLatch("x")} {
+		bads := []*CountDownLatch{
+			c.CountDownLatch(""), (*Client)(nil).CountDownLatch("x"),
+			c.CountDownLatch("a}b"),               // its round key could not share its slot
+			c.CountDownLatch("{x}:latch-round:x"), // another latch's round key
+		}
+		for _, bad := range bads {
 			_, err := bad.TrySetCount(bg, 1)
 			require.ErrorIs(t, err, ErrInvalid)
 			require.ErrorIs(t, bad.CountDown(bg), ErrInvalid)
@@ -79,6 +84,13 @@ func TestLatchBadInput(t *testing.T) {
 		require.ErrorContains(t, c.CountDownLatch("h").CountDown(bg), "WRONGTYPE")
 		require.Error(t, c.CountDownLatch("h").Wait(bg))
 		require.Equal(t, []string{"h"}, e.keys(t))
+		// Also at the round's key.
+		round := "{r}:latch-round:r"
+		require.NoError(t, e.rdb(t).HSet(bg, round, "f", "v").Err())
+		_, err := c.CountDownLatch("r").TrySetCount(bg, 1)
+		require.ErrorContains(t, err, "WRONGTYPE")
+		require.Contains(t, err.Error(), round)
+		require.Equal(t, []string{"h", round}, e.keys(t))
 
 		require.NoError(t, c.Close())
 		require.ErrorIs(t, l.Wait(bg), ErrClosed)

@@ -1,8 +1,9 @@
--- Counts a CountDownLatch down by one; at zero the key is removed and every
--- waiter is told.
+-- Counts a CountDownLatch down by one; at zero the round ends: its keys are
+-- removed and every waiter is told.
 --
 -- KEYS[1]  the latch's count (a string)
--- KEYS[2]  channel (in KEYS[1]'s slot)
+-- KEYS[2]  the latch's round (a string)
+-- KEYS[3]  channel (in KEYS[1]'s slot)
 -- ARGV[1]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded)
 --
 -- Returns the count left (0 when the latch was not counting: nothing
@@ -14,7 +15,10 @@ end
 local n = redis.call('decr', KEYS[1])
 if n <= 0 then
   redis.call('del', KEYS[1])
-  redis.call(ARGV[1], KEYS[2], '0')
+  if redis.call('type', KEYS[2])['ok'] == 'string' then
+    redis.call('del', KEYS[2])
+  end
+  redis.call(ARGV[1], KEYS[3], '0')
   return 0
 end
 return n

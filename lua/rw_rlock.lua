@@ -11,13 +11,16 @@
 -- ARGV[5]  for a downgrade, the field of the caller's write hold (its read
 --          hold has a field of its own); "" otherwise
 --
--- Granted when the caller holds the write lock (downgrade) or already holds
--- the read lock (re-entry), or when nobody holds the write lock and either
--- no writer waits or a write unlock admitted this reader. The count is set to
--- ARGV[3] + 1 so a resent call cannot count twice.
+-- Granted when the caller already holds the read lock (re-entry, in either
+-- mode: a downgraded read hold re-enters while its owner still holds the
+-- write lock), or holds the write lock (downgrade), or when nobody holds the
+-- write lock and either no writer waits or a write unlock admitted this
+-- reader. The count is set to ARGV[3] + 1 so a resent call cannot count
+-- twice.
 --
 -- A re-entry (ARGV[3] > 0) whose read hold is gone (its lease ran out, a
--- force-unlock) is refused with {-1, 0}, never re-created.
+-- force-unlock) is refused with {-1, 0}, never re-created; one whose read
+-- hold is there is always granted.
 --
 -- Returns {1, count} or {0, ms}: how long to wait at most before trying again
 -- (-1: the write lock has no expiry).
@@ -25,20 +28,19 @@
 
 local field = ARGV[2]
 local rf = 'r:' .. field
-if tonumber(ARGV[3]) > 0 and redis.call('hexists', KEYS[1], rf) == 0 then
+local holds = redis.call('hexists', KEYS[1], rf) == 1
+if tonumber(ARGV[3]) > 0 and not holds then
   return {-1, 0}
 end
 local mode = redis.call('hget', KEYS[1], 'mode')
 local grant
 local writer = ARGV[5]
-if not writer or writer == '' then
-  writer = field
-end
-if mode == 'write' then
-  grant = redis.call('hexists', KEYS[1], 'w:' .. writer) == 1
+if holds then
+  grant = true
+elseif mode == 'write' then
+  grant = writer ~= nil and writer ~= '' and redis.call('hexists', KEYS[1], 'w:' .. writer) == 1
 else
-  grant = redis.call('hexists', KEYS[1], rf) == 1
-    or redis.call('zcard', KEYS[3]) == 0
+  grant = redis.call('zcard', KEYS[3]) == 0
     or redis.call('zscore', KEYS[5], field) ~= false
 end
 if grant then

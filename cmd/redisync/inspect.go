@@ -29,6 +29,7 @@ var companions = []struct{ token, typ string }{
 	{"sem-expiry", "zset"},    // Semaphore: owner field -> lease end
 	{"fence", "string"},       // WithFencing: the last fencing token given
 	{"elect-term", "string"},  // Election: the last term given
+	{"latch-round", "string"}, // CountDownLatch: the round being counted
 }
 
 // inspect prints, for each name, which redisync primitive it is and its
@@ -133,6 +134,7 @@ type snapshot struct {
 	holders map[string]string    // the sem-holders hash, when present
 	fence   string               // the fencing counter (its key and value), when present
 	term    string               // an election's term counter (its key and value), when present
+	round   string               // a latch's round (its key and value), when present
 	foreign []string             // companion keys of another type than the library's
 }
 
@@ -213,6 +215,8 @@ func read(ctx context.Context, rdb redis.UniversalClient, name string) (*snapsho
 			case *redis.StringCmd:
 				_, err := strconv.ParseInt(v.Val(), 10, 64)
 				switch {
+				case want.token == "latch-round":
+					s.round = fmt.Sprintf("round %s: %s", cnames[i], v.Val())
 				case err != nil && want.token == "elect-term":
 					s.foreign = append(s.foreign, fmt.Sprintf("%s: a string that is not a term counter", cnames[i]))
 				case err != nil:
@@ -274,6 +278,12 @@ func (s *snapshot) describe() []view {
 		}
 	default:
 		views = append(views, view{head: fmt.Sprintf("a %s, not a redisync primitive", s.typ)})
+	}
+	if s.round != "" && s.typ != "string" {
+		views = append(views, view{head: "latch, open (its round key was left behind)"})
+	}
+	if s.round != "" {
+		views[0].lines = append(views[0].lines, s.round)
 	}
 	if fair {
 		views = append(views, s.lock(nil, true))

@@ -112,6 +112,9 @@ func TestInspectPrimitives(t *testing.T) {
 	latch := c1.CountDownLatch("start")
 	must(latch.TrySetCount(ctx, 3))
 	must(nil, latch.CountDown(ctx))
+	// A latch whose count was deleted by hand: its round key is left.
+	must(c1.CountDownLatch("leftround").TrySetCount(ctx, 1))
+	rdb.Del(ctx, "leftround")
 
 	// Leftovers written by hand, with a deadline in the past: a FairMutex
 	// queue without its lock, and a read hold that expired.
@@ -131,7 +134,7 @@ func TestInspectPrimitives(t *testing.T) {
 	rdb.Set(ctx, keys.Companion("weird", "fair-queue"), "x", 0)
 
 	names := []string{"orders:42", "jobs", "cfg", "cfgw", "pool", "never", "orphan", "start",
-		"stale", "expired", "str", "lst", "h", "weird", "gone", "fenced", "fencedfree", "leader", "led"}
+		"stale", "expired", "str", "lst", "h", "weird", "gone", "fenced", "fencedfree", "leader", "led", "leftround"}
 	var out bytes.Buffer
 	if err := run(ctx, []string{"inspect", "-redis", srv.Addr()}, &out); err == nil {
 		t.Error("inspect without names: want an error")
@@ -156,11 +159,12 @@ func TestInspectPrimitives(t *testing.T) {
 			`\n  reader ` + owner(id2) + `  holds 1, ` + lease,
 			`\n  writer waiting ` + owner(id2) + `  deadline in \d+\.\ds`,
 			`\n  reader waiting ` + owner(id1) + `  deadline in \d+\.\ds`},
-		"cfgw":   {`^cfgw: rw lock, write-locked, ` + lease + `\n  writer ` + owner(id2) + `  holds 2  ` + parts(id2) + `\n$`},
-		"pool":   {`^pool: semaphore, 2 of 3 permits available \(1 held\)\n  holder ` + owner(id1) + `  holds 1, ` + lease + `  ` + parts(id1) + `\n$`},
-		"never":  {`^never: free \(no keys\)\n$`},
-		"orphan": {`^orphan: semaphore, permits not set \(2 held\)\n  holder ` + owner(id2) + `  holds 2, ` + lease},
-		"start":  {`^start: latch, counting, 2 left\n$`},
+		"cfgw":      {`^cfgw: rw lock, write-locked, ` + lease + `\n  writer ` + owner(id2) + `  holds 2  ` + parts(id2) + `\n$`},
+		"pool":      {`^pool: semaphore, 2 of 3 permits available \(1 held\)\n  holder ` + owner(id1) + `  holds 1, ` + lease + `  ` + parts(id1) + `\n$`},
+		"never":     {`^never: free \(no keys\)\n$`},
+		"orphan":    {`^orphan: semaphore, permits not set \(2 held\)\n  holder ` + owner(id2) + `  holds 2, ` + lease},
+		"start":     {`^start: latch, counting, 2 left\n  round \{start\}:latch-round:start: ` + owner(id1) + `\n$`},
+		"leftround": {`^leftround: latch, open \(its round key was left behind\)\n  round \{leftround\}:latch-round:leftround: ` + owner(id1) + `\n$`},
 		"stale": {`^stale: fair lock, free; 0 waiting \(and 1 expired\)\n`,
 			`\n  waiter 1: ` + regexp.QuoteMeta(ghost) + `  deadline passed \d+\.\ds ago \(expired, not live\)`},
 		"expired": {`^expired: rw lock, free \(its read holds expired, not yet purged\)\n`,
@@ -339,7 +343,7 @@ func TestInspectCluster(t *testing.T) {
 			`\n  reader ` + owner(id1) + `  holds 1, ` + lease,
 			`\n  writer waiting ` + owner(id2) + `  deadline in \d+\.\ds`},
 		"pool":  {`^pool: semaphore, 2 of 3 permits available \(1 held\)\n  holder ` + owner(id1) + `  holds 1, ` + lease},
-		"start": {`^start: latch, counting, 2 left\n  cluster slot`},
+		"start": {`^start: latch, counting, 2 left\n  round \{start\}:latch-round:start: [^\n]+\n  cluster slot`},
 		"{acct}:7": {`^\{acct\}:7: lock \(Mutex or FairMutex\), held, ` + lease + `\n  holder ` + owner(id2) + `  holds 1  `,
 			`\n  fencing counter \{acct\}:fence:\{acct\}:7: \d{16,} \(the last token given\)\n`},
 		"gone": {`^gone: free \(no keys\)\n  cluster slot`},

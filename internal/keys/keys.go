@@ -25,6 +25,7 @@ var tokens = []string{
 	"sem-holders", "sem-expiry",
 	"fence",
 	"elect-term",
+	"latch-round",
 }
 
 // IsCompanion reports whether name is the companion key of some lock name
