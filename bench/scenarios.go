@@ -23,15 +23,18 @@ type env struct {
 	admin  *redis.Client   // not counted; reads INFO and CLIENT LIST
 	admins []*redis.Client // a Cluster's nodes': their stats are summed
 	link   *link           // clients' connections go through its proxies; nil: loopback
-	seq    atomic.Int64
 	warm   time.Duration
 	rounds int
 }
 
+// nameSeq numbers lock names over the whole process: every pass of
+// -latency and every env share the one Redis server.
+var nameSeq atomic.Int64
+
 // name returns a lock name never used before in this run, so nothing a
 // previous run left behind (a lease, a queue) can interfere.
 func (e *env) name(kind string) string {
-	return "bench:" + kind + ":" + strconv.FormatInt(e.seq.Add(1), 10)
+	return "bench:" + kind + ":" + strconv.FormatInt(nameSeq.Add(1), 10)
 }
 
 func (e *env) stats() redisStats {
