@@ -205,6 +205,7 @@ func (r *report) cluster(bin string) error {
 		}
 	}
 	single := []string{"bench:single:1", "bench:single:2"}
+	dial := r.e.link.goRedisDialer() // the locks' clients only; probe and INFO go direct
 	rows := []struct {
 		name  string
 		mk    func() redis.UniversalClient
@@ -214,11 +215,15 @@ func (r *report) cluster(bin string) error {
 		cpu   func() time.Duration
 		acc   *clusterRow
 	}{
-		{"single node (classic)", func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: r.e.addr}) }, nil,
+		{"single node (classic)", func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: r.e.addr, Dialer: dial}) }, nil,
 			single, func(string) string { return r.e.addr }, func() time.Duration { return r.e.stats().cpu }, nil},
-		{"cluster, sharded (AUTO)", func() redis.UniversalClient { return redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.addrs()}) }, nil,
+		{"cluster, sharded (AUTO)", func() redis.UniversalClient {
+			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.addrs(), Dialer: dial})
+		}, nil,
 			names, owner, cl.cpu, nil},
-		{"cluster, classic (forced)", func() redis.UniversalClient { return redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.addrs()}) },
+		{"cluster, classic (forced)", func() redis.UniversalClient {
+			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.addrs(), Dialer: dial})
+		},
 			[]redisync.Option{redisync.WithPubSub(redisync.PubSubClassic)}, names, owner, cl.cpu, nil},
 	}
 	for i := range rows {

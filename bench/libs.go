@@ -31,6 +31,7 @@ type instOpts struct {
 	n     int
 	cnt   *counter // nil: not counted
 	name  string   // CLIENT SETNAME of every connection; default bench-c<i>
+	link  *link    // the link latency's proxies; nil: loopback
 }
 
 func (o instOpts) clientName(i int) string {
@@ -61,17 +62,19 @@ const peerTTL = 8 * time.Second
 // newGoRedisFor is newGoRedis, or a cluster client of o.addrs.
 func newGoRedisFor(o instOpts, cnt *counter, name string) redis.UniversalClient {
 	if o.addrs == nil {
-		return newGoRedis(o.addr, cnt, name)
+		return newGoRedis(o.addr, o.link, cnt, name)
 	}
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: o.addrs, ClientName: name})
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: o.addrs, ClientName: name, Dialer: o.link.goRedisDialer()})
 	if cnt != nil {
 		rdb.AddHook(cnt)
 	}
 	return rdb
 }
 
-func newGoRedis(addr string, cnt *counter, name string) *redis.Client {
-	rdb := redis.NewClient(&redis.Options{Addr: addr, ClientName: name})
+// newGoRedis makes a go-redis client of addr, through lk's proxy when lk is
+// not nil, counted by cnt when cnt is not nil.
+func newGoRedis(addr string, lk *link, cnt *counter, name string) *redis.Client {
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ClientName: name, Dialer: lk.goRedisDialer()})
 	if cnt != nil {
 		rdb.AddHook(cnt)
 	}
@@ -88,6 +91,7 @@ func allLibs() []lib {
 		lib{name: "redsync (1ms retry)", new: newRedsync(redsync.WithRetryDelay(time.Millisecond), redsync.WithTries(1<<30))},
 		lib{name: "redislock (100ms retry)", new: newRedislock(redislock.LinearBackoff(100 * time.Millisecond))},
 		lib{name: "redislock (1ms retry)", new: newRedislock(redislock.LinearBackoff(time.Millisecond))},
+		lib{name: fdName, new: newRedislockFD(redislock.LinearBackoff(time.Millisecond))},
 		lib{name: "rueidislock (defaults)", new: newRueidislock(0)},
 		lib{name: "rueidislock (KeyMajority 1)", new: newRueidislock(1)},
 	)
@@ -162,7 +166,7 @@ func newRedsync(opts ...redsync.Option) func(instOpts) (inst, error) {
 		addr, n, cnt := o.addr, o.n, o.cnt
 		in := &redsyncInst{opts: opts}
 		for i := range n {
-			rdb := newGoRedis(addr, cnt, o.clientName(i))
+			rdb := newGoRedis(addr, o.link, cnt, o.clientName(i))
 			in.rdbs = append(in.rdbs, rdb)
 			in.rss = append(in.rss, redsync.New(goredis.NewPool(rdb)))
 		}
@@ -209,7 +213,7 @@ func newRedislock(retry redislock.RetryStrategy) func(instOpts) (inst, error) {
 		addr, n, cnt := o.addr, o.n, o.cnt
 		in := &redislockInst{retry: retry}
 		for i := range n {
-			rdb := newGoRedis(addr, cnt, o.clientName(i))
+			rdb := newGoRedis(addr, o.link, cnt, o.clientName(i))
 			in.rdbs = append(in.rdbs, rdb)
 			in.cs = append(in.cs, redislock.New(rdb))
 		}
@@ -265,7 +269,7 @@ func newRueidislock(majority int32) func(instOpts) (inst, error) {
 		in := &rueInst{}
 		for i := range n {
 			l, err := rueidislock.NewLocker(rueidislock.LockerOption{
-				ClientOption: rueidis.ClientOption{InitAddress: init, ClientName: o.clientName(i)},
+				ClientOption: rueidis.ClientOption{InitAddress: init, ClientName: o.clientName(i), DialCtxFn: o.link.rueidisDial()},
 				KeyMajority:  majority,
 				ClientBuilder: func(o rueidis.ClientOption) (rueidis.Client, error) {
 					c, err := rueidis.NewClient(o)

@@ -1,7 +1,8 @@
 // Command bench measures redisync's locks side by side with redsync,
 // bsm/redislock and rueidislock on a private redis-server it starts on a free
-// loopback port (and stops on exit). It prints markdown tables to stdout and
-// progress to stderr. See README.md.
+// loopback port (and stops on exit), optionally behind an in-process
+// toxiproxy that adds a link latency to every reply (-latency). It prints
+// markdown tables to stdout and progress to stderr. See README.md.
 package main
 
 import (
@@ -28,6 +29,8 @@ var (
 	flagWarm     = flag.Duration("warmup", 150*time.Millisecond, "unmeasured warm-up before each measured run")
 	flagScaleN   = flag.Int("scale-locks", 10000, "locks held by one client in the watchdog scale test")
 	flagScaleW   = flag.Int("scale-waiters", 1000, "locks with a waiter in the pub/sub scale test")
+	flagLatency  = flag.String("latency", "0", "link latency added to every reply (toxiproxy in-process, one proxy per Redis node): 0 = loopback; a list such as 0,1ms,5ms runs the scenarios once per value")
+	flagManyG    = flag.String("many-goroutines", "4,16,64", "goroutine counts (over 4 clients) of the many-locks scenarios")
 )
 
 func main() {
@@ -36,6 +39,16 @@ func main() {
 }
 
 func run() (code int) {
+	lats, err := parseLatencies(*flagLatency)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 2
+	}
+	manyG, err := parseGoroutines(*flagManyG)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 2
+	}
 	bin, err := findRedisServer(*flagRedis)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -64,7 +77,6 @@ func run() (code int) {
 
 	admin := redis.NewClient(&redis.Options{Addr: srv.addr, ClientName: "bench-admin"})
 	defer admin.Close()
-	e := &env{addr: srv.addr, admin: admin, warm: *flagWarm, rounds: max(1, *flagRounds)}
 
 	libs := selectLibs(allLibs(), *flagLibs)
 	scen := map[string]bool{}
@@ -72,8 +84,30 @@ func run() (code int) {
 		scen[strings.TrimSpace(s)] = true
 	}
 	started := time.Now()
-	r := &report{e: e, libs: libs, d: *flagDuration}
-	r.header(srv, bin)
+	for i, lat := range lats {
+		// One pass over the scenarios per link latency, each with its own
+		// proxies; the harness's admin client (INFO, CLIENT LIST) goes direct.
+		lk := newLink(lat)
+		e := &env{addr: srv.addr, admin: admin, warm: *flagWarm, rounds: max(1, *flagRounds), link: lk}
+		r := &report{e: e, libs: libs, d: *flagDuration, manyG: manyG}
+		if i == 0 {
+			r.header(srv, bin, lats)
+		}
+		if len(lats) > 1 || lk != nil {
+			fmt.Printf("# Link: %s\n\n", lk.describe())
+		}
+		code := r.runSteps(scen, bin)
+		lk.close()
+		if code != 0 {
+			return code
+		}
+	}
+	fmt.Printf("\nTotal run time: %s.\n", time.Since(started).Round(time.Second))
+	return 0
+}
+
+// runSteps runs the selected scenarios of one pass and its targets.
+func (r *report) runSteps(scen map[string]bool, bin string) int {
 	steps := []struct {
 		name string
 		f    func() error
@@ -88,6 +122,9 @@ func run() (code int) {
 		{"replica-ack", r.replicaAck},
 		{"cluster", func() error { return r.cluster(bin) }},
 	}
+	if r.e.link != nil {
+		progress("== link latency %v", r.e.link.latency)
+	}
 	for _, s := range steps {
 		if !scen[s.name] {
 			continue
@@ -99,7 +136,6 @@ func run() (code int) {
 		}
 	}
 	r.targets()
-	fmt.Printf("\nTotal run time: %s.\n", time.Since(started).Round(time.Second))
 	return 0
 }
 

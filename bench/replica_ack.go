@@ -52,7 +52,7 @@ func (r *report) replicaAck() error {
 		}
 	}
 	fmt.Printf("## 7. Replica acknowledgement: uncontended acquire + release, primary with one replica\n\n")
-	fmt.Printf("The same Mutex without and with `WithReplicaAck(1, %v)` (WAIT pipelined after the lock script; the release does not wait), interleaved, on the private server with one replica (both on loopback).\n\n", ackTimeout)
+	fmt.Printf("The same Mutex without and with `WithReplicaAck(1, %v)` (WAIT pipelined after the lock script; the release does not wait), interleaved, on the private server with one replica (both on loopback; replication direct, the clients' link: %s).\n\n", ackTimeout, r.e.link.describe())
 	fmt.Println("| configuration | pairs/s | pair p50 | pair p99 | requests/pair | Redis cmds/pair | Redis CPU/pair (primary) |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|---:|")
 	for _, l := range libs {

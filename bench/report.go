@@ -11,6 +11,8 @@ type report struct {
 	e    *env
 	libs []lib
 	d    time.Duration
+	// manyG are the goroutine counts of the many-locks scenarios.
+	manyG []int
 
 	rtt                     time.Duration // yardstick: EVALSHA p50
 	hotRTT                  time.Duration // yardstick measured next to the handoff slices
@@ -21,21 +23,27 @@ type report struct {
 	wd                      []watchdogRes
 	ps                      []pubsubRes
 	contOrder               []string
-	manyRes, manyClusterRes map[string]*loadRes // many locks: single node, Cluster
+	manyRes, manyClusterRes map[int]map[string]*loadRes // many locks by goroutines: single node, Cluster
 }
 
 const (
 	yardName = "yardstick: EVALSHA `return 1`, 1 connection"
 	bar      = "rueidislock (KeyMajority 1)"
 	ours     = "redisync Mutex"
+	fdName   = "redislock (FD autopipeline)" // a yardstick: bsm/redislock over go-redis's full-duplex AutoPipeline
 	oursFair = "redisync FairMutex"
 )
 
-func (r *report) header(srv *redisServer, bin string) {
+func (r *report) header(srv *redisServer, bin string, lats []time.Duration) {
 	fmt.Printf("# redisync benchmarks\n\n")
 	fmt.Printf("- Date: %s\n", time.Now().Format("2006-01-02 15:04 MST"))
 	fmt.Printf("- Machine: %s; Go %s, GOMAXPROCS %d\n", machine(), strings.TrimPrefix(goVersion(), "go"), goMaxProcs())
 	fmt.Printf("- Redis: %s (%s), private instance on %s, loopback, no persistence\n", redisVersion(r.e.admin), bin, srv.addr)
+	var links []string
+	for _, l := range lats {
+		links = append(links, linkText(l))
+	}
+	fmt.Printf("- Link: %s\n", strings.Join(links, "; then "))
 	fmt.Printf("- Peers: %s\n", versions())
 	fmt.Printf("- Command: `%s`\n", strings.Join(append([]string{"go run ."}, os.Args[1:]...), " "))
 	fmt.Printf("- Each library runs %v per configuration, as %d interleaved rounds (A B C … A B C …) in this one process run; each round makes fresh clients and a fresh lock name and is preceded by an unmeasured %v warm-up.\n",
@@ -269,98 +277,6 @@ func (r *report) order() error {
 	for _, l := range r.libs {
 		a := r.ord[l.name]
 		fmt.Printf("| %s | %d | %d | %d / %d |\n", l.name, a.rounds, a.perfect, a.inversions, a.maxInversions)
-	}
-	fmt.Println()
-	return nil
-}
-
-// ---- 4. many locks ----
-
-func (r *report) many() error {
-	res := map[string]*loadRes{}
-	for _, l := range r.libs {
-		res[l.name] = &loadRes{}
-	}
-	cfg := loadCfg{goroutines: 64, clients: 4}
-	for round := range r.e.rounds {
-		progress("many locks round %d/%d", round+1, r.e.rounds)
-		for _, l := range r.libs {
-			if err := r.e.load(l, cfg, r.perRound(), res[l.name]); err != nil {
-				return fmt.Errorf("%s: %w", l.name, err)
-			}
-		}
-	}
-	r.manyRes = res
-	fmt.Printf("## 4. Many locks: 64 goroutines over 4 clients, each on its own lock\n\n")
-	fmt.Println("| library | pairs/s | ÷ rueidislock KM1 | pair p50 | pair p99 | requests/pair | Redis cmds/pair | Redis CPU/pair |")
-	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|")
-	var barRate float64
-	if b := res[bar]; b != nil && b.elapsed > 0 {
-		barRate = float64(b.acq) / b.elapsed.Seconds()
-	}
-	for _, l := range r.libs {
-		a := res[l.name]
-		s := a.pairs.sorted()
-		rate := float64(a.acq) / a.elapsed.Seconds()
-		vs := "–"
-		if barRate > 0 {
-			vs = fmtF(rate/barRate, 2)
-		}
-		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %s |\n", l.name, fmtRate(rate), vs, fmtDur(s.pct(50)), fmtDur(s.pct(99)),
-			perAcq(a.reqs, a.acq, 2), perAcq(a.rs.commands(), a.acq, 1), fmtDur(cpuPer(a.rs.cpu, a.acq)))
-	}
-	fmt.Println()
-	return nil
-}
-
-// manyCluster is many on a private 3-master Cluster, for redisync and
-// rueidislock (KeyMajority 1), Redis's cost summed over the nodes.
-func (r *report) manyCluster(bin string) error {
-	cl, err := startCluster(bin, 3)
-	if err != nil {
-		return err
-	}
-	defer cl.stop()
-	ce := &env{addr: r.e.addr, addrs: cl.addrs(), admin: r.e.admin, admins: cl.admins, warm: r.e.warm, rounds: r.e.rounds}
-	var libs []lib
-	for _, l := range r.libs {
-		if l.name == "redisync Mutex" || l.name == bar {
-			libs = append(libs, l)
-		}
-	}
-	res := map[string]*loadRes{}
-	for _, l := range libs {
-		res[l.name] = &loadRes{}
-	}
-	cfg := loadCfg{goroutines: 64, clients: 4}
-	for round := range ce.rounds {
-		progress("many locks on a cluster round %d/%d", round+1, ce.rounds)
-		for _, l := range libs {
-			if err := ce.load(l, cfg, r.perRound(), res[l.name]); err != nil {
-				return fmt.Errorf("%s: %w", l.name, err)
-			}
-		}
-	}
-	r.manyClusterRes = res
-	fmt.Printf("## 4b. Many locks on a 3-master Cluster: 64 goroutines over 4 clients, each on its own lock\n\n")
-	fmt.Println("Cluster clients (go-redis ClusterClient; rueidis detects the cluster); Redis's commands and CPU summed over the three masters.")
-	fmt.Println()
-	fmt.Println("| library | pairs/s | ÷ rueidislock KM1 | pair p50 | pair p99 | requests/pair | Redis cmds/pair | Redis CPU/pair |")
-	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|")
-	var barRate float64
-	if b := res[bar]; b != nil && b.elapsed > 0 {
-		barRate = float64(b.acq) / b.elapsed.Seconds()
-	}
-	for _, l := range libs {
-		a := res[l.name]
-		s := a.pairs.sorted()
-		rate := float64(a.acq) / a.elapsed.Seconds()
-		vs := "–"
-		if barRate > 0 {
-			vs = fmtF(rate/barRate, 2)
-		}
-		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %s |\n", l.name, fmtRate(rate), vs, fmtDur(s.pct(50)), fmtDur(s.pct(99)),
-			perAcq(a.reqs, a.acq, 2), perAcq(a.rs.commands(), a.acq, 1), fmtDur(cpuPer(a.rs.cpu, a.acq)))
 	}
 	fmt.Println()
 	return nil

@@ -22,15 +22,19 @@ type env struct {
 	addrs  []string        // a Cluster's nodes (the cluster rows), or nil
 	admin  *redis.Client   // not counted; reads INFO and CLIENT LIST
 	admins []*redis.Client // a Cluster's nodes': their stats are summed
-	seq    atomic.Int64
+	link   *link           // clients' connections go through its proxies; nil: loopback
 	warm   time.Duration
 	rounds int
 }
 
+// nameSeq numbers lock names over the whole process: every pass of
+// -latency and every env share the one Redis server.
+var nameSeq atomic.Int64
+
 // name returns a lock name never used before in this run, so nothing a
 // previous run left behind (a lease, a queue) can interfere.
 func (e *env) name(kind string) string {
-	return "bench:" + kind + ":" + strconv.FormatInt(e.seq.Add(1), 10)
+	return "bench:" + kind + ":" + strconv.FormatInt(nameSeq.Add(1), 10)
 }
 
 func (e *env) stats() redisStats {
@@ -82,7 +86,7 @@ const overtakeTolerance = 5 * time.Millisecond
 
 func (e *env) load(l lib, cfg loadCfg, d time.Duration, acc *loadRes) error {
 	cnt := &counter{}
-	in, err := l.new(instOpts{addr: e.addr, addrs: e.addrs, n: cfg.clients, cnt: cnt})
+	in, err := l.new(instOpts{addr: e.addr, addrs: e.addrs, n: cfg.clients, cnt: cnt, link: e.link})
 	if err != nil {
 		return err
 	}
@@ -226,7 +230,7 @@ func (e *env) loadPhase(in inst, cfg loadCfg, name string, d time.Duration, acc 
 
 func (e *env) yardstick(d time.Duration, acc *loadRes) error {
 	cnt := &counter{}
-	rdb := redis.NewClient(&redis.Options{Addr: e.addr, PoolSize: 1, ClientName: "bench-yardstick"})
+	rdb := redis.NewClient(&redis.Options{Addr: e.addr, PoolSize: 1, ClientName: "bench-yardstick", Dialer: e.link.goRedisDialer()})
 	rdb.AddHook(cnt) // the same hook cost as the go-redis based libraries pay
 	defer rdb.Close()
 	ctx := context.Background()
@@ -260,9 +264,9 @@ func (e *env) yardstick(d time.Duration, acc *loadRes) error {
 // returning: one message delivery plus one round trip, on go-redis.
 func (e *env) pubsubFloor(d time.Duration, maxN int, acc *handoffRes) error {
 	ctx := context.Background()
-	a := redis.NewClient(&redis.Options{Addr: e.addr, ClientName: "bench-yardstick"})
+	a := redis.NewClient(&redis.Options{Addr: e.addr, ClientName: "bench-yardstick", Dialer: e.link.goRedisDialer()})
 	defer a.Close()
-	b := redis.NewClient(&redis.Options{Addr: e.addr, ClientName: "bench-yardstick"})
+	b := redis.NewClient(&redis.Options{Addr: e.addr, ClientName: "bench-yardstick", Dialer: e.link.goRedisDialer()})
 	defer b.Close()
 	a.AddHook(&counter{})
 	b.AddHook(&counter{})
@@ -320,7 +324,7 @@ type handoffRes struct {
 }
 
 func (e *env) handoff(l lib, d time.Duration, maxN int, acc *handoffRes) error {
-	in, err := l.new(instOpts{addr: e.addr, n: 2})
+	in, err := l.new(instOpts{addr: e.addr, n: 2, link: e.link})
 	if err != nil {
 		return err
 	}
@@ -391,7 +395,7 @@ type orderRes struct {
 
 func (e *env) order(l lib, d time.Duration, acc *orderRes) error {
 	const K, stagger = 8, 5 * time.Millisecond
-	in, err := l.new(instOpts{addr: e.addr, n: 4})
+	in, err := l.new(instOpts{addr: e.addr, n: 4, link: e.link})
 	if err != nil {
 		return err
 	}
@@ -497,7 +501,7 @@ func (e *env) watchdogRedisync(n int, window time.Duration) (watchdogRes, error)
 			mu.Unlock()
 		}
 	}
-	rdb := newGoRedis(e.addr, cnt, "bench-watchdog")
+	rdb := newGoRedis(e.addr, e.link, cnt, "bench-watchdog")
 	defer rdb.Close()
 	created := time.Now()
 	c, err := redisync.New(rdb, redisync.WithWatchdogTimeout(3*time.Second))
@@ -565,7 +569,7 @@ func (e *env) watchdogRueidislock(n int, window time.Duration, noloop bool) (wat
 	}
 	cnt := &counter{}
 	l, err := rueidislock.NewLocker(rueidislock.LockerOption{
-		ClientOption:   rueidis.ClientOption{InitAddress: []string{e.addr}, ClientName: "bench-watchdog"},
+		ClientOption:   rueidis.ClientOption{InitAddress: []string{e.addr}, ClientName: "bench-watchdog", DialCtxFn: e.link.rueidisDial()},
 		KeyMajority:    1,
 		KeyValidity:    3 * time.Second,
 		NoLoopTracking: noloop,
@@ -675,12 +679,12 @@ type pubsubRes struct {
 // many of them are subscribed.
 func (e *env) pubsubScale(l lib, n int) (pubsubRes, error) {
 	res := pubsubRes{lib: l.name, waiters: n}
-	holdIn, err := l.new(instOpts{addr: e.addr, n: 1})
+	holdIn, err := l.new(instOpts{addr: e.addr, n: 1, link: e.link})
 	if err != nil {
 		return res, err
 	}
 	defer holdIn.close()
-	waitIn, err := l.new(instOpts{addr: e.addr, n: 1, name: "bench-waiters"})
+	waitIn, err := l.new(instOpts{addr: e.addr, n: 1, name: "bench-waiters", link: e.link})
 	if err != nil {
 		return res, err
 	}
