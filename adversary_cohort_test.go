@@ -175,6 +175,7 @@ func TestAdvCohortCloseDuringHandoffWhoseReplyIsLost(t *testing.T) {
 	c, err := New(rdb)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
+	c.scriptHandoff = true // the handoff script's own reply is lost
 	m := c.Mutex("adv-cohort-close-lost")
 	hctx, err := m.Lock(context.Background())
 	require.NoError(t, err)

@@ -46,6 +46,10 @@ type Client struct {
 	// noCohort turns cohort handoff off, for tests of what it bypasses
 	// (the race after an unlock message, the rotation).
 	noCohort bool
+	// scriptHandoff makes every cohort handoff a script, never one in
+	// memory, for tests of the handoff script (which a run's last
+	// handoff, a fenced lock, WithReplicaAck and WithLease use).
+	scriptHandoff bool
 }
 
 // Option configures a Client.

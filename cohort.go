@@ -8,10 +8,22 @@ import (
 )
 
 // Cohort handoff: a Mutex whose last hold is released while another
-// goroutine of this Client waits for it is handed to that waiter by one
-// script (lua/handoff.lua), instead of being freed, announced to every
-// client and raced for. The lock is never free in between, so to every
-// other client, Redisson included, it just has a new holder.
+// goroutine of this Client waits for it is handed to that waiter instead of
+// being freed, announced to every client and raced for. The lock is never
+// free in between, so to every other client, Redisson included, it just
+// has a holder.
+//
+// Most handoffs are made in memory, with no round trip: the Redis owner
+// field stays as it is (one field for several local holders in turn, each
+// with a hold of its own here), the watchdog goes on renewing it, and the
+// new holder's hold keeps the lease's real deadline (when the script that
+// last set it was sent). Exclusion is unchanged: Redis sees one owner, this
+// Client, hold the lock throughout, and within the Client one hold lives
+// at a time, the next granted only after the last one ended. A handoff
+// that needs something only Redis can give is one script instead
+// (lua/handoff.lua): a new fencing token (WithFencing), an acknowledgement
+// by replicas (WithReplicaAck), a fresh fixed lease (WithLease), and the
+// end of a run, which checks whether another client waits.
 //
 // A run of local handoffs is bounded, so that waiters in other clients get
 // their turn: after cohortRun handoffs in a row, or once cohortTime has
@@ -32,6 +44,7 @@ const (
 type acceptor struct {
 	key     string // the lock's: a channel may be shared by two names
 	lease   time.Duration
+	renewed bool                    // the lease is the watchdog's (not WithLease)
 	fence   string                  // the fencing counter's key, or "" (WithFencing)
 	field   func() string           // the waiter's owner
 	release func(field string) call // gives a handed lock back
@@ -91,6 +104,11 @@ type handoffRun struct {
 	n          int       // handoffs in a row
 	start      time.Time // when the run's first was claimed
 	yieldUntil time.Time // this client's waiters hold back until then
+	// releasing: the run reached its bound, and its last handoff's script
+	// may free the lock for another client: this client's waiters hold
+	// back from now on, or its unlock message, which can reach them
+	// before the script's reply, would let one take the lock back.
+	releasing bool
 }
 
 // blocking returns the acceptor of a waiter of lock key that takes no
@@ -193,6 +211,7 @@ func (co *cohort) claim(key string, confirmed bool) (h *handoff, mine int) {
 		r.n++
 		e.h = &handoff{e: e, acc: e.acc, field: e.acc.field(),
 			bounded: r.n > cohortRun || time.Since(r.start) >= cohortTime}
+		r.releasing = e.h.bounded
 		if confirmed {
 			mine = 1
 		}
@@ -209,6 +228,9 @@ func (co *cohort) settle(h *handoff, r []int64, err error) bool {
 	co.mu.Lock()
 	defer co.mu.Unlock()
 	key := h.acc.key
+	if run := co.runs[key]; run != nil {
+		run.releasing = false
+	}
 	switch {
 	case err != nil:
 		h.err = err
@@ -262,7 +284,11 @@ func (co *cohort) keyYielding(key string, now time.Time) (time.Time, bool) {
 }
 
 func (co *cohort) yieldingLocked(key string, now time.Time) (time.Time, bool) {
-	if r := co.runs[key]; r != nil && now.Before(r.yieldUntil) {
+	switch r := co.runs[key]; {
+	case r == nil:
+	case r.releasing:
+		return now.Add(cohortYield), true // at least: see handoffRun
+	case now.Before(r.yieldUntil):
 		return r.yieldUntil, true
 	}
 	return time.Time{}, false

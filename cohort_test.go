@@ -123,9 +123,11 @@ func idleWaiter(t *testing.T, ctx context.Context, c *Client, m *Mutex) <-chan f
 
 // slowHandoff makes the next handoff script sent through h slow (act),
 // unlocks hctx's hold of m in a goroutine, and returns once that script
-// is under way, with the channel that gets Unlock's result.
+// is under way, with the channel that gets Unlock's result. The handoff is
+// the script's, not one in memory (see scriptHandoff).
 func slowHandoff(t *testing.T, h *faultproxy.Hook, act faultproxy.Action, m *Mutex, hctx context.Context) <-chan error {
 	t.Helper()
+	m.c.scriptHandoff = true
 	slow := h.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.Handoff.Script), Times: 1, Action: act})
 	unlocked := make(chan error, 1)
 	go func() { unlocked <- m.Unlock(hctx) }()

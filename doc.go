@@ -78,9 +78,10 @@
 // TryAcquireFor) bounds the wait alone and returns ErrNotAcquired after it.
 //
 // Under contention, a Mutex's last Unlock hands the lock straight to a
-// goroutine of the same Client that waits for it, in the same round trip
-// and with no unlock message: the lock is never free in between, and to
-// other clients it just has a new holder (cohort handoff). Waiters in
+// goroutine of the same Client that waits for it, mostly in memory (no
+// round trip, the same Redis owner field) and with no unlock message: the
+// lock is never free in between, and to other clients it is held by the
+// same owner throughout (cohort handoff; see Mutex.Unlock). Waiters in
 // other clients still get their turn: once one of them listens, a Client
 // hands the lock over at most 16 times in a row (or for 5ms), then frees
 // it for them and holds its own waiters back for a millisecond.

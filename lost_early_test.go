@@ -70,6 +70,7 @@ func TestResentHandoffSucceeds(t *testing.T) {
 	e := realEnv(t)
 	rdb, h := faultRDB(t, &redis.Options{Addr: e.srv.Addr()})
 	c := newClient(t, rdb)
+	c.scriptHandoff = true // the script is what go-redis resends
 	m := c.Mutex("handoff-resent")
 	require.NoError(t, lua.Handoff.Load(context.Background(), e.rdb(t)).Err())
 	hctx, err := m.Lock(context.Background())

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -336,6 +337,27 @@ func TestMultiLockHolderProcessKilled(t *testing.T) {
 	}
 }
 
+// A process whose goroutines hand a Mutex to each other in memory is
+// killed (-9) in the middle of the run: the lock comes free within a
+// lease or so, as any killed holder's does (the one Redis owner field of
+// the run is no longer renewed).
+func TestCohortProcessKilledMidRun(t *testing.T) {
+	srv := redistest.Start(t)
+	ch := processChild(t, srv.Addr(), "cohort crash:cohort")
+	ch.next("running")
+	c := newClient(t, srv.Client(t))
+	ch.signal(syscall.SIGKILL)
+	killed := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	lctx, err := c.Mutex("crash:cohort").Lock(ctx)
+	require.NoError(t, err, "the killed run's lock did not come free")
+	took := time.Since(killed)
+	t.Logf("taken %v after the run's process was killed (lease %v)", took.Round(time.Millisecond), processLease)
+	assert.Less(t, took, processLease+time.Second)
+	require.NoError(t, c.Mutex("crash:cohort").Unlock(lctx))
+}
+
 // TestHelperProcessChild is the child process of the tests above (skipped
 // unless one of them started it). It reports on stdout, each line
 // prefixed "child: ".
@@ -344,6 +366,27 @@ func TestHelperProcessChild(t *testing.T) {
 	say := childSays
 	bg := context.Background()
 	mode := strings.Fields(os.Getenv(processModeEnv))
+	if mode[0] == "cohort" {
+		// Goroutines hand a Mutex to each other (in memory) until killed.
+		m := c.Mutex(mode[1])
+		var n atomic.Int64
+		for range 4 {
+			go func() {
+				for {
+					lctx, err := m.Lock(bg)
+					if err != nil {
+						continue
+					}
+					if n.Add(1) == 200 {
+						say("running")
+					}
+					_ = m.Unlock(lctx)
+				}
+			}()
+		}
+		time.Sleep(time.Minute) // until killed
+		return
+	}
 	if mode[0] == "multilock" {
 		_, err := c.MultiLock(mode[1:]).Lock(bg)
 		require.NoError(t, err)

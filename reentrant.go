@@ -209,6 +209,7 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 	acc := &acceptor{
 		key:     m.name,
 		lease:   m.spec.lease,
+		renewed: m.spec.renewed,
 		fence:   m.fence,
 		field:   func() string { return a.owner },
 		release: a.release,
@@ -221,6 +222,12 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 				return false, 0, nil
 			case !h.granted:
 				return false, h.next, nil
+			}
+			if h.field != a.owner && a.dirty {
+				// Handed the releaser's field in memory: what this
+				// waiter's own attempts may have left is swept.
+				m.c.sweep(m.spec.lease, a.all(a.owner)...)
+				a.dirty = false
 			}
 			a.st, a.token, handed = h.st, fenceToken(a.s, h.reply), true
 			return a.grant(h.field, 1, renew(h.field))
@@ -251,11 +258,16 @@ func (m *Mutex) script(field string, count int) call {
 // ctx.
 //
 // When another goroutine of this Client waits for the lock, the last
-// Unlock hands the lock straight to it in the same round trip, and the
-// lock is never free in between (cohort handoff). Waiters in other clients
-// still get their turn: after at most 16 handoffs in a row, or 5ms, the
-// lock is freed for them if one waits, and this Client's waiters hold back
-// for a millisecond so that one of them takes it.
+// Unlock hands the lock straight to it, and the lock is never free in
+// between (cohort handoff): in memory, with no round trip, keeping the
+// Redis owner field and the lease's deadline, unless the waiter needs a
+// fencing token, a replica acknowledgement or a fixed lease of its own
+// (then in one script). Waiters in other clients still get their turn:
+// after at most 16 handoffs in a row, or 5ms, the lock is freed for them
+// if one waits, and this Client's waiters hold back for a millisecond so
+// that one of them takes it. An Unlock that hands over in memory sends
+// nothing: when Redis lost the hold early, the new holder is told at its
+// next renewal, not this Unlock.
 //
 // It returns nil when the hold already ended with the context it was taken
 // with (redisync released it then), and an error wrapping ErrNotHeld when
@@ -293,6 +305,9 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 // (goneAt) when Redis no longer had h's hold and the call was written
 // once (see writes). mine is this client's subscriptions to the channel.
 func (m *Mutex) handOver(ctx context.Context, h *hold, ho *handoff, mine int) (int64, time.Time, error) {
+	if m.handInMemory(h, ho) {
+		return 2, time.Time{}, nil
+	}
 	ho.release = ho.acc.release(ho.field)
 	ho.st = m.c.stamp(&m.spec)
 	ho.st.handoff = true
@@ -330,6 +345,34 @@ func (m *Mutex) handOver(ctx context.Context, h *hold, ho *handoff, mine int) (i
 		return lostOrResent(goneAt, w), rep.sent, nil
 	}
 	return 2, rep.sent, nil
+}
+
+// handInMemory hands h's lock to ho's waiter without a round trip (see
+// cohort.go), and reports whether it did: within the run's bound, when the
+// hold ended by its own last release (not forced) and the waiter's lease
+// is the same watchdog lease, with neither a fencing token nor a replica
+// acknowledgement to get from Redis. The waiter takes over h's Redis
+// field, with the lease's real deadline (the stamp of the script that set
+// it last) and the ForceUnlock epoch as it is now, so a ForceUnlock in
+// this process from now on refuses the waiter's grant (given back, which
+// frees the lock), as it refuses a grant whose script is in flight.
+func (m *Mutex) handInMemory(h *hold, ho *handoff) bool {
+	if m.c.scriptHandoff || ho.bounded || ho.acc.fence != "" || m.c.ack.on() || !h.renewed || !ho.acc.renewed || ho.acc.lease != h.lease {
+		return false
+	}
+	h.tmu.Lock()
+	why, sent := h.why, h.sent
+	h.tmu.Unlock()
+	if why != endUnlocked {
+		return false
+	}
+	ho.field = h.field
+	ho.release = ho.acc.release(h.field)
+	ho.st = stamp{sent: sent, epoch: m.c.wd.epoch(m.spec.ref, nil), handoff: true}
+	if !m.c.co.settle(ho, []int64{1, 1, 0}, nil) {
+		m.c.giveBackHandoff(ho) // the waiter left: the lock is freed
+	}
+	return true
 }
 
 // IsLocked reports whether any owner holds the lock.
