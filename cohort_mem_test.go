@@ -227,4 +227,3 @@ func (r *localRun) checkNoneLiveSince(t *testing.T, since time.Time) {
 		}
 	}
 }
-
