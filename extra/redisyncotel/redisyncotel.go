@@ -89,8 +89,9 @@ type config struct {
 	attrs []attribute.KeyValue
 }
 
-// WithTracerProvider has the spans made by tp; the default is the global
-// provider (otel.GetTracerProvider) at the time NewObserver is called.
+// WithTracerProvider has the spans made by tp. The default is otel's
+// global provider, which follows an otel.SetTracerProvider made before or
+// after NewObserver.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(c *config) {
 		if tp != nil {
