@@ -131,10 +131,17 @@ func (a *acquisition) granted(field string, hctx context.Context, err error) (bo
 	return a.won, 0, err
 }
 
-// finish gives back what the call's attempts may have left, when the call
-// failed after an attempt whose outcome is unknown.
-func (a *acquisition) finish() {
-	if a.dirty && !a.won {
+// finish ends the call, which returns err: when it failed, it gives back
+// what its attempts may have left (after an attempt whose outcome is
+// unknown), and tells the observer (AcquireFailed).
+func (a *acquisition) finish(err error) {
+	if a.won {
+		return
+	}
+	if a.dirty {
 		a.c.sweep(a.s.lease, a.all(a.owner)...)
+	}
+	if err != nil && a.c.obs.AcquireFailed != nil {
+		a.c.obs.AcquireFailed(a.hparent, HoldEvent{Kind: a.s.ref.kind, Name: a.s.ref.name, Wait: time.Since(a.start), Cause: err})
 	}
 }

@@ -99,7 +99,7 @@ func TestAdvCohortRunNeverBoundedWhenChannelIsRecreated(t *testing.T) {
 	e := realEnv(t)
 	bg := context.Background()
 	var handed, acquired atomic.Int64
-	c := e.client(t, WithObserver(&Observer{Acquired: func(ev HoldEvent) {
+	c := e.client(t, WithObserver(&Observer{Acquired: func(_ context.Context, ev HoldEvent) {
 		acquired.Add(1)
 		if ev.Handoff {
 			handed.Add(1)
@@ -303,7 +303,7 @@ func TestAdvCohortHandoffUsesReceiversHandle(t *testing.T) {
 	bg := context.Background()
 	rdb, h := faultRDB(t, &redis.Options{Addr: e.srv.Addr()})
 	var handed atomic.Int64
-	c := newClient(t, rdb, WithObserver(&Observer{Acquired: func(ev HoldEvent) {
+	c := newClient(t, rdb, WithObserver(&Observer{Acquired: func(_ context.Context, ev HoldEvent) {
 		if ev.Handoff {
 			handed.Add(1)
 		}

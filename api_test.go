@@ -945,9 +945,9 @@ type obsRecorder struct {
 
 func (o *obsRecorder) observer() *Observer {
 	return &Observer{
-		Acquired:  func(e HoldEvent) { o.mu.Lock(); o.acq = append(o.acq, e); o.mu.Unlock() },
-		Released:  func(e HoldEvent) { o.mu.Lock(); o.rel = append(o.rel, e); o.mu.Unlock() },
-		LeaseLost: func(e HoldEvent) { o.mu.Lock(); o.lost = append(o.lost, e); o.mu.Unlock() },
+		Acquired:  func(_ context.Context, e HoldEvent) { o.mu.Lock(); o.acq = append(o.acq, e); o.mu.Unlock() },
+		Released:  func(_ context.Context, e HoldEvent) { o.mu.Lock(); o.rel = append(o.rel, e); o.mu.Unlock() },
+		LeaseLost: func(_ context.Context, e HoldEvent) { o.mu.Lock(); o.lost = append(o.lost, e); o.mu.Unlock() },
 		Renewed:   func(e RenewalEvent) { o.mu.Lock(); o.ren = append(o.ren, e); o.mu.Unlock() },
 	}
 }

@@ -105,11 +105,13 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	c.mode.rdb = rdb
+	c.mode.changed = c.modeChanged
 	c.mode.init()
 	c.tr = newTransport(rdb, c.ack, &c.mode, c.log, c.closed)
 	c.wd = newWatchdog(c, c.lease)
 	c.co = newCohort()
 	c.ps = newPubSub(rdb, c.closed, c.log, c.mode.sharded, c.co.chanYielding)
+	c.ps.obs = &c.obs
 	if mode := c.PubSub(); mode != PubSubAuto {
 		c.ps.setMode(mode == PubSubSharded)
 	}

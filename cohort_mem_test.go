@@ -161,7 +161,7 @@ type grantSeen struct {
 // moment each time, until stop.
 func runHandoffs(t *testing.T, c *Client, m *Mutex, n int) *localRun {
 	r := &localRun{done: make(chan struct{})}
-	c.obs.Acquired = func(ev HoldEvent) {
+	c.obs.Acquired = func(_ context.Context, ev HoldEvent) {
 		if ev.Handoff {
 			r.handed.Add(1)
 		}

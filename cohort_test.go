@@ -151,7 +151,7 @@ func TestCohortMutualExclusion(t *testing.T) {
 		rdb, h := faultRDB(t, &redis.Options{Addr: e.srv.Addr()})
 		ho, _ := handoffCounter(h)
 		handoffRules = append(handoffRules, ho)
-		c := newClient(t, rdb, WithObserver(&Observer{Acquired: func(ev HoldEvent) {
+		c := newClient(t, rdb, WithObserver(&Observer{Acquired: func(_ context.Context, ev HoldEvent) {
 			if ev.Handoff {
 				handed.Add(1)
 			}
@@ -234,7 +234,7 @@ func TestCohortRunIsBounded(t *testing.T) {
 	var pending [2]atomic.Bool
 	var clients [2]*Client
 	mutex := func(i int) *Mutex {
-		clients[i] = e.client(t, WithObserver(&Observer{Acquired: func(ev HoldEvent) {
+		clients[i] = e.client(t, WithObserver(&Observer{Acquired: func(_ context.Context, ev HoldEvent) {
 			pending[i].Store(ev.Handoff)
 		}}))
 		return clients[i].Mutex("cohort-bound")
@@ -429,8 +429,8 @@ func TestCohortHandoffRacesWatchdog(t *testing.T) {
 	h.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.Renew.Script), Action: faultproxy.DelayBefore(15 * time.Millisecond)})
 	var handed, lost atomic.Int64
 	c := newClient(t, rdb, WithWatchdogTimeout(150*time.Millisecond), WithObserver(&Observer{
-		Acquired:  func(ev HoldEvent) { handed.Add(map[bool]int64{true: 1}[ev.Handoff]) },
-		LeaseLost: func(HoldEvent) { lost.Add(1) },
+		Acquired:  func(_ context.Context, ev HoldEvent) { handed.Add(map[bool]int64{true: 1}[ev.Handoff]) },
+		LeaseLost: func(context.Context, HoldEvent) { lost.Add(1) },
 	}))
 	m := c.Mutex("cohort-watchdog")
 	check := e.rdb(t)
@@ -490,7 +490,7 @@ func TestCohortCloseDuringHandoff(t *testing.T) {
 func TestCohortHandoffFenced(t *testing.T) {
 	e := realEnv(t)
 	var handed atomic.Int64
-	c := e.client(t, WithObserver(&Observer{Acquired: func(ev HoldEvent) {
+	c := e.client(t, WithObserver(&Observer{Acquired: func(_ context.Context, ev HoldEvent) {
 		if ev.Handoff {
 			handed.Add(1)
 		}
@@ -543,7 +543,7 @@ func TestCohortOnCluster(t *testing.T) {
 			const total = 600
 			var wg sync.WaitGroup
 			for i := range 2 {
-				c := newClient(t, cl.Client(t), WithPubSub(mode), WithObserver(&Observer{Acquired: func(ev HoldEvent) {
+				c := newClient(t, cl.Client(t), WithPubSub(mode), WithObserver(&Observer{Acquired: func(_ context.Context, ev HoldEvent) {
 					if ev.Handoff {
 						handed.Add(1)
 					}

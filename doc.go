@@ -134,9 +134,14 @@
 //
 // WithLogger has a Client log, as warnings, what goes wrong in the
 // background (renewals that fail, leases lost, subscription connections
-// lost); WithObserver reports acquisitions with their wait, releases with
-// their hold time, lost leases and watchdog rounds, for metrics. Client.ID
-// is the UUID at the start of every Redis owner field of the client.
+// lost); WithObserver reports acquisitions with their wait, failed ones
+// with their wait and error, releases with their hold time, lost leases,
+// watchdog rounds, subscription connections lost and restored and the
+// pub/sub mode detected, for metrics and traces: the functions about a
+// hold or a wait get the caller's context. The modules extra/redisyncotel
+// and extra/redisyncprom plug it into OpenTelemetry and Prometheus.
+// Client.ID is the UUID at the start of every Redis owner field of the
+// client.
 //
 // # Compatibility with Redisson
 //

@@ -123,7 +123,7 @@ func (e *Election) wrap(err error) error { return wrapOr(e.spec.wrap, err) }
 // context that leads this election already is refused (ErrInvalid): the
 // leadership is not counted twice; WithOwner(ctx) campaigns as another
 // candidate. On error, Campaign returns ctx.
-func (e *Election) Campaign(ctx context.Context, value string) (context.Context, error) {
+func (e *Election) Campaign(ctx context.Context, value string) (lctx context.Context, err error) {
 	if err := e.check(ctx); err != nil {
 		return ctx, err
 	}
@@ -142,7 +142,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (context.Context,
 	a := e.c.acquisition(&e.spec, ctx, ctx, true, nil, func(field string) call {
 		return e.resign(field, term.Load())
 	})
-	defer a.finish()
+	defer func() { a.finish(err) }()
 	try := func() (bool, time.Duration, error) {
 		field, r, d, err := a.send(func(field string) call {
 			return script(lua.ElectCampaign, e.keys, leaseMs, field, value, publish)

@@ -89,12 +89,18 @@ func ExampleMutex_TryLockFor() {
 }
 
 // An Observer counts holds for metrics: Acquired once per hold (not per
-// re-entry), Released once when it ends.
+// re-entry), Released once when it ends, AcquireFailed once per call that
+// got no hold. Each is given the context of the call that took the hold
+// (or tried to): a tracer finds its span there.
 func ExampleWithObserver() {
-	var acquired, released atomic.Int64
+	var acquired, released, failed atomic.Int64
 	obs := &redisync.Observer{
-		Acquired: func(e redisync.HoldEvent) { acquired.Add(1) },
-		Released: func(e redisync.HoldEvent) { released.Add(1) },
+		Acquired: func(_ context.Context, e redisync.HoldEvent) { acquired.Add(1) },
+		Released: func(_ context.Context, e redisync.HoldEvent) { released.Add(1) },
+		AcquireFailed: func(_ context.Context, e redisync.HoldEvent) {
+			failed.Add(1)
+			fmt.Println("not acquired:", e.Name, errors.Is(e.Cause, redisync.ErrNotAcquired))
+		},
 	}
 	mr, _ := miniredis.Run()
 	defer mr.Close()
@@ -113,6 +119,13 @@ func ExampleWithObserver() {
 		m.Unlock(inner)
 		m.Unlock(ctx)
 	}
-	fmt.Println("acquired:", acquired.Load(), "released:", released.Load())
-	// Output: acquired: 3 released: 3
+	held, _ := m.Lock(context.Background())
+	if _, err := m.TryLock(context.Background()); err == nil { // another owner: fails
+		panic("acquired twice")
+	}
+	m.Unlock(held)
+	fmt.Println("acquired:", acquired.Load(), "released:", released.Load(), "failed:", failed.Load())
+	// Output:
+	// not acquired: orders:42 true
+	// acquired: 4 released: 4 failed: 1
 }

@@ -150,7 +150,7 @@ func (f *FairMutex) TryLockFor(ctx context.Context, wait time.Duration) (context
 	return f.lock(ctx, wctx, true, true)
 }
 
-func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (context.Context, error) {
+func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx context.Context, err error) {
 	if err := f.check(parent); err != nil {
 		return parent, err
 	}
@@ -180,7 +180,7 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (cont
 		func(field string) []call { return []call{f.leaveCall(field)} },
 		func(field string) call { return script(lua.FairDrop, f.keys(), field, f.prefix, publish) })
 	a.restart = true // a new owner queues, and listens, as itself
-	defer a.finish()
+	defer func() { a.finish(err) }()
 	try := func() (bool, time.Duration, error) {
 		field, r, d, err := a.send(func(field string) call { return f.script(field, 0, wait) })
 		if r == nil {

@@ -261,7 +261,7 @@ func (c *Client) grantHold(s *spec, h *hold, start time.Time, st stamp) (context
 		}
 	}))
 	if c.obs.Acquired != nil {
-		c.obs.Acquired(HoldEvent{Kind: s.ref.kind, Name: s.ref.name, Wait: h.taken.Sub(start), Handoff: st.handoff})
+		c.obs.Acquired(h.parent, HoldEvent{Kind: s.ref.kind, Name: s.ref.name, Wait: h.taken.Sub(start), Handoff: st.handoff})
 	}
 	return h.ctx, nil
 }

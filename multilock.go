@@ -218,7 +218,7 @@ var errBlockerMoved = errors.New("redisync: another name of the MultiLock is hel
 
 // lock acquires for a hold bound to parent, waiting (if wait) as long as
 // wctx lasts; bounded says wctx is TryLockFor's.
-func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (context.Context, error) {
+func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (hctx context.Context, err error) {
 	if err := m.check(parent); err != nil {
 		return parent, err
 	}
@@ -252,7 +252,7 @@ func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (cont
 
 	a := m.c.acquisition(&m.spec, parent, wctx, wait, nil, nil)
 	a.releases = func(field string) []call { return m.unlockCalls(field, 1) }
-	defer a.finish()
+	defer func() { a.finish(err) }()
 	blocker := m.names[0] // the name the latest attempt found held
 	try := func() (bool, time.Duration, error) {
 		field := a.owner

@@ -1,28 +1,58 @@
 package redisync
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"time"
 )
 
-// Observer is told what a Client's holds do, for metrics: plug in
-// Prometheus, OpenTelemetry or a counter of your own. Any field may be nil.
+// Observer is told what a Client's holds, waits, watchdog and subscription
+// do, for metrics and traces: plug in Prometheus, OpenTelemetry (the
+// modules extra/redisyncprom and extra/redisyncotel do) or a counter of
+// your own. Any field may be nil.
+//
 // The functions are called synchronously, some on the path of Lock and
 // Unlock, so they must be fast and must not block or call back into the
-// Client.
+// Client. Those about a hold or a wait get a context: the one given to the
+// call that took the hold or tried to (Lock, TryLock, Acquire, Campaign,
+// ...), for its values (a trace's span, request attributes). It may have
+// ended; its end may be why the hold or the wait ended.
 type Observer struct {
 	// Acquired is called when a hold is taken (not on a re-entry), with
 	// how long the call waited for it.
-	Acquired func(HoldEvent)
+	Acquired func(ctx context.Context, e HoldEvent)
+	// AcquireFailed is called when a call that would have taken a hold
+	// returns without one, with how long it waited (Wait) and the error it
+	// returns (Cause): not acquired (TryLock, the bound of TryLockFor),
+	// its context ended, the Client closed, Redis failed. It is not called
+	// for a re-entry, nor for a call refused before it tried (bad input,
+	// a context that had already ended).
+	AcquireFailed func(ctx context.Context, e HoldEvent)
 	// Released is called when a hold ends without losing its lease: its
 	// last release, the end of the context it was taken with, Close.
-	Released func(HoldEvent)
+	Released func(ctx context.Context, e HoldEvent)
 	// LeaseLost is called when a hold ends because its lease was lost, or
 	// could no longer be trusted, or was taken by ForceUnlock.
-	LeaseLost func(HoldEvent)
+	LeaseLost func(ctx context.Context, e HoldEvent)
 	// Renewed is called after each round of the watchdog.
 	Renewed func(RenewalEvent)
+	// SubscriptionLost is called when a subscription connection (the one
+	// that wakes waiters; one per node in sharded mode) is lost: a read or
+	// a write on it failed. It is called once per outage, not again for
+	// each reconnection that fails meanwhile. Waiters keep their bounds
+	// meanwhile, and look again once it is restored.
+	SubscriptionLost func(SubscriptionEvent)
+	// SubscriptionRestored is called when the first reply is read from a
+	// connection after it was lost: go-redis has connected again and
+	// subscribed its channels again. A node's connection left with no
+	// channel is closed instead, and not restored.
+	SubscriptionRestored func(SubscriptionEvent)
+	// PubSubModeChanged is called when PubSubAuto's detection settles the
+	// pub/sub mode (see PubSubMode): in New when the cluster answers
+	// within its bound, or later, when the Client first needs it (until
+	// then, unlocks are published classic).
+	PubSubModeChanged func(PubSubModeEvent)
 }
 
 // The kinds of hold, as HoldEvent.Kind reports them. They are plain
@@ -41,9 +71,9 @@ const (
 type HoldEvent struct {
 	Kind  string        // KindMutex, KindFairMutex, KindRWRead, KindRWWrite, KindSemaphore, KindMultiLock or KindElection
 	Name  string        // the lock's name
-	Wait  time.Duration // Acquired: from the call to the grant
+	Wait  time.Duration // Acquired: from the call to the grant; AcquireFailed: from the call to its return
 	Held  time.Duration // Released, LeaseLost: from the grant to the end
-	Cause error         // LeaseLost: why (matches ErrLeaseLost)
+	Cause error         // LeaseLost: why (matches ErrLeaseLost); AcquireFailed: the call's error
 	// Handoff is set on Acquired when a holder in this Client handed the
 	// lock straight to this waiter (a Mutex's cohort handoff, see
 	// Mutex.Unlock), with no unlock message and no race.
@@ -59,16 +89,62 @@ type RenewalEvent struct {
 	Took       time.Duration // how long the round took
 }
 
-// WithObserver has the Client report its holds and renewals to o (see
-// Observer). A nil o is refused.
+// SubscriptionEvent describes a subscription connection lost or restored.
+type SubscriptionEvent struct {
+	Node string        // the node's address in sharded mode; "" for classic mode's one connection
+	Err  error         // SubscriptionLost: what failed
+	Down time.Duration // SubscriptionRestored: how long it was lost
+}
+
+// PubSubModeEvent describes a change of the pub/sub mode.
+type PubSubModeEvent struct {
+	From PubSubMode // PubSubAuto: the mode was not known yet
+	To   PubSubMode // PubSubClassic or PubSubSharded
+}
+
+// WithObserver has the Client report its holds, waits, renewals and
+// subscription to o (see Observer), from the Client's start. Given several
+// times, it adds each: every observer is told, in the order given. A nil o
+// is refused.
 func WithObserver(o *Observer) Option {
 	return func(c *Client) error {
 		if o == nil {
 			return fmt.Errorf("%w: nil Observer", ErrInvalid)
 		}
-		c.obs = *o
+		c.obs = Observer{
+			Acquired:             both(c.obs.Acquired, o.Acquired),
+			AcquireFailed:        both(c.obs.AcquireFailed, o.AcquireFailed),
+			Released:             both(c.obs.Released, o.Released),
+			LeaseLost:            both(c.obs.LeaseLost, o.LeaseLost),
+			Renewed:              then(c.obs.Renewed, o.Renewed),
+			SubscriptionLost:     then(c.obs.SubscriptionLost, o.SubscriptionLost),
+			SubscriptionRestored: then(c.obs.SubscriptionRestored, o.SubscriptionRestored),
+			PubSubModeChanged:    then(c.obs.PubSubModeChanged, o.PubSubModeChanged),
+		}
 		return nil
 	}
+}
+
+// both returns a function that calls f, then g; either may be nil.
+func both[E any](f, g func(context.Context, E)) func(context.Context, E) {
+	switch {
+	case f == nil:
+		return g
+	case g == nil:
+		return f
+	}
+	return func(ctx context.Context, e E) { f(ctx, e); g(ctx, e) }
+}
+
+// then is both for events with no context.
+func then[E any](f, g func(E)) func(E) {
+	switch {
+	case f == nil:
+		return g
+	case g == nil:
+		return f
+	}
+	return func(e E) { f(e); g(e) }
 }
 
 // WithLogger has the Client log what goes wrong in the background, as
@@ -93,11 +169,34 @@ func (c *Client) ended(h *hold, why endReason, cause error) {
 		e.Cause = cause
 		c.log.Warn("redisync: lease lost", "kind", e.Kind, "name", e.Name, "owner", h.field, "held", e.Held, "cause", cause)
 		if c.obs.LeaseLost != nil {
-			c.obs.LeaseLost(e)
+			c.obs.LeaseLost(h.parent, e)
 		}
 		return
 	}
 	if c.obs.Released != nil {
-		c.obs.Released(e)
+		c.obs.Released(h.parent, e)
+	}
+}
+
+// connDown records that c's connection was lost, by err, and tells the
+// observer if it was up until now.
+func (p *pubsub) connDown(c *subConn, err error) {
+	if c.down.CompareAndSwap(0, time.Now().UnixNano()) && p.obs != nil && p.obs.SubscriptionLost != nil {
+		p.obs.SubscriptionLost(SubscriptionEvent{Node: c.addr, Err: err})
+	}
+}
+
+// connUp records that a reply was read from c, and tells the observer when
+// c was lost until now.
+func (p *pubsub) connUp(c *subConn) {
+	if t := c.down.Swap(0); t != 0 && p.obs != nil && p.obs.SubscriptionRestored != nil {
+		p.obs.SubscriptionRestored(SubscriptionEvent{Node: c.addr, Down: time.Since(time.Unix(0, t))})
+	}
+}
+
+// modeChanged tells the observer that the pub/sub mode is now to.
+func (c *Client) modeChanged(from, to PubSubMode) {
+	if c.obs.PubSubModeChanged != nil {
+		c.obs.PubSubModeChanged(PubSubModeEvent{From: from, To: to})
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -65,6 +66,7 @@ type pubsub struct {
 	armed   bool                // retry is pending
 	stopped bool
 	wg      sync.WaitGroup // readers, writers and the router
+	obs     *Observer      // told of connections lost and restored (observe.go)
 }
 
 // subConn is one subscription connection: the only one in classic mode,
@@ -79,7 +81,8 @@ type subConn struct {
 	kick    chan struct{}        // buffered 1: ops are queued
 	gone    chan struct{}        // closed when it is retired
 	retired bool
-	moving  bool // its channels are about to be routed again
+	moving  bool         // its channels are about to be routed again
+	down    atomic.Int64 // when it was lost (Unix ns), 0 while up (observe.go)
 }
 
 // subOp is a SUBSCRIBE (sub) or UNSUBSCRIBE to write. An UNSUBSCRIBE that
@@ -607,10 +610,12 @@ func (p *pubsub) write(c *subConn) {
 			if op.sub {
 				do = sub
 			}
-			if do(ctx, op.name) == nil {
+			err := do(ctx, op.name)
+			if err == nil {
 				backoff = firstBackoff
 				continue
 			}
+			p.connDown(c, err)
 			if p.writeFailed(c) || !p.pause(c, &backoff) {
 				return
 			}
@@ -887,12 +892,14 @@ func (p *pubsub) read(c *subConn) {
 				continue
 			}
 			p.log.Warn("redisync: subscription connection lost; re-subscribing", "node", c.addr, "error", err)
+			p.connDown(c, err)
 			if p.connLost(c) || !p.pause(c, &backoff) {
 				return
 			}
 			continue
 		}
 		backoff = firstBackoff
+		p.connUp(c)
 		switch m := msg.(type) {
 		case *redis.Message:
 			p.deliver(m.Channel, m.Payload)

@@ -83,6 +83,8 @@ type pubMode struct {
 	want PubSubMode
 	got  atomic.Uint32 // a PubSubMode; PubSubAuto until resolved
 
+	changed func(from, to PubSubMode) // told when detection settles the mode
+
 	mu        sync.Mutex  // one detection at a time
 	last      time.Time   // when the last detection failed
 	detecting atomic.Bool // a background detection runs (current)
@@ -158,6 +160,9 @@ func (m *pubMode) resolve(ctx context.Context, block bool) (mode PubSubMode, ok 
 		mode = PubSubSharded
 	}
 	m.got.Store(uint32(mode))
+	if m.changed != nil {
+		m.changed(PubSubAuto, mode)
+	}
 	return mode, true
 }
 

@@ -132,7 +132,7 @@ func checkWait(wait time.Duration) error {
 
 // lock acquires for a hold bound to parent, waiting (if wait) as long as
 // wctx lasts; bounded says wctx is TryLockFor's.
-func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.Context, error) {
+func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx context.Context, err error) {
 	if err := m.check(parent); err != nil {
 		return parent, err
 	}
@@ -163,7 +163,7 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 	a := m.c.acquisition(&m.spec, parent, wctx, wait, nil, func(field string) call {
 		return script(lua.Drop, []string{m.name, m.channel}, field, publish, unlockMessage)
 	})
-	defer a.finish()
+	defer func() { a.finish(err) }()
 	try := func() (bool, time.Duration, error) {
 		field, r, d, err := a.send(func(field string) call { return m.script(field, 0) })
 		if r == nil {

@@ -180,7 +180,7 @@ func (r *RWMutex) lockFor(ctx context.Context, read bool, wait time.Duration) (c
 	return r.lock(ctx, wctx, read, true, true)
 }
 
-func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (context.Context, error) {
+func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (hctx context.Context, err error) {
 	if err := r.check(parent); err != nil {
 		return parent, err
 	}
@@ -271,7 +271,7 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 				stop()
 			}
 		}
-		a.finish()
+		a.finish(err)
 	}()
 	try := func() (bool, time.Duration, error) {
 		field, res, d, err := a.send(func(field string) call { return r.script(script, field, writer, 0, wait) })

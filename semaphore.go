@@ -253,7 +253,7 @@ func (s *Semaphore) TryAcquireFor(ctx context.Context, n int, wait time.Duration
 // errNeverSet explains a refusal on a semaphore whose permits were never set.
 var errNeverSet = fmt.Errorf("%w: its permits were never set (SetPermits or TrySetPermits first; or is the name misspelt?)", ErrNotAcquired)
 
-func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded bool) (context.Context, error) {
+func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded bool) (_ context.Context, err error) {
 	if err := s.check(parent); err != nil {
 		return parent, err
 	}
@@ -275,7 +275,13 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 	a := s.c.acquisition(&s.spec, parent, wctx, wait, nil, func(field string) call {
 		return script(lua.SemDrop, s.keys, field, publish, semReclaimLimit)
 	})
-	defer a.finish()
+	defer func() {
+		failed := err
+		if h != nil {
+			failed = nil // permits added to a hold, as a re-entry: not a first acquisition
+		}
+		a.finish(failed)
+	}()
 	var hctx context.Context // a hold added to
 	neverSet := false
 	acquire := func(field string, prev int) call {

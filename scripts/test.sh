@@ -14,3 +14,9 @@ go vet ./...
 # -parallel 4: the tests marked parallel start their own servers and mostly
 # wait on real leases and pauses, so four at a time fit on two cores.
 go test -race -count=1 -timeout 20m -parallel 4 "$@" ./...
+
+# The extras (extra/*: OpenTelemetry, Prometheus) are modules of their own,
+# so that the core keeps its few dependencies: vet and test each one too.
+for mod in extra/*/; do
+	(cd "$mod" && go vet ./... && go test -race -count=1 -timeout 5m "$@" ./...)
+done
