@@ -53,8 +53,10 @@ type hold struct {
 
 	// mu serialises the scripts that change this hold (re-entries,
 	// releases, a give-back), so the count sent stays in step with Redis
-	// even when goroutines share the hold.
-	mu       sync.Mutex
+	// even when goroutines share the hold. A call waits for it only as
+	// long as its context lasts (lockCtx): an earlier call that left may
+	// keep it until its reply comes.
+	mu       holdLock
 	count    int
 	lastSent time.Time // when the newest script under mu was sent
 
@@ -231,6 +233,7 @@ func (c *Client) newHold(s *spec, parent context.Context, field string, count in
 	return &hold{
 		ref: s.ref, field: field, scope: scopeOf(parent), lease: s.lease, renewed: s.renewed, token: token,
 		parts: s.parts, covers: s.covers, parent: parent, count: count, stops: ends, taken: time.Now(),
+		mu: newHoldLock(),
 	}
 }
 
@@ -333,18 +336,21 @@ func (c *Client) reenterBy(ctx, wctx context.Context, s *spec, h *hold,
 var errEnded = errors.New("redisync: the hold has ended")
 
 // underHold sends the call build makes for h's count, under h's lock, and
-// waits for its reply as long as ctx lasts. On success it returns the
-// reply with h's lock still held, for the caller to apply and unlock; on
-// an error the lock is released. When ctx ends first, the lock stays held
-// until the reply comes, and then taken (unless nil) runs with the reply
-// when the script took something, to give it back, and waits for that
-// (undoHeld): the lock is released after it. A reply that took
+// waits for the lock and for the reply as long as ctx lasts. On success it
+// returns the reply with h's lock still held, for the caller to apply and
+// unlock; on an error the lock is released (or was never taken, when ctx
+// ended while waiting for it). When ctx ends during the call, the lock
+// stays held until the reply comes, and then taken (unless nil) runs with
+// the reply when the script took something, to give it back, and waits
+// for that (undoHeld): the lock is released after it. A reply that took
 // something the replicas did not acknowledge (WithReplicaAck) is a
 // *notReplicatedError, returned with h's lock still held: the caller
 // takes it back under the lock (undoUnder).
 func (c *Client) underHold(ctx context.Context, wait bool, h *hold, build func(count int) call, taken func([]int64)) ([]int64, error) {
 	for {
-		h.mu.Lock()
+		if err := h.mu.lockCtx(ctx); err != nil {
+			return nil, err
+		}
 		if !h.live() {
 			h.mu.Unlock()
 			return nil, errEnded
@@ -406,7 +412,9 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // A *notReplicatedError is returned with h's lock held, as by underHold.
 func (c *Client) underHoldAll(ctx context.Context, wait bool, h *hold, build func(count int) []call) ([]int64, error) {
 	for {
-		h.mu.Lock()
+		if err := h.mu.lockCtx(ctx); err != nil {
+			return nil, err
+		}
 		if !h.live() {
 			h.mu.Unlock()
 			return nil, errEnded

@@ -1,0 +1,41 @@
+package redisync
+
+import "context"
+
+// holdLock is a hold's lock (hold.mu): it serialises the scripts that
+// change the hold, as a mutex would, but a caller waiting for it can leave
+// when its context ends. The lock may be kept past its caller's return,
+// until a reply that caller left behind comes (see underHold), so a wait
+// for it must be bounded like any other wait. Waiters take it in the
+// order they came.
+type holdLock chan struct{}
+
+func newHoldLock() holdLock { return make(holdLock, 1) }
+
+// Lock takes l, waiting as long as it takes: for a caller that cannot
+// leave, or that is bounded otherwise.
+func (l holdLock) Lock() { l <- struct{}{} }
+
+// lockCtx takes l, or returns ctx's error, without taking it, once ctx
+// has ended (at once when it already has).
+func (l holdLock) lockCtx(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	select {
+	case l <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Unlock releases l, which must be held (by anyone: a late reply's
+// handler may release what its caller took).
+func (l holdLock) Unlock() {
+	select {
+	case <-l:
+	default:
+		panic("redisync: unlock of a hold's lock that is not held")
+	}
+}
