@@ -322,6 +322,11 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 		case r[0] == 0:
 			neverSet = r[2] == 0
 			return false, semBound(r[1]), nil
+		case !h.live():
+			// Lost (or ended) while the script was on its way: its
+			// permits go with the hold's give-back, as a Mutex
+			// re-entry's do.
+			return false, 0, endedError(h)
 		}
 		hctx = h.contextFor(parent)
 		return true, 0, nil

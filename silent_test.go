@@ -123,3 +123,34 @@ func TestReentryWaitsForTheHoldWithinItsContext(t *testing.T) {
 		})
 	}
 }
+
+// Adding permits through a hold that is lost while the script is on its
+// way fails with ErrLeaseLost, as a Mutex re-entry does, rather than
+// returning nil with a context already cancelled.
+func TestSemaphoreAddToHoldLostInFlight(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
+	e := realEnv(t)
+	rdb, hook := faultRDB(t, &redis.Options{Addr: e.addr, DialTimeout: time.Second, ReadTimeout: 5 * time.Second})
+	c := newClient(t, rdb)
+	bg := context.Background()
+	const lease = 400 * time.Millisecond
+	s := c.Semaphore("lost-sem", WithLease(lease))
+	require.NoError(t, s.SetPermits(bg, 3))
+	hctx, err := s.Acquire(bg, 1)
+	require.NoError(t, err)
+
+	// The script runs at once; its reply comes after the hold's deadline.
+	hook.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.SemAcquire.Script), Times: 1, Action: faultproxy.DelayReply(2 * lease)})
+	actx, err := s.Acquire(context.WithoutCancel(hctx), 1) // a context that outlives the hold
+	require.ErrorIs(t, context.Cause(hctx), ErrLeaseLost, "the hold was lost meanwhile")
+	if assert.Error(t, err, "added to a hold that was lost") {
+		assert.ErrorIs(t, err, ErrLeaseLost)
+		assert.ErrorIs(t, err, ErrNotHeld)
+	} else {
+		t.Logf("Acquire returned a context whose Err is %v", actx.Err())
+	}
+	eventually(t, 3*time.Second, "every permit free again", func() bool {
+		n, err := s.Available(bg)
+		return err == nil && n == 3
+	})
+}
