@@ -467,18 +467,35 @@ func leaseText(d time.Duration, renewed bool) string {
 }
 
 // release gives up n of the holds that ctx carries (all of them when n is
-// its count). send runs the release script with the count before it and
-// returns 1 (holds remain), 2 (the last was released, or was already gone)
-// or 0 (this owner's holds are gone: the lease was lost), and when it was
-// sent.
+// its count), within releaseTimeout whatever ctx says. send runs the
+// release script with the count before it and returns 1 (holds remain), 2
+// (the last was released, or was already gone) or 0 (this owner's holds
+// are gone: the lease was lost), and when it was sent.
+//
+// A release that does not answer within releaseTimeout (a silent link)
+// returns an error: the last one has ended the hold already, and is tried
+// again in the background (Redis frees it at its lease's end at the
+// latest); one that is not the last (sent by releaseBy) keeps h's lock
+// until its reply comes, and is counted then (see pending), so that no
+// later script through the hold is overtaken by it. A release that cannot
+// have h's lock within releaseTimeout (an earlier call through the hold
+// keeps it, waiting for its reply) changes nothing and returns an error.
 func (c *Client) release(ctx context.Context, s *spec, n int, send func(ctx context.Context, h *hold, count int) (int64, time.Time, error)) error {
 	h := carried(ctx, s.ref)
 	if h == nil {
 		return s.wrap(fmt.Errorf("%w (the context carries no hold of it)", ErrNotHeld))
 	}
-	ctx = detach(ctx)
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	ctx, cancel := context.WithTimeout(detach(ctx), releaseTimeout)
+	defer cancel()
+	if err := h.mu.lockCtx(ctx); err != nil {
+		return s.wrap(fmt.Errorf("redisync: released nothing: the hold is busy with an earlier call whose reply has not come within %v: %w", releaseTimeout, err))
+	}
+	p := &pending{c: c, h: h}
+	defer func() {
+		if !p.left {
+			h.mu.Unlock()
+		}
+	}()
 	if !h.live() {
 		return c.afterEnd(ctx, s, h)
 	}
@@ -491,10 +508,20 @@ func (c *Client) release(ctx context.Context, s *spec, n int, send func(ctx cont
 		// Tell everyone sharing the hold before the lock can be free;
 		// renewals stop before the script is sent, so none follows it.
 		c.wd.end(h, endUnlocked, nil)
+	} else {
+		p.count, p.n = count, n
+		ctx = context.WithValue(ctx, pendingKey{}, p)
 	}
 	reply, sent, err := send(ctx, h, count)
 	switch {
 	case err != nil:
+		if ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
+			then := "the hold counts it once its reply comes"
+			if last {
+				then = "the lock is released in the background, or by its lease"
+			}
+			err = fmt.Errorf("redisync: the release had no reply within %v (%s): %w", releaseTimeout, then, err)
+		}
 		if last {
 			c.giveBackFrom(h, true) // try again in the background; else Redis frees it at the lease's end
 		}
@@ -632,9 +659,21 @@ func (c *Client) giveBack(h *hold) { c.giveBackFrom(h, false) }
 
 // giveBackFrom is giveBack for a caller that holds h.mu when locked.
 func (c *Client) giveBackFrom(h *hold, locked bool) {
-	give := func(lock bool) {
+	give := func(lock, wait bool) {
 		if lock {
-			h.mu.Lock()
+			// In the background, as long as an earlier call through the
+			// hold keeps its lock; else at most releaseTimeout.
+			lctx, cancel := context.Background(), context.CancelFunc(func() {})
+			if !wait {
+				lctx, cancel = context.WithTimeout(lctx, releaseTimeout)
+			}
+			err := h.mu.lockCtx(lctx)
+			cancel()
+			if err != nil {
+				c.log.Warn("redisync: could not release a hold that ended, busy with a call that has had no reply; Redis frees it when its lease ends",
+					"kind", h.ref.kind, "name", h.ref.name, "owner", h.field, "error", err)
+				return
+			}
 			defer h.mu.Unlock()
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
@@ -647,12 +686,12 @@ func (c *Client) giveBackFrom(h *hold, locked bool) {
 	if !c.bgStart() {
 		// Closing: Close releases the holds that were live; this one
 		// ended before, so it is released here, once, now.
-		give(!locked)
+		give(!locked, false)
 		return
 	}
 	go func() {
 		defer c.bg.Done()
-		give(true)
+		give(true, true)
 	}()
 }
 
@@ -694,7 +733,47 @@ func (c *Client) releaseAll(ctx context.Context, calls []call) error {
 // releaseBy sends k, a release script, for release's send.
 func (c *Client) releaseBy(ctx context.Context, k call) (int64, time.Time, error) {
 	k.direct = true
-	r := c.tr.do(ctx, k, nil)
+	p, _ := ctx.Value(pendingKey{}).(*pending)
+	var late func(reply)
+	if p != nil {
+		late = p.late
+	}
+	r := c.tr.do(ctx, k, late)
+	if r.gone && p != nil {
+		p.left = true // late has h's lock now
+	}
 	n, err := r.Int64()
 	return n, r.sent, err
+}
+
+// pending is a release that is not a hold's last, under the hold's lock,
+// which release hands to releaseBy in its context: when the release's
+// caller leaves before the reply (releaseTimeout), left is set and the
+// hold's lock stays held until the reply comes; late applies the reply
+// then, as release would have, and releases the lock. The counts the
+// scripts set are absolute: a later script through the hold, sent once
+// the lock is released, cannot be overtaken by this one.
+type pending struct {
+	c        *Client
+	h        *hold
+	count, n int  // the hold's count before the release, and how many it gives up
+	left     bool // the caller left: late releases the hold's lock
+}
+
+type pendingKey struct{}
+
+func (p *pending) late(r reply) {
+	h := p.h
+	defer h.mu.Unlock()
+	n, err := r.Int64()
+	switch {
+	case err != nil:
+		// Its outcome is unknown; the next script through the hold
+		// sets the count again.
+	case n == 0:
+		p.c.lose(h, true)
+	case n == 1:
+		h.count = p.count - p.n
+		p.c.wd.extend(h, r.sent)
+	}
 }

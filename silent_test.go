@@ -18,6 +18,16 @@ import (
 // that leaves early leaves behind no bookkeeping that assumes its call
 // has finished.
 
+// silentRDB returns a go-redis client that reaches addr through a fault
+// proxy, with go-redis timeouts far longer than the tests (30s), so that
+// only redisync's own bounds can end a call while the proxy is silent.
+func silentRDB(t *testing.T, addr string) (*redis.Client, *faultproxy.Proxy) {
+	p := faultproxy.New(t, addr)
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), DialTimeout: time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb, p
+}
+
 // timed runs f in a goroutine and returns its error and how long it took;
 // when it has not returned after limit, the test fails, heal runs, and
 // timed waits for f (at most 40s) before returning.
@@ -40,6 +50,110 @@ func timed(t *testing.T, limit time.Duration, what string, heal func(), f func()
 			t.Fatalf("%s still blocked 40s after it began", what)
 			return nil, 0
 		}
+	}
+}
+
+// An Unlock (and Close) over a silent link returns, with an error, within
+// releaseTimeout: a deferred Unlock must not hold its caller hostage for
+// as long as the link is silent. Once the link heals, the lock is freed
+// (the release retried in the background); a release that was not the
+// last one is counted once its reply comes, so the next Unlock is the last.
+func TestSilentReleaseReturnsWithinItsBound(t *testing.T) {
+	const limit = releaseTimeout + 2*time.Second
+	bg := context.Background()
+	var waiter <-chan faultLockResult // the local waiter of the handover row
+	rows := []struct {
+		name string
+		// setup takes a hold of the Mutex "silent" (nil: Lock once);
+		// release runs on it with the link silent, and fails unless
+		// quiet; after runs once the link has healed.
+		setup   func(t *testing.T, c *Client) context.Context
+		release func(c *Client, hctx context.Context) error
+		quiet   bool
+		after   func(t *testing.T, c *Client, hctx context.Context)
+	}{{
+		name: "Unlock",
+		release: func(c *Client, hctx context.Context) error {
+			return c.Mutex("silent").Unlock(hctx)
+		},
+	}, {
+		name: "Unlock of a re-entered hold",
+		setup: func(t *testing.T, c *Client) context.Context {
+			m := c.Mutex("silent")
+			hctx, err := m.Lock(bg)
+			require.NoError(t, err)
+			_, err = m.Lock(hctx)
+			require.NoError(t, err)
+			return hctx
+		},
+		release: func(c *Client, hctx context.Context) error {
+			return c.Mutex("silent").Unlock(hctx)
+		},
+		after: func(t *testing.T, c *Client, hctx context.Context) {
+			// The abandoned release ran once the link healed, and was
+			// counted: this Unlock is the last one.
+			require.NoError(t, c.Mutex("silent").Unlock(hctx))
+		},
+	}, {
+		name: "Unlock handing over to a local waiter",
+		setup: func(t *testing.T, c *Client) context.Context {
+			m := c.Mutex("silent")
+			hctx, err := m.Lock(bg)
+			require.NoError(t, err)
+			waiter = idleWaiter(t, bg, c, m)
+			return hctx
+		},
+		release: func(c *Client, hctx context.Context) error {
+			return c.Mutex("silent").Unlock(hctx)
+		},
+		after: func(t *testing.T, c *Client, hctx context.Context) {
+			select {
+			case r := <-waiter:
+				require.NoError(t, r.err, "the waiter got the lock once the link healed")
+				require.NoError(t, c.Mutex("silent").Unlock(r.hctx))
+			case <-time.After(5 * time.Second):
+				t.Fatal("the waiter did not get the lock once the link healed")
+			}
+		},
+	}, {
+		name: "Close",
+		release: func(c *Client, hctx context.Context) error {
+			return c.Close()
+		},
+		quiet: true, // Close releases best-effort
+	}}
+	for _, row := range rows {
+		t.Run(row.name, func(t *testing.T) {
+			t.Parallel() // its own servers, mostly waiting
+			e := realEnv(t)
+			rdb, p := silentRDB(t, e.addr)
+			c := newClient(t, rdb)
+			var hctx context.Context
+			if row.setup != nil {
+				hctx = row.setup(t, c)
+			} else {
+				var err error
+				hctx, err = c.Mutex("silent").Lock(bg)
+				require.NoError(t, err)
+			}
+
+			p.Blackhole(true)
+			err, took := timed(t, limit, row.name, func() { healProxy(p) }, func() error { return row.release(c, hctx) })
+			healProxy(p)
+			t.Logf("%s returned after %v: %v", row.name, took.Round(time.Millisecond), err)
+			if !row.quiet {
+				require.Error(t, err, "the link was silent")
+			}
+
+			if row.after != nil {
+				row.after(t, c, hctx)
+			}
+			direct := e.rdb(t)
+			eventually(t, 3*time.Second, "the lock freed once the link healed", func() bool {
+				n, err := direct.Exists(bg, "silent").Result()
+				return err == nil && n == 0
+			})
+		})
 	}
 }
 
@@ -152,5 +266,38 @@ func TestSemaphoreAddToHoldLostInFlight(t *testing.T) {
 	eventually(t, 3*time.Second, "every permit free again", func() bool {
 		n, err := s.Available(bg)
 		return err == nil && n == 3
+	})
+}
+
+// A handoff whose releaser left (no reply within releaseTimeout) can still
+// run later: what it grants then is given back, and its receiver, which
+// waits on as a new owner, does not adopt it. Adopted, the grant outlived
+// the receiver's Unlock and kept the lock for a whole lease.
+func TestAbandonedHandoffGrantIsGivenBack(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
+	e := realEnv(t)
+	rdb, hook := faultRDB(t, &redis.Options{Addr: e.addr, DialTimeout: time.Second, ReadTimeout: 30 * time.Second})
+	c := newClient(t, rdb)
+	bg := context.Background()
+	m := c.Mutex("abandoned")
+	hctx, err := m.Lock(bg)
+	require.NoError(t, err)
+	w := idleWaiter(t, bg, c, m)
+
+	slow := hook.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.Handoff.Script), Times: 1, Action: faultproxy.DelayBefore(releaseTimeout + time.Second)})
+	start := time.Now()
+	require.Error(t, m.Unlock(hctx), "no reply within releaseTimeout")
+	require.Equal(t, 1, slow.Fired())
+	select {
+	case r := <-w:
+		require.NoError(t, r.err)
+		require.NoError(t, m.Unlock(r.hctx))
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter did not get the lock")
+	}
+	time.Sleep(time.Until(start.Add(releaseTimeout + 1500*time.Millisecond))) // the handoff has run
+	eventually(t, 2*time.Second, "the late handoff's grant given back", func() bool {
+		n, err := e.rdb(t).Exists(bg, "abandoned").Result()
+		return err == nil && n == 0
 	})
 }

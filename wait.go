@@ -12,8 +12,8 @@ import (
 const releaseTimeout = 5 * time.Second
 
 // detach returns a context for a release: it keeps ctx's values and
-// ignores its cancellation. A release is bounded by releaseTimeout (see
-// transport.do's direct calls).
+// ignores its cancellation. A release is bounded by releaseTimeout
+// instead (see Client.release).
 func detach(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
 
 // cleanupGrace bounds how long a wait that ended waits for its traces in
