@@ -243,7 +243,7 @@ func (c *Client) grantHold(s *spec, h *hold, start time.Time, st stamp) (context
 	h.dl.clear() // until the watchdog has it
 	h.over = make(chan struct{})
 	giveUp := func(err error) (context.Context, error) {
-		c.cleanup(parent, h.release...)
+		c.cleanup(h.lease, h.release...)
 		return nil, err
 	}
 	if !time.Now().Before(deadline(sent, s.lease)) {

@@ -2,6 +2,7 @@ package redisync
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,10 +21,15 @@ import (
 
 // silentRDB returns a go-redis client that reaches addr through a fault
 // proxy, with go-redis timeouts far longer than the tests (30s), so that
-// only redisync's own bounds can end a call while the proxy is silent.
-func silentRDB(t *testing.T, addr string) (*redis.Client, *faultproxy.Proxy) {
+// only redisync's own bounds can end a call while the proxy is silent;
+// tune, if given, changes its options.
+func silentRDB(t *testing.T, addr string, tune ...func(*redis.Options)) (*redis.Client, *faultproxy.Proxy) {
 	p := faultproxy.New(t, addr)
-	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), DialTimeout: time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second})
+	opt := &redis.Options{Addr: p.Addr(), DialTimeout: time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second}
+	for _, f := range tune {
+		f(opt)
+	}
+	rdb := redis.NewClient(opt)
 	t.Cleanup(func() { _ = rdb.Close() })
 	return rdb, p
 }
@@ -153,6 +159,69 @@ func TestSilentReleaseReturnsWithinItsBound(t *testing.T) {
 				n, err := direct.Exists(bg, "silent").Result()
 				return err == nil && n == 0
 			})
+		})
+	}
+}
+
+// FairMutex and RWMutex waits end at their context when the waiter's link
+// is silent, as Mutex and Semaphore waits do: the removal of the queue
+// entry goes on in the background, and leaves nothing in Redis once the
+// link works, even when go-redis does not send it again after the
+// connection it went out on was reset.
+func TestSilentQueueWaitsEndAtTheirContext(t *testing.T) {
+	const allowance = 150 * time.Millisecond // cleanupGrace was 200ms
+	bg := context.Background()
+	rows := []struct {
+		name   string
+		lock   func(c *Client, ctx context.Context, opts ...LockOption) (context.Context, error)
+		unlock func(c *Client, ctx context.Context) error
+	}{{
+		name: "FairMutex",
+		lock: func(c *Client, ctx context.Context, opts ...LockOption) (context.Context, error) {
+			return c.FairMutex("q", opts...).Lock(ctx)
+		},
+		unlock: func(c *Client, ctx context.Context) error { return c.FairMutex("q").Unlock(ctx) },
+	}, {
+		name: "RWMutex",
+		lock: func(c *Client, ctx context.Context, opts ...LockOption) (context.Context, error) {
+			return c.RWMutex("q", opts...).Lock(ctx)
+		},
+		unlock: func(c *Client, ctx context.Context) error { return c.RWMutex("q").Unlock(ctx) },
+	}}
+	for _, row := range rows {
+		t.Run(row.name, func(t *testing.T) {
+			t.Parallel() // its own servers, mostly waiting
+			e := realEnv(t)
+			holder := e.client(t)
+			hctx, err := row.lock(holder, bg)
+			require.NoError(t, err)
+			rdb, p := silentRDB(t, e.addr, func(o *redis.Options) { o.MaxRetries = -1 })
+			var done atomic.Int64 // scripts the waiter's client has finished
+			rdb.AddHook(doneHook{&done})
+			c := newClient(t, rdb)
+
+			for range 3 {
+				ctx, cancel := context.WithCancel(bg)
+				errc := make(chan error, 1)
+				before := done.Load()
+				go func() {
+					// A long waiter timeout: only the removal empties the queue.
+					_, err := row.lock(c, ctx, WithWaiterTimeout(20*time.Second))
+					errc <- err
+				}()
+				eventually(t, 5*time.Second, "the waiter waiting", func() bool {
+					return done.Load() >= before+2 && semWaiters(c) == 1
+				})
+				p.Blackhole(true)
+				cancel()
+				err, took := timed(t, 10*time.Second, "the wait", func() { healProxy(p) }, func() error { return <-errc })
+				healProxy(p)
+				assert.ErrorIs(t, err, context.Canceled)
+				assert.Less(t, took, allowance, "the wait ended %v after its context", took)
+			}
+
+			require.NoError(t, row.unlock(holder, hctx))
+			eventually(t, 3*time.Second, "nothing left in Redis", func() bool { return len(e.keys(t)) == 0 })
 		})
 	}
 }
