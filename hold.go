@@ -548,12 +548,15 @@ func (c *Client) lose(h *hold, locked bool) {
 
 // afterEnd answers a release through a hold that has already ended, making
 // sure Redis does not keep it: nil when it ended with its context (redisync
-// released it), an error otherwise.
+// released it), an error otherwise. A release to make sure that fails (a
+// reset connection, Redis silent) does not change the answer: it is tried
+// again in the background, and the lease frees the lock at the latest.
+// The caller holds h.mu.
 func (c *Client) afterEnd(ctx context.Context, s *spec, h *hold) error {
 	why := h.reason()
 	if why == endParent || why == endLost {
-		if err := c.releaseAll(ctx, h.release); err != nil && why == endParent {
-			return s.wrap(err)
+		if err := c.releaseAll(ctx, h.release); err != nil {
+			c.giveBackFrom(h, true)
 		}
 	}
 	if why == endParent {

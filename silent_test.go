@@ -226,6 +226,37 @@ func TestSilentQueueWaitsEndAtTheirContext(t *testing.T) {
 	}
 }
 
+// Unlock of a hold that already ended with its context returns nil, as
+// Mutex.Unlock's doc promises, even when the release it sends again (to
+// make sure) meets a reset connection.
+func TestUnlockAfterContextEndedOverResets(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
+	e := realEnv(t)
+	rdb, hook := faultRDB(t, &redis.Options{Addr: e.addr, DialTimeout: time.Second, ReadTimeout: time.Second})
+	c := newClient(t, rdb)
+	bg := context.Background()
+	m := c.Mutex("reset")
+	direct := e.rdb(t)
+	exists := func() bool { return direct.Exists(bg, "reset").Val() == 1 }
+	ctx, cancel := context.WithCancel(bg)
+	_, err := m.Lock(ctx)
+	require.NoError(t, err)
+	cancel()
+	eventually(t, 5*time.Second, "released with its context", func() bool { return !exists() }) // the script is cached
+
+	ctx, cancel = context.WithCancel(bg)
+	hctx, err := m.Lock(ctx)
+	require.NoError(t, err)
+	// Every release's reply is lost, as on a connection reset after the
+	// script ran.
+	lost := hook.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.Drop.Script), Action: faultproxy.LoseReply()})
+	cancel()
+	eventually(t, 5*time.Second, "released with its context", func() bool { return lost.Fired() >= 1 && !exists() })
+	require.NoError(t, m.Unlock(hctx))
+	assert.GreaterOrEqual(t, lost.Fired(), 2, "Unlock made sure Redis does not keep it")
+	assert.False(t, exists())
+}
+
 // A re-entry waits for the hold's lock (held by an earlier call through the
 // hold whose reply is slow) only as long as its context lasts.
 func TestReentryWaitsForTheHoldWithinItsContext(t *testing.T) {
