@@ -490,9 +490,9 @@ func (c *Client) release(ctx context.Context, s *spec, n int, send func(ctx cont
 	if err := h.mu.lockCtx(ctx); err != nil {
 		return s.wrap(fmt.Errorf("redisync: released nothing: the hold is busy with an earlier call whose reply has not come within %v: %w", releaseTimeout, err))
 	}
-	p := &pending{c: c, h: h}
+	var p *pending // a release that is not the last
 	defer func() {
-		if !p.left {
+		if p == nil || !p.left {
 			h.mu.Unlock()
 		}
 	}()
@@ -509,7 +509,7 @@ func (c *Client) release(ctx context.Context, s *spec, n int, send func(ctx cont
 		// renewals stop before the script is sent, so none follows it.
 		c.wd.end(h, endUnlocked, nil)
 	} else {
-		p.count, p.n = count, n
+		p = &pending{c: c, h: h, count: count, n: n}
 		ctx = context.WithValue(ctx, pendingKey{}, p)
 	}
 	reply, sent, err := send(ctx, h, count)

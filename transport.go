@@ -160,6 +160,9 @@ type op struct {
 	state atomic.Uint32 // opWaiting, opDelivered or opGone
 	late  func(reply)   // when the caller left: gives back what it took
 	moved bool          // already sent again after a MOVED
+	// answered: its send of the caller's own (sendAside) was counted
+	// answered on its lane.
+	answered atomic.Bool
 }
 
 const (
@@ -208,7 +211,7 @@ func (t *transport) do(ctx context.Context, k call, late func(reply)) reply {
 		defer cancel()
 		ctx, done = bound, bound.Done()
 	}
-	sent := false
+	var aside *lane
 	if k.direct || done == nil {
 		// On an idle lane the call goes out at once: no worker to wake,
 		// nothing to batch with. A caller that cannot leave sends it
@@ -219,10 +222,12 @@ func (t *transport) do(ctx context.Context, k call, late func(reply)) reply {
 			if done == nil && l.sendDirect(o) {
 				return o.r
 			}
-			sent = done != nil && l.sendAside(o)
+			if done != nil && l.sendAside(o) {
+				aside = l
+			}
 		}
 	}
-	if !sent {
+	if aside == nil {
 		t.submit(o)
 	}
 	if done == nil {
@@ -231,6 +236,9 @@ func (t *transport) do(ctx context.Context, k call, late func(reply)) reply {
 	}
 	select {
 	case <-o.done:
+		if aside != nil {
+			aside.answered(o) // its next call finds the lane idle
+		}
 		return o.r
 	case <-done:
 		if o.state.CompareAndSwap(opWaiting, opGone) {
@@ -379,13 +387,27 @@ func (l *lane) sendDirect(o *op) bool {
 }
 
 // sendAside is sendDirect from a goroutine of its own, for a caller that
-// may leave before the reply (it waits for o.done, or leaves).
+// may leave before the reply (it waits for o.done, or leaves). The send
+// is counted answered (see answered) by the caller once woken by the
+// reply, else by that goroutine once the send is done.
 func (l *lane) sendAside(o *op) bool {
 	node, ok := l.claim()
 	if ok {
-		go l.sendClaimed(node, o)
+		go func() {
+			l.send(node, []*op{o})
+			l.answered(o)
+		}()
 	}
 	return ok
+}
+
+// answered ends the count of o's own send on l (sendAside), once: the
+// first of its caller and its sender to call it. Calls that came
+// meanwhile go out now.
+func (l *lane) answered(o *op) {
+	if o.answered.CompareAndSwap(false, true) {
+		l.sent()
+	}
 }
 
 // claim counts a send of a caller's own on l if l is idle (nothing queued,
@@ -405,6 +427,11 @@ func (l *lane) claim() (redis.UniversalClient, bool) {
 // sendClaimed sends o, claimed on l, on node.
 func (l *lane) sendClaimed(node redis.UniversalClient, o *op) {
 	l.send(node, []*op{o})
+	l.sent()
+}
+
+// sent ends the count of a caller's own send on l.
+func (l *lane) sent() {
 	l.mu.Lock()
 	l.sending--
 	if len(l.queue) > 0 {
