@@ -19,20 +19,32 @@ func detach(ctx context.Context) context.Context { return context.WithoutCancel(
 // cleanup sends calls, which remove what an ended wait left in Redis (a
 // queue entry) or give back what it took, without waiting for them: the
 // wait ends at its context, even while Redis is slow or does not answer.
-// A call that fails on the network (it may not have run) is swept: sent
-// again now and then until within has passed, how long what it removes
-// can last in Redis.
+// A call that fails on the network (it may not have run) is sent again,
+// after retryAfter and then after pauses doubling up to a second, until
+// it is answered or within has passed (how long what it removes can last
+// in Redis), or the client closes.
 func (c *Client) cleanup(within time.Duration, calls ...call) {
+	c.cleanupAgain(time.Now().Add(within), retryAfter, calls...)
+}
+
+func (c *Client) cleanupAgain(until time.Time, pause time.Duration, calls ...call) {
 	c.tr.async(func(k call, r reply) {
 		err := r.Err()
 		var re redis.Error
 		switch {
 		case err == nil:
-		case errors.As(err, &re) && !notReady(err):
-			c.log.Warn("redisync: Redis refused to remove what a wait left; its lease or deadline frees it",
+		case errors.As(err, &re) && !notReady(err) || time.Now().Add(pause).After(until):
+			c.log.Warn("redisync: could not remove what a wait left; its lease or deadline frees it",
 				"script", scriptName(k), "error", err)
-		default:
-			c.sweep(within, k)
+		case c.bgStart(): // it must not block: it runs in a worker
+			go func() {
+				defer c.bg.Done()
+				select {
+				case <-time.After(pause):
+					c.cleanupAgain(until, min(2*pause, time.Second), k)
+				case <-c.closed:
+				}
+			}()
 		}
 	}, calls...)
 }
