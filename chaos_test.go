@@ -62,10 +62,8 @@ const (
 	// chaosWaiterTimeout bounds how long a FairMutex or RWMutex waiter
 	// whose leave could not be sent stays in Redis.
 	chaosWaiterTimeout = 1500 * time.Millisecond
-	// chaosSlack is how far past its deadline a call may return. A wait
-	// that ended may spend up to cleanupGrace (200ms) removing what it left
-	// in Redis (a queue entry) while Redis does not answer; the rest is
-	// for the scheduler of a busy machine under the race detector.
+	// chaosSlack is how far past its deadline a call may return: the
+	// scheduler of a busy machine under the race detector.
 	chaosSlack = time.Second
 	// chaosSyncSlack is how far past its deadline a re-entry may return
 	// (a nested Lock through the hold's context, or a Semaphore acquire

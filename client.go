@@ -151,8 +151,11 @@ func (c *Client) ID() string {
 
 // Close stops the watchdog and the subscription. Waits in progress end with
 // ErrClosed; holds are released best-effort and their contexts cancelled with
-// a cause that matches both ErrClosed and ErrLeaseLost. Later calls return
-// ErrClosed. Close does not close the redis client it was given.
+// a cause that matches both ErrClosed and ErrLeaseLost. Close waits for
+// those releases at most releaseTimeout (5s) in all, even while Redis does
+// not answer; a lock whose release did not reach Redis is freed when its
+// lease ends. Later calls return ErrClosed. Close does not close the redis
+// client it was given.
 func (c *Client) Close() error {
 	if c == nil || c.wd == nil {
 		return fmt.Errorf("%w: Close of a nil or zero Client", ErrInvalid)
@@ -160,14 +163,15 @@ func (c *Client) Close() error {
 	err := ErrClosed
 	c.closeOnce.Do(func() {
 		err = nil
+		deadline := time.Now().Add(releaseTimeout)
 		close(c.closed)
-		c.wd.close()
+		c.wd.close(deadline)
 		c.ps.close()
 		c.bgMu.Lock()
 		c.bgClosed = true
 		c.bgMu.Unlock()
-		waitAtMost(&c.bg, releaseTimeout)
-		c.tr.drain(releaseTimeout)
+		waitAtMost(&c.bg, time.Until(deadline))
+		c.tr.drain(time.Until(deadline))
 	})
 	return err
 }

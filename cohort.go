@@ -339,6 +339,12 @@ func (co *cohort) handed(ctx context.Context, e *waitEntry, closed <-chan struct
 	}
 }
 
+// errHandoffLeft is a handoff's outcome when its releaser left before the
+// reply (a release is bounded by releaseTimeout): the script may still
+// run, and what it grants is given back then, so the receiver must not
+// adopt it; it waits on as a new owner.
+var errHandoffLeft = errors.New("redisync: the releaser left before the handoff's reply")
+
 // giveBackHandoff gives back what a handoff nobody took may have granted:
 // at once when it was granted, by a sweep when its outcome is unknown.
 func (c *Client) giveBackHandoff(h *handoff) {

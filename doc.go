@@ -202,6 +202,7 @@
 //	            what the primitives and the layers below them consult
 //	holds       acquire.go (a first acquisition across the attempts of a
 //	            wait), hold.go (the hold, re-entry, release, give-back),
+//	            holdlock.go (the hold's lock, kept past a caller that left),
 //	            holdctx.go (the hold's context and its deadline),
 //	            owner.go (holds carried in contexts), wait.go (waiting
 //	            between attempts)

@@ -206,7 +206,7 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 		}
 		if err != nil {
 			if wait {
-				f.leave(parent, a.owner)
+				f.leave(a.owner)
 			}
 			return parent, f.wrap(waitError(err, parent, bounded))
 		}
@@ -239,7 +239,7 @@ func (f *FairMutex) leaveCall(field string) call {
 
 // leave takes field out of the queue after a wait that ended without the
 // lock, best-effort: an entry left behind expires with its deadline.
-func (f *FairMutex) leave(ctx context.Context, field string) { f.c.cleanup(ctx, f.leaveCall(field)) }
+func (f *FairMutex) leave(field string) { f.c.cleanup(f.waiter, f.leaveCall(field)) }
 
 // Unlock releases one hold of the lock that ctx carries; when the last hold
 // is released the lock is handed to the head of the queue, and only that

@@ -285,7 +285,10 @@ func TestFairMutexCancelledWaiterDoesNotHoldBackNext(t *testing.T) {
 		ra := recvLock(t, a, time.Second, "cancelled waiter")
 		assert.ErrorIs(t, ra.err, context.Canceled)
 		assert.Equal(t, actx, ra.ctx, "on error Lock returns the context it was given")
-		assert.Len(t, fairQueue(t, rdb, holder), 1, "the cancelled waiter left the queue")
+		// Its leave is sent as it returns, and answered a round trip later.
+		eventually(t, time.Second, "the cancelled waiter out of the queue", func() bool {
+			return len(fairQueue(t, rdb, holder)) == 1
+		})
 
 		start := time.Now()
 		require.NoError(t, holder.Unlock(hctx))
@@ -453,7 +456,7 @@ func TestFairMutexWaitEndsPromptlyWhenRedisIsSilent(t *testing.T) {
 	select {
 	case err := <-errc:
 		assert.ErrorIs(t, err, context.Canceled)
-		assert.Less(t, time.Since(start), cleanupGrace+500*time.Millisecond)
+		assert.Less(t, time.Since(start), 500*time.Millisecond)
 	case <-time.After(10 * time.Second):
 		t.Fatal("the wait was held by a silent Redis")
 	}

@@ -53,8 +53,10 @@ type hold struct {
 
 	// mu serialises the scripts that change this hold (re-entries,
 	// releases, a give-back), so the count sent stays in step with Redis
-	// even when goroutines share the hold.
-	mu       sync.Mutex
+	// even when goroutines share the hold. A call waits for it only as
+	// long as its context lasts (lockCtx): an earlier call that left may
+	// keep it until its reply comes.
+	mu       holdLock
 	count    int
 	lastSent time.Time // when the newest script under mu was sent
 
@@ -231,6 +233,7 @@ func (c *Client) newHold(s *spec, parent context.Context, field string, count in
 	return &hold{
 		ref: s.ref, field: field, scope: scopeOf(parent), lease: s.lease, renewed: s.renewed, token: token,
 		parts: s.parts, covers: s.covers, parent: parent, count: count, stops: ends, taken: time.Now(),
+		mu: newHoldLock(),
 	}
 }
 
@@ -240,7 +243,7 @@ func (c *Client) grantHold(s *spec, h *hold, start time.Time, st stamp) (context
 	h.dl.clear() // until the watchdog has it
 	h.over = make(chan struct{})
 	giveUp := func(err error) (context.Context, error) {
-		c.cleanup(parent, h.release...)
+		c.cleanup(h.lease, h.release...)
 		return nil, err
 	}
 	if expired(deadline(sent, s.lease)) {
@@ -333,18 +336,21 @@ func (c *Client) reenterBy(ctx, wctx context.Context, s *spec, h *hold,
 var errEnded = errors.New("redisync: the hold has ended")
 
 // underHold sends the call build makes for h's count, under h's lock, and
-// waits for its reply as long as ctx lasts. On success it returns the
-// reply with h's lock still held, for the caller to apply and unlock; on
-// an error the lock is released. When ctx ends first, the lock stays held
-// until the reply comes, and then taken (unless nil) runs with the reply
-// when the script took something, to give it back, and waits for that
-// (undoHeld): the lock is released after it. A reply that took
+// waits for the lock and for the reply as long as ctx lasts. On success it
+// returns the reply with h's lock still held, for the caller to apply and
+// unlock; on an error the lock is released (or was never taken, when ctx
+// ended while waiting for it). When ctx ends during the call, the lock
+// stays held until the reply comes, and then taken (unless nil) runs with
+// the reply when the script took something, to give it back, and waits
+// for that (undoHeld): the lock is released after it. A reply that took
 // something the replicas did not acknowledge (WithReplicaAck) is a
 // *notReplicatedError, returned with h's lock still held: the caller
 // takes it back under the lock (undoUnder).
 func (c *Client) underHold(ctx context.Context, wait bool, h *hold, build func(count int) call, taken func([]int64)) ([]int64, error) {
 	for {
-		h.mu.Lock()
+		if err := h.mu.lockCtx(ctx); err != nil {
+			return nil, err
+		}
 		if !h.live() {
 			h.mu.Unlock()
 			return nil, errEnded
@@ -406,7 +412,9 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // A *notReplicatedError is returned with h's lock held, as by underHold.
 func (c *Client) underHoldAll(ctx context.Context, wait bool, h *hold, build func(count int) []call) ([]int64, error) {
 	for {
-		h.mu.Lock()
+		if err := h.mu.lockCtx(ctx); err != nil {
+			return nil, err
+		}
 		if !h.live() {
 			h.mu.Unlock()
 			return nil, errEnded
@@ -459,19 +467,37 @@ func leaseText(d time.Duration, renewed bool) string {
 }
 
 // release gives up n of the holds that ctx carries (all of them when n is
-// its count). send runs the release script with the count before it and
-// returns 1 (holds remain), 2 (the last was released, or was already gone
-// and the call was written twice: see writes), goneAt (the last was
-// already gone, lost) or 0 (holds that should remain are gone: the lease
-// was lost), and when it was sent.
+// its count), within releaseTimeout whatever ctx says. send runs the
+// release script with the count before it and returns 1 (holds remain), 2
+// (the last was released, or was already gone and the call was written
+// twice: see writes), goneAt (the last was already gone, lost) or 0
+// (holds that should remain are gone: the lease was lost), and when it was
+// sent.
+//
+// A release that does not answer within releaseTimeout (a silent link)
+// returns an error: the last one has ended the hold already, and is tried
+// again in the background (Redis frees it at its lease's end at the
+// latest); one that is not the last (sent by releaseBy) keeps h's lock
+// until its reply comes, and is counted then (see pending), so that no
+// later script through the hold is overtaken by it. A release that cannot
+// have h's lock within releaseTimeout (an earlier call through the hold
+// keeps it, waiting for its reply) changes nothing and returns an error.
 func (c *Client) release(ctx context.Context, s *spec, n int, send func(ctx context.Context, h *hold, count int) (int64, time.Time, error)) error {
 	h := carried(ctx, s.ref)
 	if h == nil {
 		return s.wrap(fmt.Errorf("%w (the context carries no hold of it)", ErrNotHeld))
 	}
-	ctx = detach(ctx)
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	ctx, cancel := context.WithTimeout(detach(ctx), releaseTimeout)
+	defer cancel()
+	if err := h.mu.lockCtx(ctx); err != nil {
+		return s.wrap(fmt.Errorf("redisync: released nothing: the hold is busy with an earlier call whose reply has not come within %v: %w", releaseTimeout, err))
+	}
+	var p *pending // a release that is not the last
+	defer func() {
+		if p == nil || !p.left {
+			h.mu.Unlock()
+		}
+	}()
 	if !h.live() {
 		return c.afterEnd(ctx, s, h)
 	}
@@ -484,10 +510,20 @@ func (c *Client) release(ctx context.Context, s *spec, n int, send func(ctx cont
 		// Tell everyone sharing the hold before the lock can be free;
 		// renewals stop before the script is sent, so none follows it.
 		c.wd.end(h, endUnlocked, nil)
+	} else {
+		p = &pending{c: c, h: h, count: count, n: n}
+		ctx = context.WithValue(ctx, pendingKey{}, p)
 	}
 	reply, sent, err := send(ctx, h, count)
 	switch {
 	case err != nil:
+		if ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
+			then := "the hold counts it once its reply comes"
+			if last {
+				then = "the lock is released in the background, or by its lease"
+			}
+			err = fmt.Errorf("redisync: the release had no reply within %v (%s): %w", releaseTimeout, then, err)
+		}
 		if last {
 			c.giveBackFrom(h, true) // try again in the background; else Redis frees it at the lease's end
 		}
@@ -520,12 +556,15 @@ func (c *Client) lose(h *hold, locked bool) {
 
 // afterEnd answers a release through a hold that has already ended, making
 // sure Redis does not keep it: nil when it ended with its context (redisync
-// released it), an error otherwise.
+// released it), an error otherwise. A release to make sure that fails (a
+// reset connection, Redis silent) does not change the answer: it is tried
+// again in the background, and the lease frees the lock at the latest.
+// The caller holds h.mu.
 func (c *Client) afterEnd(ctx context.Context, s *spec, h *hold) error {
 	why := h.reason()
 	if why == endParent || why == endLost {
-		if err := c.releaseAll(ctx, h.release); err != nil && why == endParent {
-			return s.wrap(err)
+		if err := c.releaseAll(ctx, h.release); err != nil {
+			c.giveBackFrom(h, true)
 		}
 	}
 	if why == endParent {
@@ -631,9 +670,21 @@ func (c *Client) giveBack(h *hold) { c.giveBackFrom(h, false) }
 
 // giveBackFrom is giveBack for a caller that holds h.mu when locked.
 func (c *Client) giveBackFrom(h *hold, locked bool) {
-	give := func(lock bool) {
+	give := func(lock, wait bool) {
 		if lock {
-			h.mu.Lock()
+			// In the background, as long as an earlier call through the
+			// hold keeps its lock; else at most releaseTimeout.
+			lctx, cancel := context.Background(), context.CancelFunc(func() {})
+			if !wait {
+				lctx, cancel = context.WithTimeout(lctx, releaseTimeout)
+			}
+			err := h.mu.lockCtx(lctx)
+			cancel()
+			if err != nil {
+				c.log.Warn("redisync: could not release a hold that ended, busy with a call that has had no reply; Redis frees it when its lease ends",
+					"kind", h.ref.kind, "name", h.ref.name, "owner", h.field, "error", err)
+				return
+			}
 			defer h.mu.Unlock()
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
@@ -646,12 +697,12 @@ func (c *Client) giveBackFrom(h *hold, locked bool) {
 	if !c.bgStart() {
 		// Closing: Close releases the holds that were live; this one
 		// ended before, so it is released here, once, now.
-		give(!locked)
+		give(!locked, false)
 		return
 	}
 	go func() {
 		defer c.bg.Done()
-		give(true)
+		give(true, true)
 	}()
 }
 
@@ -695,7 +746,15 @@ func (c *Client) releaseAll(ctx context.Context, calls []call) error {
 func (c *Client) releaseBy(ctx context.Context, k call) (int64, time.Time, error) {
 	k, w := counted(k)
 	k.direct = true
-	r := c.tr.do(ctx, k, nil)
+	p, _ := ctx.Value(pendingKey{}).(*pending)
+	var late func(reply)
+	if p != nil {
+		late = p.late
+	}
+	r := c.tr.do(ctx, k, late)
+	if r.gone && p != nil {
+		p.left = true // late has h's lock now
+	}
 	n, err := r.Int64()
 	return lostOrResent(n, w), r.sent, err
 }

@@ -217,6 +217,9 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx con
 			switch {
 			case errors.Is(h.err, ErrNotReplicated):
 				return false, 0, h.err // given back by the releaser
+			case errors.Is(h.err, errHandoffLeft):
+				// Its late grant is given back (and swept): not adopted.
+				return a.granted(h.field, nil, errUntrusted)
 			case h.err != nil:
 				a.dirty = true // it may hold the lock: the next try adopts it
 				return false, 0, nil
@@ -285,6 +288,9 @@ func (m *Mutex) script(field string, count int) call {
 // (WithFencing). After another error on the last hold (Redis
 // unreachable), the hold has ended: redisync retries the release in the
 // background, and Redis frees the lock when its lease ends at the latest.
+// Unlock returns within 5s whatever ctx, with an error when Redis has not
+// answered by then (a silent link); a release that is not the last then
+// counts once its reply comes.
 func (m *Mutex) Unlock(ctx context.Context) error {
 	if err := m.check(ctx); err != nil {
 		return err
@@ -321,10 +327,22 @@ func (m *Mutex) handOver(ctx context.Context, h *hold, ho *handoff, mine int) (i
 		keys = append(keys, ho.acc.fence)
 	}
 	k, w := counted(script(lua.Handoff, keys, h.field, ho.field, ho.acc.lease.Milliseconds(), count, pub, unlockMessage, mine))
-	k.takes = true
-	rep := m.c.tr.do(ctx, k, nil)
+	k.takes, k.direct = true, true // a release: bounded by ctx, releaseTimeout
+	// When the releaser leaves first (no reply within releaseTimeout),
+	// the script may still run: what it granted is given back when its
+	// reply comes, and the receiver waits on as a new owner
+	// (errHandoffLeft), so that the grant is nobody's.
+	rep := m.c.tr.do(ctx, k, func(r reply) {
+		if v, err := r.Int64Slice(); err == nil && len(v) > 0 && v[0] == 1 {
+			m.c.undo(ho.release)
+		}
+	})
 	ho.st.sent = rep.sent
 	r, err := m.c.acquired(rep)
+	herr := err // what the receiver is told
+	if rep.gone {
+		herr = errHandoffLeft
+	}
 	if nr := notReplicated(err); nr != nil {
 		// WithReplicaAck: the receiver's grant was not acknowledged;
 		// take it back, and the receiver's call fails as its own
@@ -335,7 +353,7 @@ func (m *Mutex) handOver(ctx context.Context, h *hold, ho *handoff, mine int) (i
 		nr.undo = m.c.undoNow(ctx, ho.release)
 		r = nil
 	}
-	if !m.c.co.settle(ho, r, err) {
+	if !m.c.co.settle(ho, r, herr) {
 		m.c.giveBackHandoff(ho)
 	}
 	if err != nil && notReplicated(err) == nil {

@@ -297,7 +297,7 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 	}
 	if err != nil {
 		if wait {
-			r.leave(parent, a.owner)
+			r.leave(a.owner)
 		}
 		return parent, r.wrap(waitError(err, parent, bounded))
 	}
@@ -338,7 +338,7 @@ func (r *RWMutex) leaveCall(field string) call {
 // leave takes field out of the waiting sets after a wait that ended
 // without the lock, best-effort: a registration left behind expires with
 // its deadline.
-func (r *RWMutex) leave(ctx context.Context, field string) { r.c.cleanup(ctx, r.leaveCall(field)) }
+func (r *RWMutex) leave(field string) { r.c.cleanup(r.waiter, r.leaveCall(field)) }
 
 // RUnlock releases one read hold that ctx carries; the last one ends the
 // owner's share, and the last share of the lock frees it and wakes a

@@ -292,7 +292,11 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 	}
 	// more adds n permits to h, the hold ctx carries.
 	more := func() (bool, time.Duration, error) {
-		if s.held(parent)+n > maxPermits {
+		held, err := s.heldWithin(parent, wctx)
+		if err != nil {
+			return false, 0, err
+		}
+		if held+n > maxPermits {
 			return false, 0, fmt.Errorf("%w: would hold more than %d permits", ErrInvalid, maxPermits)
 		}
 		r, err := s.c.underHold(wctx, wait, h, func(count int) call { return acquire(h.field, count) }, func(r []int64) {
@@ -324,6 +328,11 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 		case r[0] == 0:
 			neverSet = r[2] == 0
 			return false, semBound(r[1]), nil
+		case !h.live():
+			// Lost (or ended) while the script was on its way: its
+			// permits go with the hold's give-back, as a Mutex
+			// re-entry's do.
+			return false, 0, endedError(h)
 		}
 		hctx = h.contextFor(parent)
 		return true, 0, nil
@@ -423,14 +432,24 @@ func (s *Semaphore) Release(ctx context.Context, n int) error {
 // held returns how many permits the hold ctx carries has, as this process
 // knows without a round trip (0 when none).
 func (s *Semaphore) held(ctx context.Context) int {
+	n, _ := s.heldWithin(ctx, context.Background())
+	return n
+}
+
+// heldWithin is held waiting for the hold's lock (which a call through the
+// hold that left may keep until its reply comes) only as long as wctx
+// lasts: it returns wctx's error then.
+func (s *Semaphore) heldWithin(ctx, wctx context.Context) (int, error) {
 	if s.err != nil {
-		return 0
+		return 0, nil
 	}
 	h := held(ctx, s.spec.ref)
 	if h == nil {
-		return 0
+		return 0, nil
 	}
-	h.mu.Lock()
+	if err := h.mu.lockCtx(wctx); err != nil {
+		return 0, err
+	}
 	defer h.mu.Unlock()
-	return h.count
+	return h.count, nil
 }

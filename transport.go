@@ -31,7 +31,8 @@ import (
 // Its callers wait for their reply or for their context, whichever comes
 // first, without a goroutine of their own: a caller whose context ends
 // leaves, and the worker that reads the reply later hands it to the
-// caller's give-back (late), to undo what the script took.
+// caller's give-back (late), to undo what the script took. A release
+// waits at most releaseTimeout, even on a silent link (see do).
 //
 // Each pipeline runs its scripts as EVALSHA and sends again as EVAL those
 // that answered NOSCRIPT; with WithReplicaAck, the calls that take
@@ -82,9 +83,9 @@ type call struct {
 	// re-entry, a handoff, a renewal): with WithReplicaAck it is followed
 	// by WAIT, and its reply says whether the replicas have it.
 	takes bool
-	// direct says its caller need not leave before go-redis's own
-	// timeouts (a release): on an idle lane it sends the call itself;
-	// queued behind others, it waits at most releaseTimeout.
+	// direct says the call goes out at once on an idle lane, without
+	// waiting for a worker (a release); its caller waits for it at most
+	// releaseTimeout when its context cannot end.
 	direct bool
 }
 
@@ -159,6 +160,9 @@ type op struct {
 	state atomic.Uint32 // opWaiting, opDelivered or opGone
 	late  func(reply)   // when the caller left: gives back what it took
 	moved bool          // already sent again after a MOVED
+	// answered: its send of the caller's own (sendAside) was counted
+	// answered on its lane.
+	answered atomic.Bool
 }
 
 const (
@@ -201,19 +205,30 @@ func newTransport(rdb redis.UniversalClient, ack replicaAck, mode *pubMode, log 
 // goroutine of its own.
 func (t *transport) do(ctx context.Context, k call, late func(reply)) reply {
 	o := &op{call: k, done: make(chan struct{}), late: late}
-	if k.direct || ctx.Done() == nil {
-		// A caller that cannot leave early sends its call itself when
-		// the lane is idle: no worker to wake, nothing to batch with.
-		if l, err := t.lane(&o.call); err == nil && l.sendDirect(o) {
-			return o.r
-		}
-	}
-	t.submit(o)
 	done := ctx.Done()
 	if k.direct && done == nil {
 		bound, cancel := context.WithTimeout(ctx, releaseTimeout)
 		defer cancel()
 		ctx, done = bound, bound.Done()
+	}
+	var aside *lane
+	if k.direct || done == nil {
+		// On an idle lane the call goes out at once: no worker to wake,
+		// nothing to batch with. A caller that cannot leave sends it
+		// itself; one that can, from a goroutine of its own, as
+		// go-redis does not end a read on a silent link before its own
+		// timeouts, however long they are, whatever ctx says.
+		if l, err := t.lane(&o.call); err == nil {
+			if done == nil && l.sendDirect(o) {
+				return o.r
+			}
+			if done != nil && l.sendAside(o) {
+				aside = l
+			}
+		}
+	}
+	if aside == nil {
+		t.submit(o)
 	}
 	if done == nil {
 		<-o.done
@@ -221,6 +236,9 @@ func (t *transport) do(ctx context.Context, k call, late func(reply)) reply {
 	}
 	select {
 	case <-o.done:
+		if aside != nil {
+			aside.answered(o) // its next call finds the lane idle
+		}
 		return o.r
 	case <-done:
 		if o.state.CompareAndSwap(opWaiting, opGone) {
@@ -357,16 +375,63 @@ func (l *lane) queueOps(ops []*op) {
 // sendDirect sends o from its caller's goroutine if l is idle (nothing
 // queued, nothing in flight), reporting whether it did.
 func (l *lane) sendDirect(o *op) bool {
-	l.mu.Lock()
-	if len(l.queue) > 0 || l.sending > 0 {
-		l.mu.Unlock()
+	node, ok := l.claim()
+	if !ok {
 		return false
+	}
+	l.sendClaimed(node, o)
+	if o.state.Load() == opWaiting { // sent again after MOVED: on its way
+		<-o.done
+	}
+	return true
+}
+
+// sendAside is sendDirect from a goroutine of its own, for a caller that
+// may leave before the reply (it waits for o.done, or leaves). The send
+// is counted answered (see answered) by the caller once woken by the
+// reply, else by that goroutine once the send is done.
+func (l *lane) sendAside(o *op) bool {
+	node, ok := l.claim()
+	if ok {
+		go func() {
+			l.send(node, []*op{o})
+			l.answered(o)
+		}()
+	}
+	return ok
+}
+
+// answered ends the count of o's own send on l (sendAside), once: the
+// first of its caller and its sender to call it. Calls that came
+// meanwhile go out now.
+func (l *lane) answered(o *op) {
+	if o.answered.CompareAndSwap(false, true) {
+		l.sent()
+	}
+}
+
+// claim counts a send of a caller's own on l if l is idle (nothing queued,
+// nothing in flight), reporting whether it was, and returns the node to
+// send it on; sendClaimed sends it.
+func (l *lane) claim() (redis.UniversalClient, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.queue) > 0 || l.sending > 0 {
+		return nil, false
 	}
 	l.sending++
 	l.sentAt = time.Now()
-	node := l.node
-	l.mu.Unlock()
+	return l.node, true
+}
+
+// sendClaimed sends o, claimed on l, on node.
+func (l *lane) sendClaimed(node redis.UniversalClient, o *op) {
 	l.send(node, []*op{o})
+	l.sent()
+}
+
+// sent ends the count of a caller's own send on l.
+func (l *lane) sent() {
 	l.mu.Lock()
 	l.sending--
 	if len(l.queue) > 0 {
@@ -378,10 +443,6 @@ func (l *lane) sendDirect(o *op) bool {
 		}
 	}
 	l.mu.Unlock()
-	if o.state.Load() == opWaiting { // sent again after MOVED: on its way
-		<-o.done
-	}
-	return true
 }
 
 // work is a worker of l: it sends what is queued, a pipeline at a time,

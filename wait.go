@@ -12,26 +12,41 @@ import (
 const releaseTimeout = 5 * time.Second
 
 // detach returns a context for a release: it keeps ctx's values and
-// ignores its cancellation. A release is bounded by releaseTimeout (see
-// transport.do's direct calls).
+// ignores its cancellation. A release is bounded by releaseTimeout
+// instead (see Client.release).
 func detach(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
 
-// cleanupGrace bounds how long a wait that ended waits for its traces in
-// Redis (a queue entry) to be removed.
-const cleanupGrace = 200 * time.Millisecond
+// cleanup sends calls, which remove what an ended wait left in Redis (a
+// queue entry) or give back what it took, without waiting for them: the
+// wait ends at its context, even while Redis is slow or does not answer.
+// A call that fails on the network (it may not have run) is sent again,
+// after retryAfter and then after pauses doubling up to a second, until
+// it is answered or within has passed (how long what it removes can last
+// in Redis), or the client closes.
+func (c *Client) cleanup(within time.Duration, calls ...call) {
+	c.cleanupAgain(time.Now().Add(within), retryAfter, calls...)
+}
 
-// cleanup sends calls, which remove what an ended wait left in Redis (or
-// give back what it took), and waits for them at most cleanupGrace: with
-// Redis slow or unreachable, the wait still ends soon after its context,
-// and the calls are still sent.
-func (c *Client) cleanup(ctx context.Context, calls ...call) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupGrace)
-	defer cancel()
-	if len(calls) == 1 {
-		c.tr.do(cctx, calls[0], nil)
-		return
-	}
-	c.tr.doAll(cctx, calls)
+func (c *Client) cleanupAgain(until time.Time, pause time.Duration, calls ...call) {
+	c.tr.async(func(k call, r reply) {
+		err := r.Err()
+		var re redis.Error
+		switch {
+		case err == nil:
+		case errors.As(err, &re) && !notReady(err) || time.Now().Add(pause).After(until):
+			c.log.Warn("redisync: could not remove what a wait left; its lease or deadline frees it",
+				"script", scriptName(k), "error", err)
+		case c.bgStart(): // it must not block: it runs in a worker
+			go func() {
+				defer c.bg.Done()
+				select {
+				case <-time.After(pause):
+					c.cleanupAgain(until, min(2*pause, time.Second), k)
+				case <-c.closed:
+				}
+			}()
+		}
+	}, calls...)
 }
 
 // attempt is one try at acquiring: done reports success; otherwise next is

@@ -36,6 +36,10 @@ type watchdog struct {
 
 	stop chan struct{}
 	done chan struct{}
+	// rounds is the renewals' context, cancelled by close: a renewal on
+	// a silent link does not hold Close up.
+	rounds context.Context
+	cancel context.CancelFunc
 }
 
 // batchSize bounds one pipeline; 10,000 holds take 5 round trips per tick.
@@ -54,6 +58,7 @@ func newWatchdog(c *Client, lease time.Duration) *watchdog {
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
+	w.rounds, w.cancel = context.WithCancel(context.Background())
 	go w.run()
 	return w
 }
@@ -360,7 +365,7 @@ func (w *watchdog) renewAll() bool {
 		hs = hs[n:]
 	}
 	r.Took = time.Since(start)
-	if r.Failed > 0 {
+	if r.Failed > 0 && w.rounds.Err() == nil {
 		w.c.log.Warn("redisync: lease renewals failed; retrying until their deadlines", "failed", r.Failed, "of", r.Holds, "error", firstErr)
 	}
 	if w.c.obs.Renewed != nil && r.Holds > 0 {
@@ -384,7 +389,7 @@ func (w *watchdog) renewBatch(hs []*hold, r *RenewalEvent) error {
 			calls = append(calls, k)
 		}
 	}
-	replies := w.c.tr.doAll(context.Background(), calls)
+	replies := w.c.tr.doAll(w.rounds, calls)
 	pipes := map[uint64]bool{}
 	var failed error
 	for _, h := range hs {
@@ -438,10 +443,11 @@ func isGone(err error) bool {
 	return errors.As(err, &re) && strings.HasPrefix(err.Error(), "WRONGTYPE")
 }
 
-// close stops the renewal loop, ends every hold (their contexts are
-// cancelled first, with a cause matching both ErrClosed and ErrLeaseLost),
-// then releases them in Redis, best-effort, in one pipeline.
-func (w *watchdog) close() {
+// close stops the renewal loop (a round in flight is abandoned), ends
+// every hold (their contexts are cancelled first, with a cause matching
+// both ErrClosed and ErrLeaseLost), then releases them in Redis,
+// best-effort, in one pipeline, waiting for it until deadline.
+func (w *watchdog) close(deadline time.Time) {
 	w.mu.Lock()
 	w.closed = true
 	hs := make([]*hold, 0, len(w.holds))
@@ -450,6 +456,7 @@ func (w *watchdog) close() {
 	}
 	w.mu.Unlock()
 	close(w.stop)
+	w.cancel()
 	<-w.done
 
 	var ended []*hold
@@ -461,7 +468,7 @@ func (w *watchdog) close() {
 	if len(ended) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	calls := make([]call, 0, len(ended))
 	for _, h := range ended {
