@@ -103,6 +103,7 @@ func TestSilentReleaseReturnsWithinItsBound(t *testing.T) {
 	}, {
 		name: "Unlock handing over to a local waiter",
 		setup: func(t *testing.T, c *Client) context.Context {
+			c.scriptHandoff = true // by the handoff script (in memory, nothing is sent)
 			m := c.Mutex("silent")
 			hctx, err := m.Lock(bg)
 			require.NoError(t, err)
@@ -383,6 +384,7 @@ func TestAbandonedHandoffGrantIsGivenBack(t *testing.T) {
 	e := realEnv(t)
 	rdb, hook := faultRDB(t, &redis.Options{Addr: e.addr, DialTimeout: time.Second, ReadTimeout: 30 * time.Second})
 	c := newClient(t, rdb)
+	c.scriptHandoff = true // the handoff script is what is abandoned
 	bg := context.Background()
 	m := c.Mutex("abandoned")
 	hctx, err := m.Lock(bg)
