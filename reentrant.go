@@ -149,7 +149,7 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 		}, func(r []int64) (int, bool) {
 			return int(r[1]), r[0] != 1
 		}, func(n int) call {
-			return script(lua.Unlock, []string{m.name, m.channel}, h.field, n, h.lease.Milliseconds(), publish, unlockMessage)
+			return script(lua.Unlock, []string{m.name}, h.field, n, h.lease.Milliseconds(), publish, unlockMessage, m.channel)
 		})
 		if err != nil {
 			return parent, err
@@ -161,7 +161,7 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (context.
 		return script(lua.Renew, []string{m.name}, field, m.spec.lease.Milliseconds())
 	}
 	a := m.c.acquisition(&m.spec, parent, wctx, wait, nil, func(field string) call {
-		return script(lua.Drop, []string{m.name, m.channel}, field, publish, unlockMessage)
+		return script(lua.Drop, []string{m.name}, field, publish, unlockMessage, m.channel)
 	})
 	defer a.finish()
 	try := func() (bool, time.Duration, error) {
@@ -283,7 +283,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 				return m.handOver(ctx, h, ho, mine)
 			}
 		}
-		return m.c.releaseBy(ctx, script(lua.Unlock, []string{m.name, m.channel}, h.field, count, h.lease.Milliseconds(), publish, unlockMessage))
+		return m.c.releaseBy(ctx, script(lua.Unlock, []string{m.name}, h.field, count, h.lease.Milliseconds(), publish, unlockMessage, m.channel))
 	})
 }
 
@@ -302,11 +302,11 @@ func (m *Mutex) handOver(ctx context.Context, h *hold, ho *handoff, mine int) (i
 	if ho.bounded {
 		count = m.c.subCounter(pub)
 	}
-	keys := []string{m.name, m.channel}
+	keys := []string{m.name}
 	if ho.acc.fence != "" {
 		keys = append(keys, ho.acc.fence)
 	}
-	k := script(lua.Handoff, keys, h.field, ho.field, ho.acc.lease.Milliseconds(), count, pub, unlockMessage, mine)
+	k := script(lua.Handoff, keys, h.field, ho.field, ho.acc.lease.Milliseconds(), count, pub, unlockMessage, mine, m.channel)
 	k.takes = true
 	rep := m.c.tr.do(ctx, k, nil)
 	ho.st.sent = rep.sent
@@ -401,7 +401,7 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	defer m.c.wd.force(m.spec.ref)()
-	n, err := m.c.tr.do(ctx, script(lua.ForceUnlock, []string{m.name, m.channel}, publish, unlockMessage), nil).Int64()
+	n, err := m.c.tr.do(ctx, script(lua.ForceUnlock, []string{m.name}, publish, unlockMessage, m.channel), nil).Int64()
 	if err != nil {
 		return false, m.wrap(err)
 	}

@@ -161,7 +161,7 @@ func TestTransportOneWaitPerGroup(t *testing.T) {
 	assert.EqualValues(t, 1, pipes.Load())
 
 	names = nil
-	r := c.tr.do(bg, call{script: lua.Unlock, keys: []string{"tr:w1", "tr:w1:chan"}, args: []any{"tr:owner", 1, 30000, publish, "0"}}, nil)
+	r := c.tr.do(bg, call{script: lua.Unlock, keys: []string{"tr:w1"}, args: []any{"tr:owner", 1, 30000, publish, "0", "tr:w1:chan"}}, nil)
 	require.NoError(t, r.Err())
 	assert.NotContains(t, names, "wait", "a release does not wait for replicas")
 	assert.EqualValues(t, -1, r.acked)

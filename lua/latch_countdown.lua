@@ -2,8 +2,8 @@
 -- waiter is told.
 --
 -- KEYS[1]  the latch's count (a string)
--- KEYS[2]  channel (in KEYS[1]'s slot)
 -- ARGV[1]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded)
+-- ARGV[2]  channel (in KEYS[1]'s slot; not a key, see lua/lua.go)
 --
 -- Returns the count left (0 when the latch was not counting: nothing
 -- changed). A key of another type fails with WRONGTYPE and is not touched.
@@ -14,7 +14,7 @@ end
 local n = redis.call('decr', KEYS[1])
 if n <= 0 then
   redis.call('del', KEYS[1])
-  redis.call(ARGV[1], KEYS[2], '0')
+  redis.call(ARGV[1], ARGV[2], '0')
   return 0
 end
 return n

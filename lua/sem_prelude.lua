@@ -8,7 +8,9 @@
 -- KEYS[2]  {name}:holders: a hash of owner field -> permits it holds
 -- KEYS[3]  {name}:expiry: a sorted set of owner field -> lease expiry, in
 --          milliseconds of Redis's own clock (TIME)
--- KEYS[4]  the channel told how many permits came free (same slot)
+--
+-- Each script also takes, as its last ARGV, the channel told how many
+-- permits came free (in the same slot; not a key, see lua/lua.go).
 --
 -- Every script first reclaims the permits of holders whose lease has run
 -- out (at most ARGV's limit of them per call, so one call's work is
@@ -110,10 +112,10 @@ local function sem_bound(now, more)
   return math.max(tonumber(first[2]) - now, 0)
 end
 
--- sem_finish stores used if it changed and tells waiters on KEYS[4] how
+-- sem_finish stores used if it changed and tells waiters on channel how
 -- many permits came free, with publish command pub ('publish' or
 -- 'spublish').
-local function sem_finish(used, stored, freed, pub)
+local function sem_finish(used, stored, freed, pub, channel)
   if used ~= stored then
     if used > 0 then
       redis.call('hset', KEYS[1], 'used', used)
@@ -122,6 +124,6 @@ local function sem_finish(used, stored, freed, pub)
     end
   end
   if freed > 0 then
-    redis.call(pub, KEYS[4], freed)
+    redis.call(pub, channel, freed)
   end
 end

@@ -1,0 +1,119 @@
+package redisync
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisync-go/redisync/internal/redistest"
+)
+
+// A Cluster slot being resharded (MIGRATING on its master, IMPORTING on
+// another, its keys moved one by one with MIGRATE) is a normal state, not
+// an error: the source answers ASK for the keys it no longer has, and
+// TRYAGAIN for a script on several keys some of which it lacks (issue 24).
+// The subtests share one cluster, each on a slot of its own.
+func TestReshardInProgress(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
+	rc := redistest.StartClusterWithReplicas(t, 3, 1)
+	cc := rc.Client(t)
+	bg := context.Background()
+
+	// migrating starts moving the slot of name (served by Masters[0]) to
+	// Masters[1], and finishes the move when the subtest ends.
+	migrating := func(t *testing.T, name string) *redistest.Migration {
+		mig := rc.BeginMigration(t, redistest.SlotOf(t, rc.Masters[0], name), rc.Masters[1])
+		t.Cleanup(func() { mig.Finish(t) })
+		return mig
+	}
+
+	// #4: an Unlock while the slot is MIGRATING, the lock's key still on
+	// the source, releases at once, and wakes a waiter of another Client,
+	// long before the 30 s lease. (unlock.lua named the channel, a key
+	// that never exists, as a KEY: the source refused the script with
+	// TRYAGAIN, and the lock stayed.)
+	t.Run("unlock while migrating", func(t *testing.T) {
+		holder, waiter := newClient(t, rc.Client(t)), newClient(t, rc.Client(t))
+		name := nameOn(t, cc, rc.Masters[0], "unlock")
+		hctx, err := holder.Mutex(name).Lock(bg)
+		require.NoError(t, err)
+		got := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(bg, 20*time.Second)
+			defer cancel()
+			wctx, err := waiter.Mutex(name).Lock(ctx)
+			if err == nil {
+				err = waiter.Mutex(name).Unlock(wctx)
+			}
+			got <- err
+		}()
+		eventually(t, 5*time.Second, "the waiter subscribed", func() bool {
+			return localWaiters(waiter, waiter.Mutex(name).channel) == 1
+		})
+		migrating(t, name)
+		require.NoError(t, holder.Mutex(name).Unlock(hctx))
+		select {
+		case err := <-got:
+			require.NoError(t, err)
+		case <-time.After(5 * time.Second):
+			t.Fatal("the unlock did not wake the waiter")
+		}
+	})
+
+	// #4, the same cause: every release whose script named a channel as a
+	// KEY was refused with TRYAGAIN while the slot was MIGRATING, the
+	// keys it changes all still on the source.
+	t.Run("releases while migrating", func(t *testing.T) {
+		c := newClient(t, rc.Client(t))
+		tag := "{" + nameOn(t, cc, rc.Masters[0], "rel") + "}"
+		m, forced := c.Mutex(tag+"m"), c.Mutex(tag+"forced")
+		mctx, err := m.Lock(bg)
+		require.NoError(t, err)
+		_, err = forced.Lock(bg)
+		require.NoError(t, err)
+		l := c.CountDownLatch(tag + "latch")
+		_, err = l.TrySetCount(bg, 1)
+		require.NoError(t, err)
+		e := c.Election(tag + "elect")
+		ectx, err := e.Campaign(bg, "me")
+		require.NoError(t, err)
+		s := c.Semaphore(tag + "sem")
+		require.NoError(t, s.SetPermits(bg, 2))
+		sctx, err := s.Acquire(bg, 1)
+		require.NoError(t, err)
+
+		mig := migrating(t, tag)
+		assert.NoError(t, m.Unlock(mctx), "Mutex.Unlock")
+		ok, err := forced.ForceUnlock(bg)
+		assert.NoError(t, err, "Mutex.ForceUnlock")
+		assert.True(t, ok, "Mutex.ForceUnlock")
+		assert.NoError(t, l.CountDown(bg), "CountDownLatch.CountDown")
+		assert.NoError(t, e.Resign(ectx), "Election.Resign")
+		assert.NoError(t, s.Release(sctx, 1), "Semaphore.Release")
+
+		if t.Failed() {
+			return
+		}
+		// What is left is read once the slot has moved: a read of keys
+		// some of which are gone (an Election's hash, its term counter
+		// kept) is refused with TRYAGAIN until then.
+		mig.Finish(t)
+		for _, name := range []string{"m", "forced"} {
+			locked, err := c.Mutex(tag + name).IsLocked(bg)
+			require.NoError(t, err)
+			require.False(t, locked, name)
+		}
+		n, err := l.Count(bg)
+		require.NoError(t, err)
+		require.Zero(t, n, "counted down")
+		leader, err := e.Leader(bg)
+		require.NoError(t, err)
+		require.Zero(t, leader.Term, "nobody leads")
+		free, err := s.Available(bg)
+		require.NoError(t, err)
+		require.Equal(t, 2, free, "the permit is back")
+	})
+}
