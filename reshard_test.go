@@ -84,6 +84,9 @@ func TestReshardInProgress(t *testing.T) {
 		require.NoError(t, s.SetPermits(bg, 2))
 		sctx, err := s.Acquire(bg, 1)
 		require.NoError(t, err)
+		ml := c.MultiLock([]string{tag + "a", tag + "b"})
+		mlctx, err := ml.Lock(bg)
+		require.NoError(t, err)
 
 		mig := migrating(t, tag)
 		assert.NoError(t, m.Unlock(mctx), "Mutex.Unlock")
@@ -93,6 +96,7 @@ func TestReshardInProgress(t *testing.T) {
 		assert.NoError(t, l.CountDown(bg), "CountDownLatch.CountDown")
 		assert.NoError(t, e.Resign(ectx), "Election.Resign")
 		assert.NoError(t, s.Release(sctx, 1), "Semaphore.Release")
+		assert.NoError(t, ml.Unlock(mlctx), "MultiLock.Unlock")
 
 		if t.Failed() {
 			return
@@ -101,7 +105,7 @@ func TestReshardInProgress(t *testing.T) {
 		// some of which are gone (an Election's hash, its term counter
 		// kept) is refused with TRYAGAIN until then.
 		mig.Finish(t)
-		for _, name := range []string{"m", "forced"} {
+		for _, name := range []string{"m", "forced", "a", "b"} {
 			locked, err := c.Mutex(tag + name).IsLocked(bg)
 			require.NoError(t, err)
 			require.False(t, locked, name)

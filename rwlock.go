@@ -321,7 +321,7 @@ func (r *RWMutex) script(s *lua.Script, field, writer string, count int, wait bo
 	if s == lua.RWLock && r.fence != "" {
 		keys = append(keys[:len(keys):len(keys)], r.fence)
 	}
-	return call{script: s, keys: keys, args: []any{r.wspec.lease.Milliseconds(), field, count, waiterMs, writer}}
+	return call{script: s, keys: keys, args: []any{r.wspec.lease.Milliseconds(), field, count, waiterMs, writer, r.rchan}}
 }
 
 // leaveCall takes field out of the waiting sets.

@@ -10,9 +10,12 @@
 if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
-redis.call('hdel', KEYS[1], ARGV[1])
-if redis.call('hlen', KEYS[1]) == 0 then
-  redis.call('del', KEYS[1])
-  redis.call(ARGV[2], ARGV[4], ARGV[3])
+-- Read before it is changed: a key this script empties is not touched
+-- again (lua/lua.go).
+if redis.call('hlen', KEYS[1]) > 1 then
+  redis.call('hdel', KEYS[1], ARGV[1])
+  return 1
 end
+redis.call('del', KEYS[1])
+redis.call(ARGV[2], ARGV[4], ARGV[3])
 return 1

@@ -19,6 +19,14 @@
 // declared it fails inside the script ("a non local key") on a master that
 // lacks it, after what the script wrote before: every key is declared.
 //
+// So does a declared key the script has emptied itself (DEL, or HDEL or
+// ZREM of its last member), on the master the slot is migrating away from:
+// a script reads what it needs before it changes a key, and never touches
+// a key again once it may have emptied it. Where a script cannot avoid it
+// (expired entries dropped before the script writes to the same set), it
+// refuses itself first, with TRYAGAIN and before writing anything, on that
+// master only (migrating.lua): the transport sends it again.
+//
 // # FIPS 140-only mode
 //
 // EVALSHA names a script by the SHA-1 digest of its source, which this

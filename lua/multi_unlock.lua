@@ -34,10 +34,16 @@ if left > 0 then
   end
   return 1
 end
+-- Each lock is read before it is changed: a key this script empties is
+-- not touched again (lua/lua.go).
 for i = 1, n do
-  if redis.call('hdel', KEYS[i], ARGV[1]) == 1 and redis.call('hlen', KEYS[i]) == 0 then
-    redis.call('del', KEYS[i])
-    redis.call(ARGV[4], ARGV[5 + i], ARGV[5])
+  if redis.call('hexists', KEYS[i], ARGV[1]) == 1 then
+    if redis.call('hlen', KEYS[i]) > 1 then
+      redis.call('hdel', KEYS[i], ARGV[1])
+    else
+      redis.call('del', KEYS[i])
+      redis.call(ARGV[4], ARGV[5 + i], ARGV[5])
+    end
   end
 end
 return 2

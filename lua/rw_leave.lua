@@ -12,13 +12,17 @@
 -- (rw_prelude.lua comes first: now, purge, extend.)
 
 local field = ARGV[1]
+-- The sets are counted before they change: a key this script empties is
+-- not touched again (lua/lua.go).
+local writers = redis.call('zcard', KEYS[3])
+local admits = redis.call('zcard', KEYS[5])
 local writer = redis.call('zrem', KEYS[3], field)
 local reader = redis.call('zrem', KEYS[4], field)
 local admitted = redis.call('zrem', KEYS[5], field)
-if writer == 1 and redis.call('zcard', KEYS[3]) == 0 then
+if writer == 1 and writers == 1 then
   redis.call(ARGV[2], ARGV[3], '1')
 end
-if admitted == 1 and redis.call('zcard', KEYS[5]) == 0 and redis.call('exists', KEYS[1]) == 0 then
+if admitted == 1 and admits == 1 and redis.call('exists', KEYS[1]) == 0 then
   redis.call(ARGV[2], ARGV[4], '1')
 end
 if writer + reader + admitted > 0 then

@@ -31,9 +31,12 @@ if n > 0 then
   extend(KEYS[2], lease)
   return 1
 end
+-- The read holders are counted before they change: a key this script
+-- empties is not touched again (lua/lua.go).
+local left = redis.call('zcard', KEYS[2])
 redis.call('hdel', KEYS[1], rf)
-redis.call('zrem', KEYS[2], field)
-if redis.call('hget', KEYS[1], 'mode') == 'read' and redis.call('zcard', KEYS[2]) == 0 then
+left = left - redis.call('zrem', KEYS[2], field)
+if redis.call('hget', KEYS[1], 'mode') == 'read' and left == 0 then
   redis.call('del', KEYS[1])
   redis.call(ARGV[4], ARGV[6], '1')
 end

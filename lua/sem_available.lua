@@ -12,9 +12,12 @@ local now = sem_now()
 local used, stored = sem_used()
 local freed, more = sem_reclaim(now, tonumber(ARGV[2]))
 used = used - freed
+-- Read before sem_finish, which may empty the name's hash (a total never
+-- set): a key this script empties is not touched again (lua/lua.go).
+local permits = tonumber(redis.call('hget', KEYS[1], 'permits') or '-1')
 sem_finish(used, stored, freed, ARGV[1], ARGV[3])
 local more_n = 0
 if more then
   more_n = 1
 end
-return {tonumber(redis.call('hget', KEYS[1], 'permits') or '-1'), used, more_n}
+return {permits, used, more_n}

@@ -10,7 +10,8 @@
 --          milliseconds of Redis's own clock (TIME)
 --
 -- Each script also takes, as its last ARGV, the channel told how many
--- permits came free (in the same slot; not a key, see lua/lua.go).
+-- permits came free (in the same slot; not a key, see lua/lua.go; also
+-- migrating.lua's probe).
 --
 -- Every script first reclaims the permits of holders whose lease has run
 -- out (at most ARGV's limit of them per call, so one call's work is
@@ -66,14 +67,28 @@ end
 
 -- sem_reclaim frees the permits of up to limit holders whose lease ended at
 -- or before now. It returns the permits freed and whether more expired
--- holders may remain.
+-- holders may remain. When that would empty the holders or the expiry
+-- set, which the script may touch again, it is refused first on a master
+-- the semaphore's slot is migrating away from (migrating.lua).
 local function sem_reclaim(now, limit)
   local gone = redis.call('zrangebyscore', KEYS[3], '-inf', now, 'limit', 0, limit)
+  if #gone == 0 then
+    return 0, false
+  end
+  local held = redis.call('hmget', KEYS[2], unpack(gone))
+  local present = 0
+  for i = 1, #gone do
+    if held[i] then
+      present = present + 1
+    end
+  end
+  if #gone == redis.call('zcard', KEYS[3]) or present > 0 and present == redis.call('hlen', KEYS[2]) then
+    refuse_if_migrating(ARGV[#ARGV])
+  end
   local freed = 0
-  for _, f in ipairs(gone) do
-    local p = redis.call('hget', KEYS[2], f)
-    if p then
-      freed = freed + tonumber(p)
+  for i, f in ipairs(gone) do
+    if held[i] then
+      freed = freed + tonumber(held[i])
       redis.call('hdel', KEYS[2], f)
     end
     redis.call('zrem', KEYS[3], f)
