@@ -30,6 +30,65 @@ func TestReshardInProgress(t *testing.T) {
 		return mig
 	}
 
+	// keysOn counts the keys of mig's slot on s.
+	keysOn := func(t *testing.T, s *redistest.Server, mig *redistest.Migration) int {
+		n, err := s.Client(t).ClusterCountKeysInSlot(bg, mig.Slot).Result()
+		require.NoError(t, err)
+		return int(n)
+	}
+
+	// #2: with WithReplicaAck the scripts that take something go on the
+	// master's own connection; the source's ASK is followed there (ASKING,
+	// the script and WAIT on the target's connection), not taken for a
+	// MOVED whose slot map never comes.
+	t.Run("replica ack follows ASK", func(t *testing.T) {
+		c := newClient(t, rc.Client(t), WithReplicaAck(1, time.Second))
+		name := nameOn(t, cc, rc.Masters[0], "ask")
+		mig := migrating(t, name)
+		m := c.Mutex(name)
+		ctx, cancel := context.WithTimeout(bg, 10*time.Second)
+		defer cancel()
+		lctx, err := m.Lock(ctx)
+		require.NoError(t, err, "a free lock of a migrating slot: the source answers ASK")
+		assert.Equal(t, 1, keysOn(t, mig.To, mig), "taken on the target")
+		assert.Zero(t, keysOn(t, mig.From, mig))
+		_, err = m.Lock(lctx)
+		require.NoError(t, err, "a re-entry: ASK again")
+		n, err := m.HoldCount(lctx)
+		require.NoError(t, err)
+		assert.Equal(t, 2, n)
+		require.NoError(t, m.Unlock(lctx))
+		require.NoError(t, m.Unlock(lctx))
+		assert.Zero(t, keysOn(t, mig.To, mig), "released")
+	})
+
+	// #3: a hold whose key was MIGRATEd while its slot still migrates is
+	// renewed on the target (its renewals meet ASK), with and without
+	// WithReplicaAck.
+	t.Run("moved hold renews", func(t *testing.T) {
+		const lease = 1500 * time.Millisecond
+		clients := map[string]*Client{
+			"replica ack": newClient(t, rc.Client(t), WithReplicaAck(1, 200*time.Millisecond), WithWatchdogTimeout(lease)),
+			"plain":       newClient(t, rc.Client(t), WithWatchdogTimeout(lease)),
+		}
+		tag := nameOn(t, cc, rc.Masters[0], "renew")
+		holds := map[string]context.Context{}
+		for what, c := range clients {
+			var err error
+			holds[what], err = c.Mutex("{" + tag + "}" + what).Lock(bg)
+			require.NoError(t, err, what)
+		}
+		mig := migrating(t, tag)
+		mig.Move(t, mig.Keys(t, 10)...)
+		require.Equal(t, len(clients), keysOn(t, mig.To, mig), "both locks moved")
+		time.Sleep(2 * lease)
+		for what, c := range clients {
+			require.NoError(t, context.Cause(holds[what]), "%s: the hold of a moved key lives on", what)
+			require.NoError(t, c.Mutex("{"+tag+"}"+what).Unlock(holds[what]), what)
+		}
+		assert.Zero(t, keysOn(t, mig.To, mig), "released")
+	})
+
 	// #4: an Unlock while the slot is MIGRATING, the lock's key still on
 	// the source, releases at once, and wakes a waiter of another Client,
 	// long before the 30 s lease. (unlock.lua named the channel, a key
