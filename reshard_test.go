@@ -179,4 +179,99 @@ func TestReshardInProgress(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 2, free, "the permit is back")
 	})
+
+	// #4: a script on several keys, some of which are missing on the
+	// source (an RWMutex's writer holds only its hash; a fencing counter
+	// lives on while its lock is free), is refused with TRYAGAIN until the
+	// migration ends: the transport sends it again, within the call's
+	// bound, releases included.
+	t.Run("TRYAGAIN ridden out", func(t *testing.T) {
+		c := newClient(t, rc.Client(t))
+		tag := nameOn(t, cc, rc.Masters[0], "again")
+		rw, fenced := c.RWMutex("{"+tag+"}rw"), c.Mutex("{"+tag+"}fenced", WithFencing())
+		wctx, err := rw.Lock(bg)
+		require.NoError(t, err)
+		fctx, err := fenced.Lock(bg)
+		require.NoError(t, err)
+		token, _ := fenced.Token(fctx)
+		require.NoError(t, fenced.Unlock(fctx)) // its counter stays
+		mig := migrating(t, tag)
+
+		unlocked := make(chan error, 1)
+		go func() { unlocked <- rw.Unlock(wctx) }()
+		type result struct {
+			ctx context.Context
+			err error
+		}
+		tried := make(chan result, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(bg, 10*time.Second)
+			defer cancel()
+			fctx, err := fenced.TryLock(ctx)
+			tried <- result{fctx, err}
+		}()
+		time.Sleep(300 * time.Millisecond)
+		mig.Finish(t)
+		r := <-tried
+		require.NoError(t, r.err, "a fenced TryLock of a free lock whose counter is on the source")
+		next, _ := fenced.Token(r.ctx)
+		assert.Greater(t, next, token)
+		require.NoError(t, <-unlocked, "the RWMutex's Unlock")
+		locked, err := rw.IsLocked(bg)
+		require.NoError(t, err)
+		assert.False(t, locked, "released")
+		require.NoError(t, fenced.Unlock(r.ctx))
+	})
+
+	// A waiter is woken by an unlock that runs on the target (the lock's
+	// key was MIGRATEd, the slot still migrates): at once in classic mode,
+	// where PUBLISH reaches every node. In sharded mode the waiter is
+	// subscribed on the source, which serves the channel until the
+	// migration ends, and the target's SPUBLISH reaches nobody there: the
+	// waiter looks again when the end of the migration moves its channel
+	// (its wait is bounded by then), not after the holder's 30 s lease.
+	t.Run("wake-up after the key moved", func(t *testing.T) {
+		for _, mode := range []PubSubMode{PubSubClassic, PubSubSharded} {
+			holder := newClient(t, rc.Client(t), WithPubSub(mode))
+			waiter := newClient(t, rc.Client(t), WithPubSub(mode))
+			name := nameOn(t, cc, rc.Masters[0], "wake")
+			hctx, err := holder.Mutex(name).Lock(bg)
+			require.NoError(t, err)
+			got := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(bg, 20*time.Second)
+				defer cancel()
+				wctx, err := waiter.Mutex(name).Lock(ctx)
+				if err == nil {
+					err = waiter.Mutex(name).Unlock(wctx)
+				}
+				got <- err
+			}()
+			channel := waiter.Mutex(name).channel
+			eventually(t, 5*time.Second, "the waiter subscribed", func() bool {
+				waiter.ps.mu.Lock()
+				defer waiter.ps.mu.Unlock()
+				ch := waiter.ps.chans[channel]
+				return ch != nil && len(ch.waiters) == 1 && waiter.ps.confirmed(ch)
+			})
+			mig := rc.BeginMigration(t, redistest.SlotOf(t, rc.Masters[0], name), rc.Masters[1])
+			mig.Move(t, name)
+			start := time.Now()
+			require.NoError(t, holder.Mutex(name).Unlock(hctx), mode)
+			if mode == PubSubSharded {
+				time.Sleep(300 * time.Millisecond)
+				mig.Finish(t)
+			}
+			select {
+			case err := <-got:
+				require.NoError(t, err)
+				t.Logf("%v: the waiter acquired %v after the unlock", mode, time.Since(start))
+			case <-time.After(5 * time.Second):
+				t.Errorf("%v: the waiter was not woken", mode)
+			}
+			if mode == PubSubClassic {
+				mig.Finish(t)
+			}
+		}
+	})
 }

@@ -2,6 +2,7 @@ package redisync
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"strings"
@@ -43,7 +44,10 @@ import (
 // map and sends the call once more, to the new master; an ASK (the slot is
 // being migrated and its master no longer has the key) sends ASKING and
 // the call, and WAIT after them, on the connection of the master the slot
-// is migrating to. The publish
+// is migrating to. A reply by which Redis refused the call for now
+// (TRYAGAIN: a script on keys of a migrating slot some of which are on
+// the other side; CLUSTERDOWN; LOADING) has the call sent again, after a
+// pause, within the call's bound (see op.until). The publish
 // command a script takes is read when it is sent (see publish), and each
 // reply carries when its pipeline was sent: the time a lease it set is
 // counted from. Pipelines go through the redis client's Pipeline, so the
@@ -61,7 +65,7 @@ type transport struct {
 	mu      sync.Mutex
 	lanes   map[laneKey]*lane
 	own     map[string]*redis.Client // masters the cluster client does not list (see nodeAt)
-	workers atomic.Int32             // workers running, on every lane, and redirects followed
+	workers atomic.Int32             // workers running, on every lane, and calls on their way again
 	pipes   atomic.Uint64            // pipelines sent, to tell them apart
 }
 
@@ -92,6 +96,9 @@ type call struct {
 	// timeouts (a release): on an idle lane it sends the call itself;
 	// queued behind others, it waits at most releaseTimeout.
 	direct bool
+	// once says a reply that refuses the call for now is returned, not
+	// waited out: its sender tries again sooner (the watchdog's renewals).
+	once bool
 }
 
 // publishArg stands, in a call's arguments, for the command the script
@@ -164,7 +171,12 @@ type op struct {
 	done  chan struct{} // closed once r is set for the caller; nil: async
 	state atomic.Uint32 // opWaiting, opDelivered or opGone
 	late  func(reply)   // when the caller left: gives back what it took
-	// redirects counts the MOVED and ASK replies followed.
+	// until bounds the sending again of a call that Redis refused for now
+	// (notNow): the caller's deadline, at most releaseTimeout after the
+	// call was made; tries counts those sends.
+	until time.Time
+	tries int
+	// redirects counts the MOVED and ASK replies followed in this try.
 	redirects int
 }
 
@@ -207,7 +219,7 @@ func newTransport(rdb redis.UniversalClient, ack replicaAck, mode *pubMode, log 
 // that comes later is handed to late (nil: nothing to give back), in a
 // goroutine of its own.
 func (t *transport) do(ctx context.Context, k call, late func(reply)) reply {
-	o := &op{call: k, done: make(chan struct{}), late: late}
+	o := &op{call: k, done: make(chan struct{}), late: late, until: retryBound(ctx)}
 	sent := false
 	if k.direct || ctx.Done() == nil {
 		// A caller that cannot leave early sends its call itself when
@@ -246,8 +258,9 @@ func (t *transport) do(ctx context.Context, k call, late func(reply)) reply {
 // are queued together, in order.
 func (t *transport) doAll(ctx context.Context, calls []call) []reply {
 	ops := make([]*op, len(calls))
+	until := retryBound(ctx)
 	for i, k := range calls {
-		ops[i] = &op{call: k, done: make(chan struct{})}
+		ops[i] = &op{call: k, done: make(chan struct{}), until: until}
 	}
 	t.submit(ops...)
 	rs := make([]reply, len(ops))
@@ -271,8 +284,9 @@ func (t *transport) doAll(ctx context.Context, calls []call) []reply {
 // called with each reply, in a worker: it must not block.
 func (t *transport) async(then func(call, reply), calls ...call) {
 	ops := make([]*op, len(calls))
+	until := time.Now().Add(releaseTimeout)
 	for i, k := range calls {
-		o := &op{call: k}
+		o := &op{call: k, until: until}
 		o.state.Store(opGone)
 		if then != nil {
 			o.late = func(r reply) { then(o.call, r) }
@@ -366,7 +380,7 @@ func (l *lane) queueOps(ops []*op) {
 
 // sendDirect sends o from its caller's goroutine if l is idle (nothing
 // queued, nothing in flight), reporting whether it did. o may be on its
-// way again when it returns (a redirect).
+// way again when it returns (a redirect, a reply that said "not now").
 func (l *lane) sendDirect(o *op) bool {
 	l.mu.Lock()
 	if len(l.queue) > 0 || l.sending > 0 {
@@ -474,7 +488,8 @@ func (l *lane) send(node redis.UniversalClient, batch []*op) {
 // again as EVAL in a pipeline of their own, whose WAIT has what is left
 // of wait, so that an attempt waits in WAIT once. Then each reply is
 // delivered, or its call is sent on: a redirect met on a master's own
-// connection is followed (MOVED: follow; ASK: ask).
+// connection is followed (MOVED: follow; ASK: ask), and a reply that
+// refuses the call for now is waited out within the call's bound (retry).
 func (t *transport) run(node redis.UniversalClient, ops []*op, wait time.Duration, asking bool) {
 	cmds, r := t.exec(node, ops, false, asking, wait)
 	var again []*op
@@ -518,6 +533,11 @@ func (t *transport) run(node redis.UniversalClient, ops []*op, wait time.Duratio
 			} else {
 				moved = append(moved, o)
 			}
+		case notNow(err) || redirected:
+			// A redirect not followed here: go-redis's cluster pipeline
+			// followed as many as it does, or this try followed its
+			// own; the slot map is settling.
+			t.retry(o)
 		default:
 			o.deliver(rr)
 		}
@@ -609,7 +629,7 @@ func (o *op) deliver(r reply) {
 	}
 }
 
-// maxRedirects bounds the MOVED and ASK replies a call follows.
+// maxRedirects bounds the MOVED and ASK replies one try of a call follows.
 const maxRedirects = 3
 
 // redirect reads a MOVED or ASK reply: ask tells which, addr is where the
@@ -700,6 +720,60 @@ func (t *transport) nodeAt(addr string, like redis.UniversalClient) *redis.Clien
 	return c
 }
 
+// notNow reports a reply by which Redis refused a command before running
+// it, for a while: TRYAGAIN (a command on several keys of a slot being
+// migrated, some of which are on the other side, or a script that refused
+// itself there before writing anything: lua/migrating.lua), CLUSTERDOWN,
+// LOADING.
+func notNow(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := err.Error()
+	return strings.HasPrefix(msg, "TRYAGAIN") || strings.HasPrefix(msg, "CLUSTERDOWN") || strings.HasPrefix(msg, "LOADING")
+}
+
+// Pauses before a call that Redis refused for now is sent again: the
+// first, doubling up to the last.
+const (
+	notNowPause    = 10 * time.Millisecond
+	notNowMaxPause = 200 * time.Millisecond
+)
+
+// retryBound returns until when a call made now with ctx may be sent again
+// after a reply that refused it for now: ctx's deadline, at most
+// releaseTimeout from now.
+func retryBound(ctx context.Context) time.Time {
+	until := time.Now().Add(releaseTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(until) {
+		until = d
+	}
+	return until
+}
+
+// retry sends o, whose reply o.r refused it for now, again after a pause,
+// if its caller still waits (or nobody does: async) and the pause ends
+// within o's bound; otherwise it delivers o.r.
+func (t *transport) retry(o *op) {
+	pause := min(notNowPause<<min(o.tries, 8), notNowMaxPause)
+	if o.once || !time.Now().Add(pause).Before(o.until) || o.done != nil && o.state.Load() != opWaiting {
+		o.deliver(o.r)
+		return
+	}
+	o.tries++
+	o.redirects = 0
+	t.workers.Add(1)
+	time.AfterFunc(pause, func() {
+		defer t.workers.Add(-1)
+		if o.done != nil && o.state.Load() != opWaiting {
+			o.deliver(o.r) // the caller left: to its give-back
+			return
+		}
+		t.submit(o)
+	})
+}
+
 // learn has the scripts learn their digests from the node that serves key,
 // in the background (FIPS 140-only mode; see lua.Learn): until then they
 // are sent whole.
@@ -727,7 +801,7 @@ func script(s *lua.Script, keys []string, args ...any) call {
 }
 
 // drain waits, at most d, until no worker runs and no call is on its way
-// again after a redirect (once the client is closed, workers stop as soon as their lanes
+// again (once the client is closed, workers stop as soon as their lanes
 // are empty), then closes the transport's own clients.
 func (t *transport) drain(d time.Duration) {
 	deadline := time.Now().Add(d)

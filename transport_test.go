@@ -282,3 +282,54 @@ func TestTransportFollowsMovedSlots(t *testing.T) {
 		check(t, ":mig")
 	})
 }
+
+// replyErr is an error reply of Redis's.
+type replyErr string
+
+func (e replyErr) Error() string { return string(e) }
+func (replyErr) RedisError()     {}
+
+// A reply that says "not now" (TRYAGAIN, CLUSTERDOWN, LOADING: Redis
+// refused the command before running it) is sent again within the call's
+// bound: its context's deadline, and at most releaseTimeout (a release's
+// bound when it has no deadline). A call that is still told "not now" when
+// its bound comes gets that reply, before its context ends.
+func TestTransportRetriesNotNow(t *testing.T) {
+	e := realEnv(t)
+	rdb, hook := faultRDB(t, &redis.Options{Addr: e.addr})
+	c := newClient(t, rdb)
+	bg := context.Background()
+	for _, msg := range []string{
+		"TRYAGAIN Multiple keys request during rehashing of slot",
+		"CLUSTERDOWN The cluster is down",
+		"LOADING Redis is loading the dataset in memory",
+	} {
+		key := "tr:notnow:" + strings.Fields(msg)[0]
+		rule := hook.OnCommand(faultproxy.CommandRule{Args: onKey(key), Times: 3, Action: faultproxy.Fail(replyErr(msg))})
+		ctx, cancel := context.WithTimeout(bg, 5*time.Second)
+		v, err := c.acquired(c.tr.do(ctx, trLock(key), nil))
+		cancel()
+		require.NoError(t, err, msg)
+		assert.Equal(t, []int64{1, 1}, v)
+		assert.Equal(t, 3, rule.Fired())
+
+		// A release, whose context cannot end.
+		del := func(args []any) bool { return len(args) == 2 && args[0] == "del" && args[1] == key }
+		rule = hook.OnCommand(faultproxy.CommandRule{Args: del, Times: 3, Action: faultproxy.Fail(replyErr(msg))})
+		n, err := c.tr.do(bg, call{keys: []string{key}, args: []any{"del", key}, direct: true}, nil).Int64()
+		require.NoError(t, err, msg)
+		assert.EqualValues(t, 1, n)
+		assert.Equal(t, 3, rule.Fired())
+	}
+
+	key := "tr:notnow:long"
+	rule := hook.OnCommand(faultproxy.CommandRule{Args: onKey(key), Action: faultproxy.Fail(replyErr("TRYAGAIN Multiple keys request during rehashing of slot"))})
+	defer rule.Remove()
+	ctx, cancel := context.WithTimeout(bg, 300*time.Millisecond)
+	defer cancel()
+	r := c.tr.do(ctx, trLock(key), nil)
+	assert.False(t, r.gone, "the reply came before the context ended")
+	require.ErrorContains(t, r.Err(), "TRYAGAIN")
+	assert.NoError(t, ctx.Err())
+	assert.Greater(t, rule.Fired(), 2)
+}
