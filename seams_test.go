@@ -379,3 +379,26 @@ func TestPubSubKillLosesNoWakeUp(t *testing.T) {
 	require.NotZero(t, kills)
 	assert.Less(t, worst, time.Second, "a Lock waited for the whole lease: a wake-up was lost around a kill")
 }
+
+// errAsk is a Cluster's ASK reply, as the transport gets it when go-redis's
+// cluster pipeline gave up following it (MaxRedirects).
+type errAsk struct{}
+
+func (errAsk) Error() string { return "ASK 866 127.0.0.1:1" }
+func (errAsk) RedisError()   {}
+
+// A waiting Lock whose attempts meet a redirect up to its deadline (a slot
+// moving) ends with its context's error, as a wait does, not with the
+// redirect.
+func TestWaitRidesOutRedirects(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
+	e := realEnv(t)
+	rdb, hook := faultRDB(t, &redis.Options{Addr: e.addr})
+	c := newClient(t, rdb)
+	hook.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.Lock.Script), Action: faultproxy.Fail(errAsk{})})
+	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+	defer cancel()
+	_, err := c.Mutex("seam:ask").Lock(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.NotContains(t, err.Error(), "ASK")
+}
