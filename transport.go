@@ -570,6 +570,17 @@ func (t *transport) exec(node redis.UniversalClient, ops []*op, eval, asking boo
 	ctx := context.Background()
 	pub := t.mode.publish()
 	p := node.Pipeline()
+	if t.cc != nil && node == t.rdb && len(ops) > 1 {
+		// go-redis's cluster pipeline sends a node's whole batch again
+		// when its first command answers TRYAGAIN (LOADING, ...), also
+		// the commands of the batch it is already sending elsewhere
+		// after an ASK: two goroutines then read replies into one
+		// command (a data race), and a script may run twice. A one-key
+		// command first, which a migrating slot never answers TRYAGAIN,
+		// keeps it from doing so; the transport sends such calls again
+		// itself (retry).
+		p.Exists(ctx, ops[0].keys[0])
+	}
 	cmds := make([]*redis.Cmd, len(ops))
 	unknown := false // a script does not know its digest (FIPS 140-only mode)
 	for i, o := range ops {

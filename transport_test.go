@@ -333,3 +333,43 @@ func TestTransportRetriesNotNow(t *testing.T) {
 	assert.NoError(t, ctx.Err())
 	assert.Greater(t, rule.Fired(), 2)
 }
+
+// A batch that meets TRYAGAIN (first) and ASK (after it) on a Cluster's
+// migrating slot runs each call once: go-redis's cluster pipeline, which
+// sends a node's whole batch again when its first command answers
+// TRYAGAIN, must not send the call it is already following to the ASK
+// target a second time (it did: the call ran twice, and two goroutines
+// read replies into one command).
+func TestTransportClusterBatchMeetsTryagainAndAsk(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
+	rc := redistest.StartClusterWithReplicas(t, 2, 0)
+	bg := context.Background()
+	cc := rc.Client(t)
+	c := newClient(t, cc)
+	tag := "{" + nameOn(t, cc, rc.Masters[0], "trbatch") + "}"
+	src := rc.Masters[0].Client(t)
+	require.NoError(t, src.Set(bg, tag+"a", 1, 0).Err())
+	require.NoError(t, src.Set(bg, tag+"n", 0, 0).Err())
+	mig := rc.BeginMigration(t, redistest.SlotOf(t, rc.Masters[0], tag), rc.Masters[1])
+	defer mig.Finish(t)
+	mig.Move(t, tag+"n") // on the target: the source answers ASK for it
+	require.NoError(t, c.tr.do(bg, call{keys: []string{tag + "a"}, args: []any{"get", tag + "a"}}, nil).Err(), "warm")
+
+	ctx, cancel := context.WithTimeout(bg, time.Second)
+	defer cancel()
+	rs := c.tr.doAll(ctx, []call{
+		{keys: []string{tag + "a", tag + "x"}, args: []any{"exists", tag + "a", tag + "x"}}, // TRYAGAIN: a here, x nowhere
+		{keys: []string{tag + "n"}, args: []any{"incr", tag + "n"}},                         // ASK
+	})
+	require.Error(t, rs[0].Err(), "TRYAGAIN until the context ended")
+	n, err := rs[1].Int64()
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, n)
+	p := rc.Masters[1].Client(t).Pipeline()
+	p.Do(bg, "asking")
+	got := p.Get(bg, tag+"n")
+	_, _ = p.Exec(bg)
+	v, err := got.Int()
+	require.NoError(t, err)
+	assert.Equal(t, 1, v, "the INCR ran once")
+}
