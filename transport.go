@@ -549,7 +549,7 @@ func (t *transport) run(node redis.UniversalClient, ops []*op, wait time.Duratio
 		t.workers.Add(1)
 		go t.follow(moved)
 	}
-	for addr, ops := range asks {
+	for addr, group := range asks {
 		// The slot is migrating, and its master no longer has the keys:
 		// the master it migrates to runs the calls, after ASKING, and
 		// WAIT there answers for them, with what is left of wait.
@@ -558,7 +558,7 @@ func (t *transport) run(node redis.UniversalClient, ops []*op, wait time.Duratio
 			rest = max(wait-time.Since(r.sent), time.Millisecond)
 		}
 		t.workers.Add(1)
-		go t.ask(addr, node, ops, rest)
+		go t.ask(addr, node, group, rest)
 	}
 }
 
