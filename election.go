@@ -47,7 +47,7 @@ type Leadership struct {
 type Election struct {
 	c       *Client
 	name    string
-	keys    []string // the election, its term counter, its channel
+	keys    []string // the election, its term counter
 	channel string
 	spec    spec
 	err     error
@@ -63,10 +63,10 @@ type Election struct {
 // nothing: terms are fencing tokens already. WithWaiterTimeout and
 // WithPermits are refused.
 func (c *Client) Election(name string, opts ...LockOption) *Election {
-	e := &Election{c: c, name: name, keys: []string{name, "", ""}}
+	e := &Election{c: c, name: name, keys: []string{name, ""}}
 	if keys.Taggable(name) {
 		e.channel = keys.Companion(name, "elect")
-		e.keys = []string{name, keys.Companion(name, "elect-term"), e.channel}
+		e.keys = []string{name, keys.Companion(name, "elect-term")}
 	}
 	e.spec.wrap = wrapFor(c, "election", name, keyType{name, "hash"}, keyType{e.keys[1], "string"})
 	if c == nil {
@@ -145,7 +145,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (lctx context.Con
 	defer func() { a.finish(err) }()
 	try := func() (bool, time.Duration, error) {
 		field, r, d, err := a.send(func(field string) call {
-			return script(lua.ElectCampaign, e.keys, leaseMs, field, value, publish)
+			return script(lua.ElectCampaign, e.keys, leaseMs, field, value, publish, e.channel)
 		})
 		if r == nil {
 			return false, d, err
@@ -178,7 +178,7 @@ func wakeEnded(payload string) int {
 
 // resign is the call that ends field's leadership of term (0: not known).
 func (e *Election) resign(field string, term int64) call {
-	return script(lua.ElectResign, e.keys, field, strconv.FormatInt(term, 10), publish)
+	return script(lua.ElectResign, e.keys, field, strconv.FormatInt(term, 10), publish, e.channel)
 }
 
 // Term returns the term of the leadership ctx carries, without a round
@@ -233,7 +233,7 @@ type electState struct {
 }
 
 func (e *Election) read(ctx context.Context) (electState, error) {
-	v, err := e.c.tr.do(ctx, script(lua.ElectLeader, e.keys[:2]), nil).Slice()
+	v, err := e.c.tr.do(ctx, script(lua.ElectLeader, e.keys), nil).Slice()
 	if err != nil {
 		return electState{}, err
 	}
