@@ -78,8 +78,8 @@ func (a *acquisition) send(build func(field string) call) (string, []int64, time
 	}
 	a.st = stamp{sent: time.Now(), epoch: epoch}
 	k := build(field)
-	k.takes = true
-	r := a.c.tr.do(a.wctx, k, func(r reply) {
+	k.Takes = true
+	r := a.c.tr.Do(a.wctx, k, func(r reply) {
 		calls := a.left(field)
 		if v, err := r.Int64Slice(); err == nil && len(v) > 0 && v[0] == 1 {
 			calls = append(calls, a.gives(field)...)
@@ -95,7 +95,7 @@ func (a *acquisition) send(build func(field string) call) (string, []int64, time
 		d, err := a.c.unsure(err, a.wait, &a.dirty)
 		return field, nil, d, err
 	}
-	a.st.sent = r.sent
+	a.st.sent = r.Sent
 	a.token = fenceToken(a.s, v)
 	return field, v, 0, nil
 }

@@ -81,10 +81,10 @@ func advLoad(c *Client, callers int, stop <-chan struct{}) (<-chan time.Duration
 				case 0:
 					ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
 				case 2:
-					k = call{script: lua.Unlock, keys: []string{key}, args: []any{"tr:owner", 1, 30000, publish, "0", key + ":chan"}, direct: true}
+					k = call{Script: lua.Unlock, Keys: []string{key}, Args: []any{"tr:owner", 1, 30000, publish, "0", key + ":chan"}, Direct: true}
 				}
 				start := time.Now()
-				r := c.tr.do(ctx, k, nil)
+				r := c.tr.Do(ctx, k, nil)
 				d := time.Since(start)
 				cancel()
 				if err := r.Err(); err != nil {
@@ -120,8 +120,8 @@ func TestAdvLaneOneSlowReplyAmongMany(t *testing.T) {
 			c, err := New(rdb)
 			require.NoError(t, err)
 			bg := context.Background()
-			require.NoError(t, c.tr.do(bg, trLock("adv:warm"), nil).Err())
-			require.NoError(t, c.tr.do(bg, call{script: lua.Unlock, keys: []string{"adv:warm"}, args: []any{"tr:owner", 1, 30000, publish, "0", "c"}}, nil).Err())
+			require.NoError(t, c.tr.Do(bg, trLock("adv:warm"), nil).Err())
+			require.NoError(t, c.tr.Do(bg, call{Script: lua.Unlock, Keys: []string{"adv:warm"}, Args: []any{"tr:owner", 1, 30000, publish, "0", "c"}}, nil).Err())
 
 			slow := hook.OnCommand(faultproxy.CommandRule{Args: onKey("adv:slow"), Times: 1, Action: faultproxy.DelayReply(2 * time.Second)})
 			slowDone := make(chan reply, 1)
@@ -131,7 +131,7 @@ func TestAdvLaneOneSlowReplyAmongMany(t *testing.T) {
 				if how == "direct" {
 					ctx = bg // sent from this goroutine: the lane is idle
 				}
-				slowDone <- c.tr.do(ctx, trLock("adv:slow"), nil)
+				slowDone <- c.tr.Do(ctx, trLock("adv:slow"), nil)
 			}()
 			eventually(t, 2*time.Second, "the slow call sent", func() bool { return slow.Fired() == 1 })
 
@@ -170,7 +170,7 @@ func TestAdvLaneOneSlowReplyAmongMany(t *testing.T) {
 			case <-time.After(7 * time.Second):
 				t.Fatal("Close did not return")
 			}
-			eventually(t, 2*time.Second, "every worker stopped", func() bool { return c.tr.workers.Load() == 0 })
+			eventually(t, 2*time.Second, "every worker stopped", func() bool { return c.tr.Workers() == 0 })
 		})
 	}
 }

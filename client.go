@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redisync-go/redisync/internal/transport"
+
 	"github.com/google/uuid"
 
 	"github.com/redis/go-redis/v9"
@@ -30,7 +32,7 @@ type Client struct {
 	wd   *watchdog
 	ps   *pubsub
 	co   *cohort
-	tr   *transport
+	tr   *transport.Transport
 	mode pubMode
 
 	closeOnce sync.Once
@@ -107,7 +109,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	c.mode.rdb = rdb
 	c.mode.changed = c.modeChanged
 	c.mode.init()
-	c.tr = newTransport(rdb, c.ack, &c.mode, c.log, c.closed)
+	c.tr = transport.New(rdb, transport.Options{AckReplicas: c.ack.k, AckTimeout: c.ack.timeout, Publish: c.mode.publish, ReleaseTimeout: releaseTimeout, Log: c.log})
 	c.wd = newWatchdog(c, c.lease)
 	c.co = newCohort()
 	c.ps = newPubSub(rdb, c.closed, c.log, c.mode.sharded, c.co.chanYielding)
@@ -165,13 +167,14 @@ func (c *Client) Close() error {
 		err = nil
 		deadline := time.Now().Add(releaseTimeout)
 		close(c.closed)
+		c.tr.Close() // its workers stop once their lanes are empty
 		c.wd.close(deadline)
 		c.ps.close()
 		c.bgMu.Lock()
 		c.bgClosed = true
 		c.bgMu.Unlock()
 		waitAtMost(&c.bg, time.Until(deadline))
-		c.tr.drain(time.Until(deadline))
+		c.tr.Drain(time.Until(deadline))
 	})
 	return err
 }

@@ -233,7 +233,7 @@ type electState struct {
 }
 
 func (e *Election) read(ctx context.Context) (electState, error) {
-	v, err := e.c.tr.do(ctx, script(lua.ElectLeader, e.keys), nil).Slice()
+	v, err := e.c.tr.Do(ctx, script(lua.ElectLeader, e.keys), nil).Slice()
 	if err != nil {
 		return electState{}, err
 	}

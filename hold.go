@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redisync-go/redisync/internal/transport"
+
 	"github.com/redis/go-redis/v9"
 )
 
@@ -356,15 +358,15 @@ func (c *Client) underHold(ctx context.Context, wait bool, h *hold, build func(c
 			return nil, errEnded
 		}
 		k := build(h.count)
-		k.takes = true
-		r := c.tr.do(ctx, k, func(r reply) {
+		k.Takes = true
+		r := c.tr.Do(ctx, k, func(r reply) {
 			defer h.mu.Unlock()
 			if v, err := r.Int64Slice(); err == nil && taken != nil && len(v) >= 2 {
 				taken(v)
 			}
 		})
-		if r.gone {
-			return nil, r.err
+		if r.Gone {
+			return nil, r.Err()
 		}
 		v, err := c.acquired(r)
 		if notReplicated(err) != nil {
@@ -383,7 +385,7 @@ func (c *Client) underHold(ctx context.Context, wait bool, h *hold, build func(c
 			}
 			return nil, err
 		}
-		h.lastSent = r.sent
+		h.lastSent = r.Sent
 		return v, nil
 	}
 }
@@ -421,12 +423,12 @@ func (c *Client) underHoldAll(ctx context.Context, wait bool, h *hold, build fun
 		}
 		calls := build(h.count)
 		for i := range calls {
-			calls[i].takes = true
+			calls[i].Takes = true
 		}
 		var first []int64
 		var sent time.Time
 		var ferr error
-		for _, r := range c.tr.doAll(ctx, calls) {
+		for _, r := range c.tr.DoAll(ctx, calls) {
 			v, err := c.acquired(r)
 			switch {
 			case err != nil:
@@ -436,8 +438,8 @@ func (c *Client) underHoldAll(ctx context.Context, wait bool, h *hold, build fun
 			case first == nil || v[0] != 1 && first[0] == 1:
 				first = v
 			}
-			if err == nil && (sent.IsZero() || r.sent.Before(sent)) {
-				sent = r.sent
+			if err == nil && (sent.IsZero() || r.Sent.Before(sent)) {
+				sent = r.Sent
 			}
 		}
 		if notReplicated(ferr) != nil {
@@ -593,7 +595,7 @@ var errLost = &multiError{msg: "redisync: not held: lease lost", errs: []error{E
 // undo sends calls, in order and without waiting, to give back what an
 // abandoned attempt took or left in Redis; a failure is logged.
 func (c *Client) undo(calls ...call) {
-	c.tr.async(func(k call, r reply) {
+	c.tr.Async(func(k call, r reply) {
 		if err := r.Err(); err != nil {
 			c.log.Warn("redisync: could not give back what an abandoned attempt took; its lease or deadline frees it",
 				"script", scriptName(k), "error", err)
@@ -611,9 +613,9 @@ func (c *Client) undoNow(ctx context.Context, calls ...call) error {
 	ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
 	defer cancel()
 	var first error
-	for i, r := range c.tr.doAll(ctx, calls) {
+	for i, r := range c.tr.DoAll(ctx, calls) {
 		err := r.Err()
-		if err != nil && !r.gone {
+		if err != nil && !r.Gone {
 			c.log.Warn("redisync: could not give back what an attempt took; its lease or deadline frees it",
 				"script", scriptName(calls[i]), "error", err)
 		}
@@ -657,10 +659,10 @@ func (c *Client) undoHeld(calls ...call) { _ = c.undoNow(context.Background(), c
 
 // scriptName names k's script for the log.
 func scriptName(k call) string {
-	if k.script == nil {
+	if k.Script == nil {
 		return ""
 	}
-	return k.script.Name()
+	return k.Script.Name()
 }
 
 // giveBack releases h in Redis in the background (once the Client is
@@ -730,10 +732,10 @@ func entry(ctx context.Context, ref lockRef) (*hold, error) {
 func (c *Client) releaseAll(ctx context.Context, calls []call) error {
 	if len(calls) == 1 {
 		k := calls[0]
-		k.direct = true
-		return c.tr.do(ctx, k, nil).Err()
+		k.Direct = true
+		return c.tr.Do(ctx, k, nil).Err()
 	}
-	for _, r := range c.tr.doAll(ctx, calls) {
+	for _, r := range c.tr.DoAll(ctx, calls) {
 		if err := r.Err(); err != nil {
 			return err
 		}
@@ -744,17 +746,17 @@ func (c *Client) releaseAll(ctx context.Context, calls []call) error {
 // releaseBy sends k, a release script, for release's send; a last hold
 // found gone is lost unless go-redis wrote the call twice (see writes).
 func (c *Client) releaseBy(ctx context.Context, k call) (int64, time.Time, error) {
-	k, w := counted(k)
-	k.direct = true
+	k, w := transport.Counted(k)
+	k.Direct = true
 	p, _ := ctx.Value(pendingKey{}).(*pending)
 	var late func(reply)
 	if p != nil {
 		late = p.late
 	}
-	r := c.tr.do(ctx, k, late)
-	if r.gone && p != nil {
+	r := c.tr.Do(ctx, k, late)
+	if r.Gone && p != nil {
 		p.left = true // late has h's lock now
 	}
 	n, err := r.Int64()
-	return lostOrResent(n, w), r.sent, err
+	return lostOrResent(n, w), r.Sent, err
 }

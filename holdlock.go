@@ -69,6 +69,6 @@ func (p *pending) late(r reply) {
 		p.c.lose(h, true)
 	case n == 1:
 		h.count = p.count - p.n
-		p.c.wd.extend(h, r.sent)
+		p.c.wd.extend(h, r.Sent)
 	}
 }

@@ -101,7 +101,7 @@ func (l *CountDownLatch) TrySetCount(ctx context.Context, n int64) (bool, error)
 	if n <= 0 {
 		return false, l.wrap(fmt.Errorf("%w: count %d (must be positive)", ErrInvalid, n))
 	}
-	ok, err := l.c.tr.do(ctx, script(lua.LatchSet, l.keys(), n, l.c.newField()), nil).Int64()
+	ok, err := l.c.tr.Do(ctx, script(lua.LatchSet, l.keys(), n, l.c.newField()), nil).Int64()
 	if err != nil {
 		return false, l.wrap(err)
 	}
@@ -139,7 +139,7 @@ func (l *CountDownLatch) CountDown(ctx context.Context) error {
 	if err := l.check(ctx); err != nil {
 		return err
 	}
-	if err := l.c.tr.do(ctx, script(lua.LatchCountDown, []string{l.name, l.round}, publish, l.channel), nil).Err(); err != nil {
+	if err := l.c.tr.Do(ctx, script(lua.LatchCountDown, []string{l.name, l.round}, publish, l.channel), nil).Err(); err != nil {
 		return l.wrap(err)
 	}
 	return nil
@@ -153,7 +153,7 @@ func (l *CountDownLatch) Delete(ctx context.Context) (bool, error) {
 	if err := l.check(ctx); err != nil {
 		return false, err
 	}
-	n, err := l.c.tr.do(ctx, script(lua.LatchDelete, []string{l.name, l.round}, publish, l.channel), nil).Int64()
+	n, err := l.c.tr.Do(ctx, script(lua.LatchDelete, []string{l.name, l.round}, publish, l.channel), nil).Int64()
 	if err != nil {
 		return false, l.wrap(err)
 	}
@@ -172,7 +172,7 @@ func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
 // count reads the count, abandoned when ctx ends, even while Redis does
 // not answer.
 func (l *CountDownLatch) count(ctx context.Context) (int64, error) {
-	v, err := l.c.tr.do(ctx, call{keys: []string{l.name}, args: []any{"get", l.name}}, nil).Text()
+	v, err := l.c.tr.Do(ctx, call{Keys: []string{l.name}, Args: []any{"get", l.name}}, nil).Text()
 	if err != nil {
 		if isNil(err) {
 			return 0, nil
@@ -210,7 +210,7 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 // read reads the count and the round's identity together ("" for a count
 // set without one), abandoned when ctx ends.
 func (l *CountDownLatch) read(ctx context.Context) (int64, string, error) {
-	v, err := l.c.tr.do(ctx, script(lua.LatchRead, l.keys()), nil).Slice()
+	v, err := l.c.tr.Do(ctx, script(lua.LatchRead, l.keys()), nil).Slice()
 	if err != nil {
 		return 0, "", err
 	}

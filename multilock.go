@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redisync-go/redisync/internal/transport"
+
 	"github.com/redisync-go/redisync/internal/keys"
 	"github.com/redisync-go/redisync/lua"
 )
@@ -344,7 +346,7 @@ func (m *MultiLock) takeBack(a *acquisition, field string, i int, failing bool) 
 		m.c.undo(calls...)
 		return nil
 	}
-	for _, r := range m.c.tr.doAll(a.wctx, calls) {
+	for _, r := range m.c.tr.DoAll(a.wctx, calls) {
 		if r.Err() != nil {
 			m.c.sweep(m.spec.lease, a.all(field)...)
 			if a.owner == field {
@@ -394,22 +396,22 @@ func (m *MultiLock) Unlock(ctx context.Context) error {
 		if len(calls) == 1 {
 			return m.c.releaseBy(ctx, calls[0])
 		}
-		ws := make([]*writes, len(calls))
+		ws := make([]*transport.Writes, len(calls))
 		for i := range calls {
-			calls[i], ws[i] = counted(calls[i])
+			calls[i], ws[i] = transport.Counted(calls[i])
 		}
 		// 0 (lost) from any slot, else goneAt (the last hold lost) from
 		// any, else 1 (holds remain) from any, else 2 (released); dated
 		// by the earliest send.
 		var res int64 = 2
 		var sent time.Time
-		for i, r := range m.c.tr.doAll(ctx, calls) {
+		for i, r := range m.c.tr.DoAll(ctx, calls) {
 			n, err := r.Int64()
 			if err != nil {
-				return 0, r.sent, err
+				return 0, r.Sent, err
 			}
-			if sent.IsZero() || r.sent.Before(sent) {
-				sent = r.sent
+			if sent.IsZero() || r.Sent.Before(sent) {
+				sent = r.Sent
 			}
 			switch n = lostOrResent(n, ws[i]); {
 			case n == 0 || res == 0:

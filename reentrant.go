@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redisync-go/redisync/internal/transport"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redisync-go/redisync/internal/keys"
@@ -326,21 +328,21 @@ func (m *Mutex) handOver(ctx context.Context, h *hold, ho *handoff, mine int) (i
 	if ho.acc.fence != "" {
 		keys = append(keys, ho.acc.fence)
 	}
-	k, w := counted(script(lua.Handoff, keys, h.field, ho.field, ho.acc.lease.Milliseconds(), count, pub, unlockMessage, mine, m.channel))
-	k.takes, k.direct = true, true // a release: bounded by ctx, releaseTimeout
+	k, w := transport.Counted(script(lua.Handoff, keys, h.field, ho.field, ho.acc.lease.Milliseconds(), count, pub, unlockMessage, mine, m.channel))
+	k.Takes, k.Direct = true, true // a release: bounded by ctx, releaseTimeout
 	// When the releaser leaves first (no reply within releaseTimeout),
 	// the script may still run: what it granted is given back when its
 	// reply comes, and the receiver waits on as a new owner
 	// (errHandoffLeft), so that the grant is nobody's.
-	rep := m.c.tr.do(ctx, k, func(r reply) {
+	rep := m.c.tr.Do(ctx, k, func(r reply) {
 		if v, err := r.Int64Slice(); err == nil && len(v) > 0 && v[0] == 1 {
 			m.c.undo(ho.release)
 		}
 	})
-	ho.st.sent = rep.sent
+	ho.st.sent = rep.Sent
 	r, err := m.c.acquired(rep)
 	herr := err // what the receiver is told
-	if rep.gone {
+	if rep.Gone {
 		herr = errHandoffLeft
 	}
 	if nr := notReplicated(err); nr != nil {
@@ -357,12 +359,12 @@ func (m *Mutex) handOver(ctx context.Context, h *hold, ho *handoff, mine int) (i
 		m.c.giveBackHandoff(ho)
 	}
 	if err != nil && notReplicated(err) == nil {
-		return 0, rep.sent, err
+		return 0, rep.Sent, err
 	}
 	if v, err := rep.Int64Slice(); err == nil && len(v) == 4 && v[3] == 1 {
-		return lostOrResent(goneAt, w), rep.sent, nil
+		return lostOrResent(goneAt, w), rep.Sent, nil
 	}
-	return 2, rep.sent, nil
+	return 2, rep.Sent, nil
 }
 
 // handInMemory hands h's lock to ho's waiter without a round trip (see

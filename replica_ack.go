@@ -115,8 +115,8 @@ func (c *Client) acquired(r reply) ([]int64, error) {
 	if err != nil {
 		return nil, err
 	}
-	if r.acked >= 0 && len(v) >= 2 && v[0] == 1 && (r.werr != nil || r.acked < int64(c.ack.k)) {
-		return nil, &notReplicatedError{reply: v, acked: r.acked, ack: c.ack, err: r.werr}
+	if r.Acked >= 0 && len(v) >= 2 && v[0] == 1 && (r.WaitErr != nil || r.Acked < int64(c.ack.k)) {
+		return nil, &notReplicatedError{reply: v, acked: r.Acked, ack: c.ack, err: r.WaitErr}
 	}
 	return v, nil
 }
@@ -124,11 +124,11 @@ func (c *Client) acquired(r reply) ([]int64, error) {
 // renewed reports whether a renewal's reply is acknowledged: nil without
 // WithReplicaAck, or when k replicas acknowledged it.
 func (c *Client) renewedAck(r reply) error {
-	if r.acked < 0 {
+	if r.Acked < 0 {
 		return nil
 	}
-	if r.werr != nil || r.acked < int64(c.ack.k) {
-		return &notReplicatedError{acked: r.acked, ack: c.ack, err: r.werr}
+	if r.WaitErr != nil || r.Acked < int64(c.ack.k) {
+		return &notReplicatedError{acked: r.Acked, ack: c.ack, err: r.WaitErr}
 	}
 	return nil
 }

@@ -206,7 +206,7 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		}, func(res []int64) (int, bool) {
 			return int(res[1]), res[0] != 1
 		}, func(n int) call {
-			return call{script: unlock, keys: r.keys, args: []any{h.field, n, h.lease.Milliseconds(), publish, r.rchan, r.wchan}}
+			return call{Script: unlock, Keys: r.keys, Args: []any{h.field, n, h.lease.Milliseconds(), publish, r.rchan, r.wchan}}
 		})
 		if err != nil {
 			return parent, err
@@ -228,10 +228,10 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		renewScript, releaseScript, renewKeys = lua.RWRenewRead, lua.RWRUnlock, r.keys[:2]
 	}
 	renew := func(field string) call {
-		return call{script: renewScript, keys: renewKeys, args: []any{field, leaseMs}}
+		return call{Script: renewScript, Keys: renewKeys, Args: []any{field, leaseMs}}
 	}
 	a.release = func(field string) call {
-		return call{script: releaseScript, keys: r.keys, args: []any{field, 1, leaseMs, publish, r.rchan, r.wchan}}
+		return call{Script: releaseScript, Keys: r.keys, Args: []any{field, 1, leaseMs, publish, r.rchan, r.wchan}}
 	}
 	writer := "" // a downgrade's write hold's field
 	var ends []func() bool
@@ -321,12 +321,12 @@ func (r *RWMutex) script(s *lua.Script, field, writer string, count int, wait bo
 	if s == lua.RWLock && r.fence != "" {
 		keys = append(keys[:len(keys):len(keys)], r.fence)
 	}
-	return call{script: s, keys: keys, args: []any{r.wspec.lease.Milliseconds(), field, count, waiterMs, writer, r.rchan}}
+	return call{Script: s, Keys: keys, Args: []any{r.wspec.lease.Milliseconds(), field, count, waiterMs, writer, r.rchan}}
 }
 
 // leaveCall takes field out of the waiting sets.
 func (r *RWMutex) leaveCall(field string) call {
-	return call{script: lua.RWLeave, keys: r.keys, args: []any{field, publish, r.rchan, r.wchan}}
+	return call{Script: lua.RWLeave, Keys: r.keys, Args: []any{field, publish, r.rchan, r.wchan}}
 }
 
 // leave takes field out of the waiting sets after a wait that ended
@@ -343,7 +343,7 @@ func (r *RWMutex) RUnlock(ctx context.Context) error {
 		return err
 	}
 	return r.c.release(ctx, &r.rspec, 1, func(ctx context.Context, h *hold, count int) (int64, time.Time, error) {
-		return r.c.releaseBy(ctx, call{script: lua.RWRUnlock, keys: r.keys, args: []any{h.field, count, h.lease.Milliseconds(), publish, r.rchan, r.wchan}})
+		return r.c.releaseBy(ctx, call{Script: lua.RWRUnlock, Keys: r.keys, Args: []any{h.field, count, h.lease.Milliseconds(), publish, r.rchan, r.wchan}})
 	})
 }
 
@@ -356,7 +356,7 @@ func (r *RWMutex) Unlock(ctx context.Context) error {
 		return err
 	}
 	return r.c.release(ctx, &r.wspec, 1, func(ctx context.Context, h *hold, count int) (int64, time.Time, error) {
-		return r.c.releaseBy(ctx, call{script: lua.RWUnlock, keys: r.keys, args: []any{h.field, count, h.lease.Milliseconds(), publish, r.rchan, r.wchan}})
+		return r.c.releaseBy(ctx, call{Script: lua.RWUnlock, Keys: r.keys, Args: []any{h.field, count, h.lease.Milliseconds(), publish, r.rchan, r.wchan}})
 	})
 }
 
@@ -366,7 +366,7 @@ func (r *RWMutex) info(ctx context.Context) (int64, int64, error) {
 	if err := r.check(ctx); err != nil {
 		return 0, 0, err
 	}
-	res, err := r.c.tr.do(ctx, call{script: lua.RWInfo, keys: r.keys[:2]}, nil).Int64Slice()
+	res, err := r.c.tr.Do(ctx, call{Script: lua.RWInfo, Keys: r.keys[:2]}, nil).Int64Slice()
 	if err != nil {
 		return 0, 0, r.wrap(err)
 	}
@@ -435,7 +435,7 @@ func (r *RWMutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := r.check(ctx); err != nil {
 		return false, err
 	}
-	k := call{script: lua.RWForce, keys: r.keys[:2], args: []any{publish, r.rchan, r.wchan}}
+	k := call{Script: lua.RWForce, Keys: r.keys[:2], Args: []any{publish, r.rchan, r.wchan}}
 	n, err := r.c.forceBy(ctx, k, r.rspec.ref, r.wspec.ref).Int64()
 	if err != nil {
 		return false, r.wrap(err)

@@ -173,7 +173,7 @@ func (s *Semaphore) AddPermits(ctx context.Context, n int) error {
 }
 
 func (s *Semaphore) set(ctx context.Context, mode string, n int) (bool, error) {
-	r, err := s.c.tr.do(ctx, script(lua.SemSet, s.keys, mode, n, publish, semReclaimLimit, s.channel), nil).Int64Slice()
+	r, err := s.c.tr.Do(ctx, script(lua.SemSet, s.keys, mode, n, publish, semReclaimLimit, s.channel), nil).Int64Slice()
 	if err != nil {
 		return false, s.wrap(err)
 	}
@@ -192,7 +192,7 @@ func (s *Semaphore) Available(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	for {
-		r, err := s.c.tr.do(ctx, script(lua.SemAvailable, s.keys, publish, semReclaimLimit, s.channel), nil).Int64Slice()
+		r, err := s.c.tr.Do(ctx, script(lua.SemAvailable, s.keys, publish, semReclaimLimit, s.channel), nil).Int64Slice()
 		if err != nil {
 			return 0, s.wrap(err)
 		}

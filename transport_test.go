@@ -21,7 +21,7 @@ import (
 
 // trLock is the lock script's call taking key for a new owner.
 func trLock(key string) call {
-	return call{script: lua.Lock, keys: []string{key}, args: []any{30000, "tr:owner", 0}, takes: true}
+	return call{Script: lua.Lock, Keys: []string{key}, Args: []any{30000, "tr:owner", 0}, Takes: true}
 }
 
 // onKey matches the script commands whose first key is key.
@@ -35,9 +35,9 @@ func TestTransportLostReplyFailsOnlyItsCall(t *testing.T) {
 	e := realEnv(t)
 	rdb, hook := faultRDB(t, &redis.Options{Addr: e.addr})
 	c := newClient(t, rdb)
-	require.NoError(t, c.tr.do(context.Background(), trLock("tr:warm"), nil).Err()) // the script cached
+	require.NoError(t, c.tr.Do(context.Background(), trLock("tr:warm"), nil).Err()) // the script cached
 	lost := hook.OnCommand(faultproxy.CommandRule{Args: onKey("tr:b"), Times: 1, Action: faultproxy.LoseReply()})
-	rs := c.tr.doAll(context.Background(), []call{trLock("tr:a"), trLock("tr:b"), trLock("tr:c")})
+	rs := c.tr.DoAll(context.Background(), []call{trLock("tr:a"), trLock("tr:b"), trLock("tr:c")})
 	require.Equal(t, 1, lost.Fired())
 	for _, i := range []int{0, 2} {
 		v, err := rs[i].Int64Slice()
@@ -45,8 +45,8 @@ func TestTransportLostReplyFailsOnlyItsCall(t *testing.T) {
 		assert.Equal(t, []int64{1, 1}, v)
 	}
 	require.ErrorIs(t, rs[1].Err(), faultproxy.ErrInjected)
-	assert.Equal(t, rs[0].pipe, rs[1].pipe, "one pipeline")
-	assert.Equal(t, rs[0].pipe, rs[2].pipe, "one pipeline")
+	assert.Equal(t, rs[0].Pipe, rs[1].Pipe, "one pipeline")
+	assert.Equal(t, rs[0].Pipe, rs[2].Pipe, "one pipeline")
 	for _, k := range []string{"tr:a", "tr:b", "tr:c"} {
 		n, err := e.rdb(t).Exists(context.Background(), k).Result()
 		require.NoError(t, err)
@@ -62,21 +62,21 @@ func TestTransportSlowGroupHoldsNobodyElse(t *testing.T) {
 	rdb, hook := faultRDB(t, &redis.Options{Addr: e.addr})
 	c := newClient(t, rdb)
 	bg := context.Background()
-	require.NoError(t, c.tr.do(bg, trLock("tr:warm"), nil).Err()) // connected, script loaded
+	require.NoError(t, c.tr.Do(bg, trLock("tr:warm"), nil).Err()) // connected, script loaded
 
 	slow := hook.OnCommand(faultproxy.CommandRule{Args: onKey("tr:slow"), Times: 1, Action: faultproxy.DelayReply(800 * time.Millisecond)})
 	late := make(chan reply, 1)
 	ctx, cancel := context.WithTimeout(bg, 50*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	r := c.tr.do(ctx, trLock("tr:slow"), func(r reply) { late <- r })
+	r := c.tr.Do(ctx, trLock("tr:slow"), func(r reply) { late <- r })
 	assert.Less(t, time.Since(start), 300*time.Millisecond, "the caller leaves when its context ends")
-	require.True(t, r.gone)
+	require.True(t, r.Gone)
 	require.ErrorIs(t, r.Err(), context.DeadlineExceeded)
 	require.Equal(t, 1, slow.Fired())
 
 	start = time.Now()
-	r = c.tr.do(bg, trLock("tr:fast"), nil)
+	r = c.tr.Do(bg, trLock("tr:fast"), nil)
 	require.NoError(t, r.Err())
 	assert.Less(t, time.Since(start), 300*time.Millisecond, "a call after the slow pipeline goes out on its own")
 
@@ -104,11 +104,11 @@ func TestTransportNoScriptInTheMiddleOfAGroup(t *testing.T) {
 	require.NoError(t, admin.ScriptFlush(bg).Err())
 	require.NoError(t, lua.Renew.Load(bg, admin).Err()) // cached; lock.lua is not
 	names = nil
-	rs := c.tr.doAll(bg, []call{
+	rs := c.tr.DoAll(bg, []call{
 		trLock("tr:n1"),
-		{script: lua.Renew, keys: []string{"tr:n2"}, args: []any{1000, "x:1"}},
+		{Script: lua.Renew, Keys: []string{"tr:n2"}, Args: []any{1000, "x:1"}},
 		trLock("tr:n3"),
-		{keys: []string{"tr:n4"}, args: []any{"set", "tr:n4", "v"}},
+		{Keys: []string{"tr:n4"}, Args: []any{"set", "tr:n4", "v"}},
 	})
 	for _, i := range []int{0, 2} {
 		v, err := rs[i].Int64Slice()
@@ -126,10 +126,10 @@ func TestTransportNoScriptInTheMiddleOfAGroup(t *testing.T) {
 		}
 	}
 	assert.Equal(t, []string{"evalsha", "evalsha", "evalsha", "set", "eval", "eval"}, sent)
-	assert.Equal(t, rs[1].pipe, rs[3].pipe)
-	assert.NotEqual(t, rs[0].pipe, rs[1].pipe, "sent again in a pipeline of their own")
-	assert.Equal(t, rs[0].pipe, rs[2].pipe)
-	assert.True(t, rs[0].sent.After(rs[1].sent), "a resent script's lease counts from its resend")
+	assert.Equal(t, rs[1].Pipe, rs[3].Pipe)
+	assert.NotEqual(t, rs[0].Pipe, rs[1].Pipe, "sent again in a pipeline of their own")
+	assert.Equal(t, rs[0].Pipe, rs[2].Pipe)
+	assert.True(t, rs[0].Sent.After(rs[1].Sent), "a resent script's lease counts from its resend")
 }
 
 // With WithReplicaAck, the calls of a pipeline that take something are
@@ -145,26 +145,26 @@ func TestTransportOneWaitPerGroup(t *testing.T) {
 	rdb.AddHook(cmdRecorder{&names})
 	rdb.AddHook(countHook{n: new(atomic.Int64), pipes: &pipes})
 	c := newClient(t, rdb, WithReplicaAck(1, time.Second))
-	require.NoError(t, c.tr.do(bg, trLock("tr:w0"), nil).Err()) // loads the script
+	require.NoError(t, c.tr.Do(bg, trLock("tr:w0"), nil).Err()) // loads the script
 	names = nil
 	pipes.Store(0)
 	calls := []call{trLock("tr:w1"), trLock("tr:w2"), trLock("tr:w3"), trLock("tr:w4")}
-	rs := c.tr.doAll(bg, calls)
+	rs := c.tr.DoAll(bg, calls)
 	for _, r := range rs {
 		v, err := c.acquired(r)
 		require.NoError(t, err)
 		assert.Equal(t, []int64{1, 1}, v)
-		assert.EqualValues(t, 1, r.acked)
-		assert.Equal(t, rs[0].pipe, r.pipe)
+		assert.EqualValues(t, 1, r.Acked)
+		assert.Equal(t, rs[0].Pipe, r.Pipe)
 	}
 	assert.Equal(t, []string{"evalsha", "evalsha", "evalsha", "evalsha", "wait"}, names)
 	assert.EqualValues(t, 1, pipes.Load())
 
 	names = nil
-	r := c.tr.do(bg, call{script: lua.Unlock, keys: []string{"tr:w1"}, args: []any{"tr:owner", 1, 30000, publish, "0", "tr:w1:chan"}}, nil)
+	r := c.tr.Do(bg, call{Script: lua.Unlock, Keys: []string{"tr:w1"}, Args: []any{"tr:owner", 1, 30000, publish, "0", "tr:w1:chan"}}, nil)
 	require.NoError(t, r.Err())
 	assert.NotContains(t, names, "wait", "a release does not wait for replicas")
-	assert.EqualValues(t, -1, r.acked)
+	assert.EqualValues(t, -1, r.Acked)
 }
 
 // The user's hooks see every command redisync sends: what a hook on the
@@ -259,11 +259,11 @@ func TestTransportFollowsMovedSlots(t *testing.T) {
 	names := map[string]string{}
 	for what, c := range clients {
 		names[what] = nameOn(t, cc, from, "trmv")
-		require.NoError(t, c.tr.do(bg, trLock(names[what]+":warm"), nil).Err())
+		require.NoError(t, c.tr.Do(bg, trLock(names[what]+":warm"), nil).Err())
 	}
 	check := func(t *testing.T, suffix string) {
 		for what, c := range clients {
-			r := c.tr.do(bg, trLock(names[what]+suffix), nil)
+			r := c.tr.Do(bg, trLock(names[what]+suffix), nil)
 			v, err := c.acquired(r)
 			require.NoError(t, err, what)
 			assert.Equal(t, []int64{1, 1}, v, what)
@@ -307,7 +307,7 @@ func TestTransportRetriesNotNow(t *testing.T) {
 		key := "tr:notnow:" + strings.Fields(msg)[0]
 		rule := hook.OnCommand(faultproxy.CommandRule{Args: onKey(key), Times: 3, Action: faultproxy.Fail(replyErr(msg))})
 		ctx, cancel := context.WithTimeout(bg, 5*time.Second)
-		v, err := c.acquired(c.tr.do(ctx, trLock(key), nil))
+		v, err := c.acquired(c.tr.Do(ctx, trLock(key), nil))
 		cancel()
 		require.NoError(t, err, msg)
 		assert.Equal(t, []int64{1, 1}, v)
@@ -316,7 +316,7 @@ func TestTransportRetriesNotNow(t *testing.T) {
 		// A release, whose context cannot end.
 		del := func(args []any) bool { return len(args) == 2 && args[0] == "del" && args[1] == key }
 		rule = hook.OnCommand(faultproxy.CommandRule{Args: del, Times: 3, Action: faultproxy.Fail(replyErr(msg))})
-		n, err := c.tr.do(bg, call{keys: []string{key}, args: []any{"del", key}, direct: true}, nil).Int64()
+		n, err := c.tr.Do(bg, call{Keys: []string{key}, Args: []any{"del", key}, Direct: true}, nil).Int64()
 		require.NoError(t, err, msg)
 		assert.EqualValues(t, 1, n)
 		assert.Equal(t, 3, rule.Fired())
@@ -327,8 +327,8 @@ func TestTransportRetriesNotNow(t *testing.T) {
 	defer rule.Remove()
 	ctx, cancel := context.WithTimeout(bg, 300*time.Millisecond)
 	defer cancel()
-	r := c.tr.do(ctx, trLock(key), nil)
-	assert.False(t, r.gone, "the reply came before the context ended")
+	r := c.tr.Do(ctx, trLock(key), nil)
+	assert.False(t, r.Gone, "the reply came before the context ended")
 	require.ErrorContains(t, r.Err(), "TRYAGAIN")
 	assert.NoError(t, ctx.Err())
 	assert.Greater(t, rule.Fired(), 2)
@@ -353,13 +353,13 @@ func TestTransportClusterBatchMeetsTryagainAndAsk(t *testing.T) {
 	mig := rc.BeginMigration(t, redistest.SlotOf(t, rc.Masters[0], tag), rc.Masters[1])
 	defer mig.Finish(t)
 	mig.Move(t, tag+"n") // on the target: the source answers ASK for it
-	require.NoError(t, c.tr.do(bg, call{keys: []string{tag + "a"}, args: []any{"get", tag + "a"}}, nil).Err(), "warm")
+	require.NoError(t, c.tr.Do(bg, call{Keys: []string{tag + "a"}, Args: []any{"get", tag + "a"}}, nil).Err(), "warm")
 
 	ctx, cancel := context.WithTimeout(bg, time.Second)
 	defer cancel()
-	rs := c.tr.doAll(ctx, []call{
-		{keys: []string{tag + "a", tag + "x"}, args: []any{"exists", tag + "a", tag + "x"}}, // TRYAGAIN: a here, x nowhere
-		{keys: []string{tag + "n"}, args: []any{"incr", tag + "n"}},                         // ASK
+	rs := c.tr.DoAll(ctx, []call{
+		{Keys: []string{tag + "a", tag + "x"}, Args: []any{"exists", tag + "a", tag + "x"}}, // TRYAGAIN: a here, x nowhere
+		{Keys: []string{tag + "n"}, Args: []any{"incr", tag + "n"}},                         // ASK
 	})
 	require.Error(t, rs[0].Err(), "TRYAGAIN until the context ended")
 	n, err := rs[1].Int64()

@@ -28,7 +28,7 @@ func (c *Client) cleanup(within time.Duration, calls ...call) {
 }
 
 func (c *Client) cleanupAgain(until time.Time, pause time.Duration, calls ...call) {
-	c.tr.async(func(k call, r reply) {
+	c.tr.Async(func(k call, r reply) {
 		err := r.Err()
 		var re redis.Error
 		switch {

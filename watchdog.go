@@ -295,8 +295,8 @@ func (c *Client) forceBy(ctx context.Context, k call, refs ...lockRef) reply {
 			dones[i]()
 		}
 	}
-	r := c.tr.do(ctx, k, func(reply) { done() })
-	if !r.gone {
+	r := c.tr.Do(ctx, k, func(reply) { done() })
+	if !r.Gone {
 		done()
 	}
 	return r
@@ -385,12 +385,12 @@ func (w *watchdog) renewBatch(hs []*hold, r *RenewalEvent) error {
 	calls := make([]call, 0, len(hs))
 	for _, h := range hs {
 		for _, k := range h.renew {
-			k.takes = true
-			k.once = true // a failed renewal is retried sooner than the transport would
+			k.Takes = true
+			k.Once = true // a failed renewal is retried sooner than the transport would
 			calls = append(calls, k)
 		}
 	}
-	replies := w.c.tr.doAll(w.rounds, calls)
+	replies := w.c.tr.DoAll(w.rounds, calls)
 	pipes := map[uint64]bool{}
 	var failed error
 	for _, h := range hs {
@@ -400,8 +400,8 @@ func (w *watchdog) renewBatch(hs []*hold, r *RenewalEvent) error {
 		gone := false
 		var err error
 		for _, rep := range rs {
-			if rep.pipe != 0 {
-				pipes[rep.pipe] = true
+			if rep.Pipe != 0 {
+				pipes[rep.Pipe] = true
 			}
 			n, rerr := rep.Int64()
 			if rerr == nil && n == 1 {
@@ -409,8 +409,8 @@ func (w *watchdog) renewBatch(hs []*hold, r *RenewalEvent) error {
 			}
 			switch {
 			case rerr == nil && n == 1:
-				if sent.IsZero() || rep.sent.Before(sent) {
-					sent = rep.sent
+				if sent.IsZero() || rep.Sent.Before(sent) {
+					sent = rep.Sent
 				}
 			case rerr == nil || isGone(rerr):
 				gone = true
@@ -475,7 +475,7 @@ func (w *watchdog) close(deadline time.Time) {
 	for _, h := range ended {
 		calls = append(calls, h.release...)
 	}
-	w.c.tr.doAll(ctx, calls)
+	w.c.tr.DoAll(ctx, calls)
 }
 
 // errClosedHold is the cause of the contexts of holds ended by Close.

@@ -1,4 +1,4 @@
-package redisync
+package transport
 
 import (
 	"context"
@@ -21,19 +21,19 @@ import (
 //
 // Calls go to a lane: one per master (one in all on a single node or
 // Sentinel), and on a lane the calls that are ready at the same moment go
-// out together, as one pipeline; a call that finds a lane idle goes out at
+// out together, as one pipeline; a Call that finds a lane idle goes out at
 // once, so batching never adds a wait to a lone call. While a pipeline is
 // in flight, the calls that come wait for it and go out together in the
 // next one. A lane has a second worker (a lane whose pipelines end with
 // WAIT has up to eight), which sends them without waiting any longer once
 // that pipeline has been out for laneStall, so one pipeline waiting on a
-// slow reply does not hold up the calls that come after it.
+// slow Reply does not hold up the calls that come after it.
 //
-// Its callers wait for their reply or for their context, whichever comes
+// Its callers wait for their Reply or for their context, whichever comes
 // first, without a goroutine of their own: a caller whose context ends
-// leaves, and the worker that reads the reply later hands it to the
+// leaves, and the worker that reads the Reply later hands it to the
 // caller's give-back (late), to undo what the script took. A release
-// waits at most releaseTimeout, even on a silent link (see do).
+// waits at most Options.ReleaseTimeout, even on a silent link (see do).
 //
 // Each pipeline runs its scripts as EVALSHA and sends again as EVAL those
 // that answered NOSCRIPT; with WithReplicaAck, the calls that take
@@ -42,26 +42,25 @@ import (
 // timeout: an attempt waits in WAIT once). Without the option go-redis's
 // cluster pipeline follows MOVED and ASK itself; on a master's own
 // connection the transport does: a MOVED reloads the cluster client's slot
-// map and sends the call once more, to the new master; an ASK (the slot is
+// map and sends the Call once more, to the new master; an ASK (the slot is
 // being migrated and its master no longer has the key) sends ASKING and
-// the call, and WAIT after them, on the connection of the master the slot
-// is migrating to. A reply by which Redis refused the call for now
+// the Call, and WAIT after them, on the connection of the master the slot
+// is migrating to. A Reply by which Redis refused the Call for now
 // (TRYAGAIN: a script on keys of a migrating slot some of which are on
-// the other side; CLUSTERDOWN; LOADING) has the call sent again, after a
+// the other side; CLUSTERDOWN; LOADING) has the Call sent again, after a
 // pause, within the call's bound (see op.until). The publish
 // command a script takes is read when it is sent (see publish), and each
-// reply carries when its pipeline was sent: the time a lease it set is
+// Reply carries when its pipeline was sent: the time a lease it set is
 // counted from. Pipelines go through the redis client's Pipeline, so the
 // user's hooks see every command; with WithReplicaAck on a Cluster, those
 // are the masters' own clients, whose hooks (added through OnNewNode, as
 // redisotel adds its own) see them, not hooks on the ClusterClient alone.
-type transport struct {
+type Transport struct {
 	rdb    redis.UniversalClient
 	cc     *redis.ClusterClient // nil unless rdb is a Cluster client
-	ack    replicaAck
-	mode   *pubMode
-	log    *slog.Logger
-	closed <-chan struct{}
+	opt       Options
+	closed    chan struct{}
+	closeOnce sync.Once
 
 	mu      sync.Mutex
 	lanes   map[laneKey]*lane
@@ -83,98 +82,98 @@ const (
 	laneIdle        = 10 * time.Second
 )
 
-// call is one script invocation (or, with a nil script, one command whose
+// Call is one script invocation (or, with a nil script, one command whose
 // arguments are args, routed by keys[0]), kept so it can be sent again.
-type call struct {
-	script *lua.Script
-	keys   []string
-	args   []any
-	// takes says the call may take a lock or permits (an acquisition, a
+type Call struct {
+	Script *lua.Script
+	Keys   []string
+	Args   []any
+	// takes says the Call may take a lock or permits (an acquisition, a
 	// re-entry, a handoff, a renewal): with WithReplicaAck it is followed
-	// by WAIT, and its reply says whether the replicas have it.
-	takes bool
-	// direct says the call goes out at once on an idle lane, without
+	// by WAIT, and its Reply says whether the replicas have it.
+	Takes bool
+	// direct says the Call goes out at once on an idle lane, without
 	// waiting for a worker (a release); its caller waits for it at most
-	// releaseTimeout when its context cannot end.
-	direct bool
-	// once says a reply that refuses the call for now is returned, not
+	// Options.ReleaseTimeout when its context cannot end.
+	Direct bool
+	// once says a Reply that refuses the Call for now is returned, not
 	// waited out: its sender tries again sooner (the watchdog's renewals).
-	once bool
+	Once bool
 }
 
 // publishArg stands, in a call's arguments, for the command the script
-// publishes with ("publish" or "spublish"), read from the Client's pub/sub
-// mode when the call is sent.
+// publishes with ("publish" or "spublish"), read from Options.Publish when
+// the Call is sent.
 type publishArg struct{}
 
-// publish is the publish command's place in a call's arguments.
-var publish = publishArg{}
+// Publish is the publish command's place in a call's arguments.
+var Publish = publishArg{}
 
-// reply is the outcome of a call.
-type reply struct {
-	cmd  *redis.Cmd
+// Reply is the outcome of a call.
+type Reply struct {
+	Cmd  *redis.Cmd
 	err  error     // when there is no cmd: why (the caller's context ended, ...)
-	sent time.Time // when its pipeline was sent
-	pipe uint64    // which pipeline
+	Sent time.Time // when its pipeline was sent
+	Pipe uint64    // which pipeline
 	// acked is WAIT's answer, -1 when no WAIT followed the call; werr is
 	// WAIT's own error.
-	acked int64
-	werr  error
-	// gone: the caller's context ended first; the reply goes to late.
-	gone bool
+	Acked int64
+	WaitErr  error
+	// gone: the caller's context ended first; the Reply goes to late.
+	Gone bool
 }
 
 // Err returns the call's error.
-func (r reply) Err() error {
-	if r.cmd == nil {
+func (r Reply) Err() error {
+	if r.Cmd == nil {
 		return r.err
 	}
-	return r.cmd.Err()
+	return r.Cmd.Err()
 }
 
-// Int64 returns the call's reply as an integer.
-func (r reply) Int64() (int64, error) {
-	if r.cmd == nil {
+// Int64 returns the call's Reply as an integer.
+func (r Reply) Int64() (int64, error) {
+	if r.Cmd == nil {
 		return 0, r.err
 	}
-	return r.cmd.Int64()
+	return r.Cmd.Int64()
 }
 
-// Text returns the call's reply as a string.
-func (r reply) Text() (string, error) {
-	if r.cmd == nil {
+// Text returns the call's Reply as a string.
+func (r Reply) Text() (string, error) {
+	if r.Cmd == nil {
 		return "", r.err
 	}
-	return r.cmd.Text()
+	return r.Cmd.Text()
 }
 
-// Int64Slice returns the call's reply as an array of integers.
-func (r reply) Int64Slice() ([]int64, error) {
-	if r.cmd == nil {
+// Int64Slice returns the call's Reply as an array of integers.
+func (r Reply) Int64Slice() ([]int64, error) {
+	if r.Cmd == nil {
 		return nil, r.err
 	}
-	return r.cmd.Int64Slice()
+	return r.Cmd.Int64Slice()
 }
 
-// Slice returns the call's reply as an array.
-func (r reply) Slice() ([]any, error) {
-	if r.cmd == nil {
+// Slice returns the call's Reply as an array.
+func (r Reply) Slice() ([]any, error) {
+	if r.Cmd == nil {
 		return nil, r.err
 	}
-	return r.cmd.Slice()
+	return r.Cmd.Slice()
 }
 
-// op is a call on its way: queued on a lane, in a pipeline, then
+// op is a Call on its way: queued on a lane, in a pipeline, then
 // delivered to its caller or, when the caller left, to late.
 type op struct {
-	call
-	r     reply
+	Call
+	r     Reply
 	done  chan struct{} // closed once r is set for the caller; nil: async
 	state atomic.Uint32 // opWaiting, opDelivered or opGone
-	late  func(reply)   // when the caller left: gives back what it took
-	// until bounds the sending again of a call that Redis refused for now
-	// (notNow): the caller's deadline, at most releaseTimeout after the
-	// call was made; tries counts those sends.
+	late  func(Reply)   // when the caller left: gives back what it took
+	// until bounds the sending again of a Call that Redis refused for now
+	// (notNow): the caller's deadline, at most Options.ReleaseTimeout after the
+	// Call was made; tries counts those sends.
 	until time.Time
 	tries int
 	// redirects counts the MOVED and ASK replies followed in this try.
@@ -197,7 +196,7 @@ type laneKey struct {
 
 // lane is where the calls to one node go, in pipelines.
 type lane struct {
-	t    *transport
+	t    *Transport
 	key  laneKey
 	mu   sync.Mutex
 	node redis.UniversalClient // what its pipelines are made on
@@ -212,33 +211,79 @@ type lane struct {
 	kick    chan struct{}
 }
 
-func newTransport(rdb redis.UniversalClient, ack replicaAck, mode *pubMode, log *slog.Logger, closed <-chan struct{}) *transport {
-	t := &transport{rdb: rdb, ack: ack, mode: mode, log: log, closed: closed, lanes: map[laneKey]*lane{}, own: map[string]*redis.Client{}}
+// New returns the transport of the calls sent through rdb (a *redis.Client
+// or a *redis.ClusterClient), with opt. Close it to stop it.
+func New(rdb redis.UniversalClient, opt Options) *Transport {
+	if opt.Log == nil {
+		opt.Log = slog.New(slog.DiscardHandler)
+	}
+	if opt.ReleaseTimeout <= 0 {
+		opt.ReleaseTimeout = 5 * time.Second
+	}
+	t := &Transport{rdb: rdb, opt: opt, closed: make(chan struct{}), lanes: map[laneKey]*lane{}, own: map[string]*redis.Client{}}
 	t.cc, _ = rdb.(*redis.ClusterClient)
 	return t
 }
 
-// do sends k and waits for its reply or for ctx to end. When ctx ends
-// first it returns a reply whose error is ctx's (gone set), and the reply
+// Options are what a Transport is told by the layer above it.
+type Options struct {
+	// AckReplicas > 0: the calls that take something are followed by
+	// WAIT AckReplicas AckTimeout on their master's own connection, and
+	// their replies say how many replicas acknowledged them.
+	AckReplicas int
+	AckTimeout  time.Duration
+	// Publish returns the command the scripts publish with ("publish"
+	// or "spublish"), read when a call is sent (see Publish); nil:
+	// "publish".
+	Publish func() string
+	// ReleaseTimeout bounds a Direct call whose context cannot end, and
+	// the sending again of a call Redis refused for now (default 5s).
+	ReleaseTimeout time.Duration
+	// Log gets what goes wrong in the background.
+	Log *slog.Logger
+}
+
+func (o *Options) acks() bool { return o.AckReplicas > 0 }
+
+func (o *Options) publish() string {
+	if o.Publish == nil {
+		return "publish"
+	}
+	return o.Publish()
+}
+
+// wholeMs rounds d up to whole milliseconds, WAIT's resolution.
+func wholeMs(d time.Duration) time.Duration {
+	return (d + time.Millisecond - 1) / time.Millisecond * time.Millisecond
+}
+
+// Close stops the transport: its workers stop once their lanes are empty
+// (see Drain).
+func (t *Transport) Close() {
+	t.closeOnce.Do(func() { close(t.closed) })
+}
+
+// do sends k and waits for its Reply or for ctx to end. When ctx ends
+// first it returns a Reply whose error is ctx's (gone set), and the Reply
 // that comes later is handed to late (nil: nothing to give back), in a
 // goroutine of its own.
-func (t *transport) do(ctx context.Context, k call, late func(reply)) reply {
-	o := &op{call: k, done: make(chan struct{}), late: late, until: retryBound(ctx)}
+func (t *Transport) Do(ctx context.Context, k Call, late func(Reply)) Reply {
+	o := &op{Call: k, done: make(chan struct{}), late: late, until: t.retryBound(ctx)}
 	done := ctx.Done()
-	if k.direct && done == nil {
-		bound, cancel := context.WithTimeout(ctx, releaseTimeout)
+	if k.Direct && done == nil {
+		bound, cancel := context.WithTimeout(ctx, t.opt.ReleaseTimeout)
 		defer cancel()
 		ctx, done = bound, bound.Done()
 	}
 	sent := false
 	var aside *lane
-	if k.direct || done == nil {
-		// On an idle lane the call goes out at once: no worker to wake,
+	if k.Direct || done == nil {
+		// On an idle lane the Call goes out at once: no worker to wake,
 		// nothing to batch with. A caller that cannot leave sends it
 		// itself; one that can, from a goroutine of its own, as
 		// go-redis does not end a read on a silent link before its own
 		// timeouts, however long they are, whatever ctx says.
-		if l, err := t.lane(&o.call); err == nil {
+		if l, err := t.lane(&o.Call); err == nil {
 			if done == nil {
 				sent = l.sendDirect(o)
 			} else if l.sendAside(o) {
@@ -256,12 +301,12 @@ func (t *transport) do(ctx context.Context, k call, late func(reply)) reply {
 	select {
 	case <-o.done:
 		if aside != nil {
-			aside.answered(o) // its next call finds the lane idle
+			aside.answered(o) // its next Call finds the lane idle
 		}
 		return o.r
 	case <-done:
 		if o.state.CompareAndSwap(opWaiting, opGone) {
-			return reply{err: ctx.Err(), gone: true}
+			return Reply{err: ctx.Err(), Gone: true}
 		}
 		<-o.done // delivered meanwhile
 		return o.r
@@ -271,21 +316,21 @@ func (t *transport) do(ctx context.Context, k call, late func(reply)) reply {
 // doAll sends calls and waits for all their replies, or for ctx to end
 // (the replies still missing then carry ctx's error). Calls to one node
 // are queued together, in order.
-func (t *transport) doAll(ctx context.Context, calls []call) []reply {
+func (t *Transport) DoAll(ctx context.Context, calls []Call) []Reply {
 	ops := make([]*op, len(calls))
-	until := retryBound(ctx)
+	until := t.retryBound(ctx)
 	for i, k := range calls {
-		ops[i] = &op{call: k, done: make(chan struct{}), until: until}
+		ops[i] = &op{Call: k, done: make(chan struct{}), until: until}
 	}
 	t.submit(ops...)
-	rs := make([]reply, len(ops))
+	rs := make([]Reply, len(ops))
 	for i, o := range ops {
 		select {
 		case <-o.done:
 			rs[i] = o.r
 		case <-ctx.Done():
 			if o.state.CompareAndSwap(opWaiting, opGone) {
-				rs[i] = reply{err: ctx.Err(), gone: true}
+				rs[i] = Reply{err: ctx.Err(), Gone: true}
 			} else {
 				<-o.done
 				rs[i] = o.r
@@ -296,15 +341,15 @@ func (t *transport) doAll(ctx context.Context, calls []call) []reply {
 }
 
 // async sends calls, in order, without waiting; then (nil: nothing) is
-// called with each reply, in a worker: it must not block.
-func (t *transport) async(then func(call, reply), calls ...call) {
+// called with each Reply, in a worker: it must not block.
+func (t *Transport) Async(then func(Call, Reply), calls ...Call) {
 	ops := make([]*op, len(calls))
-	until := time.Now().Add(releaseTimeout)
+	until := time.Now().Add(t.opt.ReleaseTimeout)
 	for i, k := range calls {
-		o := &op{call: k, until: until}
+		o := &op{Call: k, until: until}
 		o.state.Store(opGone)
 		if then != nil {
-			o.late = func(r reply) { then(o.call, r) }
+			o.late = func(r Reply) { then(o.Call, r) }
 		}
 		ops[i] = o
 	}
@@ -314,10 +359,10 @@ func (t *transport) async(then func(call, reply), calls ...call) {
 // submit queues ops on their lanes: the ops of one lane together, in
 // their order, so that calls sent together go out in as few pipelines as
 // their lanes allow.
-func (t *transport) submit(ops ...*op) {
+func (t *Transport) submit(ops ...*op) {
 	if len(ops) == 1 {
-		if l, err := t.lane(&ops[0].call); err != nil {
-			ops[0].deliver(reply{err: err, acked: -1})
+		if l, err := t.lane(&ops[0].Call); err != nil {
+			ops[0].deliver(Reply{err: err, Acked: -1})
 		} else {
 			l.queueOps(ops)
 		}
@@ -326,9 +371,9 @@ func (t *transport) submit(ops ...*op) {
 	var order []*lane
 	byLane := map[*lane][]*op{}
 	for _, o := range ops {
-		l, err := t.lane(&o.call)
+		l, err := t.lane(&o.Call)
 		if err != nil {
-			o.deliver(reply{err: err, acked: -1})
+			o.deliver(Reply{err: err, Acked: -1})
 			continue
 		}
 		if _, ok := byLane[l]; !ok {
@@ -343,11 +388,11 @@ func (t *transport) submit(ops ...*op) {
 
 // lane returns the lane of k: its key's master on a Cluster, with WAIT
 // when k takes something and WithReplicaAck is on.
-func (t *transport) lane(k *call) (*lane, error) {
-	key := laneKey{wait: t.ack.on() && k.takes}
+func (t *Transport) lane(k *Call) (*lane, error) {
+	key := laneKey{wait: t.opt.acks() && k.Takes}
 	node := t.rdb
 	if t.cc != nil {
-		m, err := t.cc.MasterForKey(context.Background(), k.keys[0])
+		m, err := t.cc.MasterForKey(context.Background(), k.Keys[0])
 		if err != nil {
 			return nil, err
 		}
@@ -395,7 +440,7 @@ func (l *lane) queueOps(ops []*op) {
 
 // sendDirect sends o from its caller's goroutine if l is idle (nothing
 // queued, nothing in flight), reporting whether it did. o may be on its
-// way again when it returns (a redirect, a reply that said "not now").
+// way again when it returns (a redirect, a Reply that said "not now").
 func (l *lane) sendDirect(o *op) bool {
 	node, ok := l.claim()
 	if !ok {
@@ -406,9 +451,9 @@ func (l *lane) sendDirect(o *op) bool {
 }
 
 // sendAside is sendDirect from a goroutine of its own, for a caller that
-// may leave before the reply (it waits for o.done, or leaves). The send
+// may leave before the Reply (it waits for o.done, or leaves). The send
 // is counted answered (see answered) by the caller once woken by the
-// reply, else by that goroutine once the send is done.
+// Reply, else by that goroutine once the send is done.
 func (l *lane) sendAside(o *op) bool {
 	node, ok := l.claim()
 	if ok {
@@ -421,7 +466,7 @@ func (l *lane) sendAside(o *op) bool {
 }
 
 // answered ends the count of o's own send on l (sendAside), once: the
-// first of its caller and its sender to call it. Calls that came
+// first of its caller and its sender to Call it. Calls that came
 // meanwhile go out now.
 func (l *lane) answered(o *op) {
 	if o.answered.CompareAndSwap(false, true) {
@@ -535,7 +580,7 @@ func (l *lane) stall(now time.Time) time.Duration {
 func (l *lane) send(node redis.UniversalClient, batch []*op) {
 	var wait time.Duration
 	if l.key.wait {
-		wait = wholeMs(l.t.ack.timeout)
+		wait = wholeMs(l.t.opt.AckTimeout)
 	}
 	l.t.run(node, batch, wait, false)
 }
@@ -544,27 +589,27 @@ func (l *lane) send(node redis.UniversalClient, batch []*op) {
 // (ops the slot's migrating master answered ASK), and WAIT (for at most
 // wait) last when wait > 0. The scripts that answered NOSCRIPT are sent
 // again as EVAL in a pipeline of their own, whose WAIT has what is left
-// of wait, so that an attempt waits in WAIT once. Then each reply is
-// delivered, or its call is sent on: a redirect met on a master's own
-// connection is followed (MOVED: follow; ASK: ask), and a reply that
-// refuses the call for now is waited out within the call's bound (retry).
-func (t *transport) run(node redis.UniversalClient, ops []*op, wait time.Duration, asking bool) {
+// of wait, so that an attempt waits in WAIT once. Then each Reply is
+// delivered, or its Call is sent on: a redirect met on a master's own
+// connection is followed (MOVED: follow; ASK: ask), and a Reply that
+// refuses the Call for now is waited out within the call's bound (retry).
+func (t *Transport) run(node redis.UniversalClient, ops []*op, wait time.Duration, asking bool) {
 	cmds, r := t.exec(node, ops, false, asking, wait)
 	var again []*op
 	var againAt []int
 	for i, cmd := range cmds {
-		if ops[i].script != nil && lua.IsNoScript(cmd.Err()) {
-			notRun(&ops[i].call)
+		if ops[i].Script != nil && lua.IsNoScript(cmd.Err()) {
+			notRun(&ops[i].Call)
 			again, againAt = append(again, ops[i]), append(againAt, i)
 		}
 	}
-	var r2 reply
+	var r2 Reply
 	var cmds2 []*redis.Cmd
 	if len(again) > 0 {
 		// Redis lost its script cache (a restart, SCRIPT FLUSH).
 		rest := wait
 		if wait > 0 {
-			rest = max(wait-time.Since(r.sent), time.Millisecond)
+			rest = max(wait-time.Since(r.Sent), time.Millisecond)
 		}
 		cmds2, r2 = t.exec(node, again, true, asking, rest)
 	}
@@ -578,7 +623,7 @@ func (t *transport) run(node redis.UniversalClient, ops []*op, wait time.Duratio
 				rr, cmd = r2, cmds2[j]
 			}
 		}
-		rr.cmd = cmd
+		rr.Cmd = cmd
 		o.r = rr
 		err := cmd.Err()
 		ask, addr, redirected := redirect(err)
@@ -614,7 +659,7 @@ func (t *transport) run(node redis.UniversalClient, ops []*op, wait time.Duratio
 		// WAIT there answers for them, with what is left of wait.
 		rest := wait
 		if wait > 0 {
-			rest = max(wait-time.Since(r.sent), time.Millisecond)
+			rest = max(wait-time.Since(r.Sent), time.Millisecond)
 		}
 		t.workers.Add(1)
 		go t.ask(addr, node, group, rest)
@@ -623,11 +668,11 @@ func (t *transport) run(node redis.UniversalClient, ops []*op, wait time.Duratio
 
 // exec sends ops as one pipeline on node, as EVAL with eval, each after
 // ASKING with asking, followed by WAIT for at most wait when wait > 0,
-// and returns each op's command and the pipeline's reply (time sent,
+// and returns each op's command and the pipeline's Reply (time sent,
 // WAIT's answer).
-func (t *transport) exec(node redis.UniversalClient, ops []*op, eval, asking bool, wait time.Duration) ([]*redis.Cmd, reply) {
+func (t *Transport) exec(node redis.UniversalClient, ops []*op, eval, asking bool, wait time.Duration) ([]*redis.Cmd, Reply) {
 	ctx := context.Background()
-	pub := t.mode.publish()
+	pub := t.opt.publish()
 	p := node.Pipeline()
 	if t.cc != nil && node == t.rdb && len(ops) > 1 {
 		// go-redis's cluster pipeline sends a node's whole batch again
@@ -638,53 +683,53 @@ func (t *transport) exec(node redis.UniversalClient, ops []*op, eval, asking boo
 		// command first, which a migrating slot never answers TRYAGAIN,
 		// keeps it from doing so; the transport sends such calls again
 		// itself (retry).
-		p.Exists(ctx, ops[0].keys[0])
+		p.Exists(ctx, ops[0].Keys[0])
 	}
 	cmds := make([]*redis.Cmd, len(ops))
 	unknown := false // a script does not know its digest (FIPS 140-only mode)
 	for i, o := range ops {
-		args := o.args
+		args := o.Args
 		copied := false
-		for j, a := range o.args {
+		for j, a := range o.Args {
 			if _, ok := a.(publishArg); ok {
 				if !copied {
-					args, copied = slices.Clone(o.args), true
+					args, copied = slices.Clone(o.Args), true
 				}
 				args[j] = pub
 			}
 		}
-		unknown = unknown || o.script != nil && o.script.Hash() == ""
+		unknown = unknown || o.Script != nil && o.Script.Hash() == ""
 		if asking {
 			p.Do(ctx, "asking")
 		}
 		switch {
-		case o.script == nil:
+		case o.Script == nil:
 			cmds[i] = p.Do(ctx, args...)
 		case eval:
-			cmds[i] = o.script.PipeEval(ctx, p, o.keys, args...)
+			cmds[i] = o.Script.PipeEval(ctx, p, o.Keys, args...)
 		default:
-			cmds[i] = o.script.Pipe(ctx, p, o.keys, args...)
+			cmds[i] = o.Script.Pipe(ctx, p, o.Keys, args...)
 		}
 	}
 	if unknown {
-		t.learn(ops[0].keys[0])
+		t.learn(ops[0].Keys[0])
 	}
 	var w *redis.Cmd
 	if wait > 0 {
 		// Pipeliner has no Wait method: WAIT numreplicas timeout-ms.
-		w = p.Do(ctx, "wait", t.ack.k, wholeMs(wait).Milliseconds())
+		w = p.Do(ctx, "wait", t.opt.AckReplicas, wholeMs(wait).Milliseconds())
 	}
-	r := reply{sent: time.Now(), pipe: t.pipes.Add(1), acked: -1}
+	r := Reply{Sent: time.Now(), Pipe: t.pipes.Add(1), Acked: -1}
 	_, _ = p.Exec(ctx) // errors are read per command
 	if w != nil {
-		r.acked, r.werr = w.Int64()
+		r.Acked, r.WaitErr = w.Int64()
 	}
 	return cmds, r
 }
 
 // deliver hands o its reply: to its caller, or to late once the caller
 // has gone.
-func (o *op) deliver(r reply) {
+func (o *op) deliver(r Reply) {
 	o.r = r
 	if o.state.CompareAndSwap(opWaiting, opDelivered) {
 		close(o.done)
@@ -699,7 +744,7 @@ func (o *op) deliver(r reply) {
 	}
 }
 
-// maxRedirects bounds the MOVED and ASK replies one try of a call follows.
+// maxRedirects bounds the MOVED and ASK replies one try of a Call follows.
 const maxRedirects = 3
 
 // redirect reads a MOVED or ASK reply: ask tells which, addr is where the
@@ -717,8 +762,8 @@ func redirect(err error) (ask bool, addr string, ok bool) {
 
 // follow has the cluster client reload its slot map after ops met MOVED
 // on a master's own connection, waits (at most slotReload) until the map
-// sends each op's key where its reply said, and sends ops again.
-func (t *transport) follow(ops []*op) {
+// sends each op's key where its Reply said, and sends ops again.
+func (t *Transport) follow(ops []*op) {
 	defer t.workers.Add(-1)
 	ctx := context.Background()
 	deadline := time.Now().Add(slotReload)
@@ -727,7 +772,7 @@ func (t *transport) follow(ops []*op) {
 		moved := true
 		for _, o := range ops {
 			_, addr, _ := redirect(o.r.Err())
-			m, err := t.cc.MasterForKey(ctx, o.keys[0])
+			m, err := t.cc.MasterForKey(ctx, o.Keys[0])
 			moved = moved && err == nil && m.Options().Addr == addr
 		}
 		if moved || time.Now().After(deadline) {
@@ -736,7 +781,7 @@ func (t *transport) follow(ops []*op) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	for _, o := range ops {
-		notRun(&o.call) // MOVED: Redis ran none of them
+		notRun(&o.Call) // MOVED: Redis ran none of them
 	}
 	t.submit(ops...)
 }
@@ -747,7 +792,7 @@ func (t *transport) follow(ops []*op) {
 // the slot map does not change until the migration ends, and meanwhile
 // the keys from no longer has are served there, to a connection that
 // says ASKING.
-func (t *transport) ask(addr string, from redis.UniversalClient, ops []*op, wait time.Duration) {
+func (t *Transport) ask(addr string, from redis.UniversalClient, ops []*op, wait time.Duration) {
 	defer t.workers.Add(-1)
 	node := t.nodeAt(addr, from)
 	if node == nil {
@@ -757,7 +802,7 @@ func (t *transport) ask(addr string, from redis.UniversalClient, ops []*op, wait
 		return
 	}
 	for _, o := range ops {
-		notRun(&o.call) // ASK: the source ran none of them
+		notRun(&o.Call) // ASK: the source ran none of them
 	}
 	t.run(node, ops, wait, true)
 }
@@ -766,7 +811,7 @@ func (t *transport) ask(addr string, from redis.UniversalClient, ops []*op, wait
 // when it lists that master; otherwise (a master that serves no slot yet,
 // receiving its first) one of the transport's, made with like's options
 // (like is a master's client of the cluster client, nil when it is not one).
-func (t *transport) nodeAt(addr string, like redis.UniversalClient) *redis.Client {
+func (t *Transport) nodeAt(addr string, like redis.UniversalClient) *redis.Client {
 	var mu sync.Mutex
 	var found *redis.Client
 	_ = t.cc.ForEachMaster(context.Background(), func(_ context.Context, c *redis.Client) error {
@@ -796,7 +841,7 @@ func (t *transport) nodeAt(addr string, like redis.UniversalClient) *redis.Clien
 	return c
 }
 
-// notNow reports a reply by which Redis refused a command before running
+// notNow reports a Reply by which Redis refused a command before running
 // it, for a while: TRYAGAIN (a command on several keys of a slot being
 // migrated, some of which are on the other side, or a script that refused
 // itself there before writing anything: lua/migrating.lua), CLUSTERDOWN,
@@ -810,36 +855,36 @@ func notNow(err error) bool {
 	return strings.HasPrefix(msg, "TRYAGAIN") || strings.HasPrefix(msg, "CLUSTERDOWN") || strings.HasPrefix(msg, "LOADING")
 }
 
-// Pauses before a call that Redis refused for now is sent again: the
+// Pauses before a Call that Redis refused for now is sent again: the
 // first, doubling up to the last.
 const (
 	notNowPause    = 10 * time.Millisecond
 	notNowMaxPause = 200 * time.Millisecond
 )
 
-// retryBound returns until when a call made now with ctx may be sent again
-// after a reply that refused it for now: ctx's deadline, at most
-// releaseTimeout from now.
-func retryBound(ctx context.Context) time.Time {
-	until := time.Now().Add(releaseTimeout)
+// retryBound returns until when a Call made now with ctx may be sent again
+// after a Reply that refused it for now: ctx's deadline, at most
+// Options.ReleaseTimeout from now.
+func (t *Transport) retryBound(ctx context.Context) time.Time {
+	until := time.Now().Add(t.opt.ReleaseTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(until) {
 		until = d
 	}
 	return until
 }
 
-// retry sends o, whose reply o.r refused it for now, again after a pause,
+// retry sends o, whose Reply o.r refused it for now, again after a pause,
 // if its caller still waits (or nobody does: async) and the pause ends
 // within o's bound; otherwise it delivers o.r.
-func (t *transport) retry(o *op) {
+func (t *Transport) retry(o *op) {
 	pause := min(notNowPause<<min(o.tries, 8), notNowMaxPause)
-	if o.once || !time.Now().Add(pause).Before(o.until) || o.done != nil && o.state.Load() != opWaiting {
+	if o.Once || !time.Now().Add(pause).Before(o.until) || o.done != nil && o.state.Load() != opWaiting {
 		o.deliver(o.r)
 		return
 	}
 	o.tries++
 	o.redirects = 0
-	notRun(&o.call) // refused for now: Redis ran nothing
+	notRun(&o.Call) // refused for now: Redis ran nothing
 	t.workers.Add(1)
 	time.AfterFunc(pause, func() {
 		defer t.workers.Add(-1)
@@ -854,9 +899,9 @@ func (t *transport) retry(o *op) {
 // learn has the scripts learn their digests from the node that serves key,
 // in the background (FIPS 140-only mode; see lua.Learn): until then they
 // are sent whole.
-func (t *transport) learn(key string) {
+func (t *Transport) learn(key string) {
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), t.opt.ReleaseTimeout)
 		defer cancel()
 		node, ok := t.rdb.(*redis.Client)
 		if t.cc != nil {
@@ -872,15 +917,15 @@ func (t *transport) learn(key string) {
 // slotReload bounds the wait for a reloaded slot map after MOVED.
 const slotReload = time.Second
 
-// script returns the call of s with keys and args.
-func script(s *lua.Script, keys []string, args ...any) call {
-	return call{script: s, keys: keys, args: args}
+// script returns the Call of s with keys and args.
+func Script(s *lua.Script, keys []string, args ...any) Call {
+	return Call{Script: s, Keys: keys, Args: args}
 }
 
-// drain waits, at most d, until no worker runs and no call is on its way
+// drain waits, at most d, until no worker runs and no Call is on its way
 // again (once the client is closed, workers stop as soon as their lanes
 // are empty), then closes the transport's own clients.
-func (t *transport) drain(d time.Duration) {
+func (t *Transport) Drain(d time.Duration) {
 	deadline := time.Now().Add(d)
 	for t.workers.Load() > 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
@@ -892,3 +937,7 @@ func (t *transport) drain(d time.Duration) {
 	}
 	t.own = nil
 }
+
+// Workers returns how many of the transport's goroutines run: lane
+// workers, and calls on their way again; 0 once it is closed and drained.
+func (t *Transport) Workers() int { return int(t.workers.Load()) }
