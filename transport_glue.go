@@ -17,4 +17,6 @@ type (
 var publish = transport.Publish
 
 // script returns the call of s with keys and args.
-func script(s *lua.Script, keys []string, args ...any) call { return transport.Script(s, keys, args...) }
+func script(s *lua.Script, keys []string, args ...any) call {
+	return transport.Script(s, keys, args...)
+}

@@ -56,8 +56,8 @@ import (
 // are the masters' own clients, whose hooks (added through OnNewNode, as
 // redisotel adds its own) see them, not hooks on the ClusterClient alone.
 type Transport struct {
-	rdb    redis.UniversalClient
-	cc     *redis.ClusterClient // nil unless rdb is a Cluster client
+	rdb       redis.UniversalClient
+	cc        *redis.ClusterClient // nil unless rdb is a Cluster client
 	opt       Options
 	closed    chan struct{}
 	closeOnce sync.Once
@@ -117,8 +117,8 @@ type Reply struct {
 	Pipe uint64    // which pipeline
 	// acked is WAIT's answer, -1 when no WAIT followed the call; werr is
 	// WAIT's own error.
-	Acked int64
-	WaitErr  error
+	Acked   int64
+	WaitErr error
 	// gone: the caller's context ended first; the Reply goes to late.
 	Gone bool
 }

@@ -61,4 +61,3 @@ func Counted(k Call) (Call, *Writes) {
 	k.Args = append(k.Args[:len(k.Args):len(k.Args)], w)
 	return k, w
 }
-
