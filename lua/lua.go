@@ -107,6 +107,9 @@ func read(name string) string {
 	return string(src)
 }
 
+// Source is the script's source, as EVAL sends it.
+func (s *Script) Source() string { return s.src }
+
 // Name is the file the script came from.
 func (s *Script) Name() string { return s.name }
 

@@ -62,6 +62,9 @@ type Transport struct {
 	closed    chan struct{}
 	closeOnce sync.Once
 
+	fdOnce sync.Once
+	ap     *redis.AutoPipeliner // the full-duplex path (fd.go); nil: none
+
 	mu      sync.Mutex
 	lanes   map[laneKey]*lane
 	own     map[string]*redis.Client // masters the cluster client does not list (see nodeAt)
@@ -241,6 +244,9 @@ type Options struct {
 	ReleaseTimeout time.Duration
 	// Log gets what goes wrong in the background.
 	Log *slog.Logger
+	// NoFullDuplex sends every call in pipelines (lane.go), none on the
+	// full-duplex path (fd.go).
+	NoFullDuplex bool
 }
 
 func (o *Options) acks() bool { return o.AckReplicas > 0 }
@@ -268,6 +274,9 @@ func (t *Transport) Close() {
 // that comes later is handed to late (nil: nothing to give back), in a
 // goroutine of its own.
 func (t *Transport) Do(ctx context.Context, k Call, late func(Reply)) Reply {
+	if !(t.opt.acks() && k.Takes) && !t.opt.NoFullDuplex && t.fd() != nil {
+		return t.doFD(ctx, k, late)
+	}
 	o := &op{Call: k, done: make(chan struct{}), late: late, until: t.retryBound(ctx)}
 	done := ctx.Done()
 	if k.Direct && done == nil {
@@ -780,9 +789,6 @@ func (t *Transport) follow(ops []*op) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	for _, o := range ops {
-		notRun(&o.Call) // MOVED: Redis ran none of them
-	}
 	t.submit(ops...)
 }
 
@@ -800,9 +806,6 @@ func (t *Transport) ask(addr string, from redis.UniversalClient, ops []*op, wait
 			o.deliver(o.r)
 		}
 		return
-	}
-	for _, o := range ops {
-		notRun(&o.Call) // ASK: the source ran none of them
 	}
 	t.run(node, ops, wait, true)
 }
@@ -884,7 +887,6 @@ func (t *Transport) retry(o *op) {
 	}
 	o.tries++
 	o.redirects = 0
-	notRun(&o.Call) // refused for now: Redis ran nothing
 	t.workers.Add(1)
 	time.AfterFunc(pause, func() {
 		defer t.workers.Add(-1)
@@ -931,11 +933,21 @@ func (t *Transport) Drain(d time.Duration) {
 		time.Sleep(time.Millisecond)
 	}
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	for _, c := range t.own {
 		_ = c.Close()
 	}
 	t.own = nil
+	t.mu.Unlock()
+	t.fdOnce.Do(func() {}) // none made from now on
+	if ap := t.ap; ap != nil {
+		// Its connection goes back to the pool, at most at the deadline.
+		closed := make(chan struct{})
+		go func() { _ = ap.Close(); close(closed) }()
+		select {
+		case <-closed:
+		case <-time.After(time.Until(deadline)):
+		}
+	}
 }
 
 // Workers returns how many of the transport's goroutines run: lane

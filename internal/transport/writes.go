@@ -45,8 +45,10 @@ func (w *Writes) String() string { return "" }
 func (w *Writes) Again() bool { return w.n.Load() != 1 }
 
 // notRun forgets the writes of a call that Redis refused without running
-// it (NOSCRIPT, MOVED, ASK, TRYAGAIN...): the next write is its first that
-// can run.
+// it, NOSCRIPT: the next write is its first that can run. Only then: a
+// call refused for now (TRYAGAIN) or redirected may have been written
+// before by go-redis itself (it follows redirects and retries those
+// replies), and one of those writes may have run.
 func notRun(k *Call) {
 	for _, a := range k.Args {
 		if w, ok := a.(*Writes); ok {

@@ -1,0 +1,171 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redisync-go/redisync/lua"
+)
+
+// The full-duplex path. A call sent alone (Do) goes on go-redis's
+// full-duplex auto-pipeline: one connection per node, held by a writer and
+// a reader goroutine, on which a command is written as soon as it comes,
+// while others are in flight (never held behind another call's reply), the
+// calls that came while a write was under way are written together, and
+// one wakeup of the reader delivers every reply it read. The user's
+// hooks run for each command (as process hooks), with the caller's
+// context values. Redis runs the replies' commands in order on that
+// connection, so two calls of one Client never overtake each other there.
+//
+// What stays on the pipelined lanes (lane.go): the calls that wait for
+// replicas (WAIT answers for its own connection's writes), and the calls
+// sent in batches (DoAll, Async: renewals, give-backs, a MultiLock's
+// slots), which would hold the one connection up for everyone behind them.
+
+// fd returns the transport's full-duplex auto-pipeliner, made on first
+// use; nil when the redis client cannot make one.
+func (t *Transport) fd() *redis.AutoPipeliner {
+	t.fdOnce.Do(func() {
+		type fullDuplex interface {
+			AsyncAutoPipelineWithOptions(*redis.AutoPipelineOptions) (*redis.AutoPipeliner, error)
+		}
+		a, ok := t.rdb.(fullDuplex)
+		if !ok {
+			return
+		}
+		ap, err := a.AsyncAutoPipelineWithOptions(&redis.AutoPipelineOptions{FullDuplex: true})
+		if err != nil {
+			t.opt.Log.Warn("redisync: no full-duplex auto-pipeline; calls go in pipelines", "error", err)
+			return
+		}
+		t.ap = ap
+	})
+	return t.ap
+}
+
+// fdCall is a call on the full-duplex path: its command on its way, and
+// what it needs to be sent again (NOSCRIPT, a reply that refused it for
+// now).
+type fdCall struct {
+	t     *Transport
+	k     Call
+	ctx   context.Context // the command's: the caller's values, never its end
+	sent  time.Time
+	cmd   *redis.Cmd
+	f     redis.AutoFuture
+	until time.Time // see op.until
+	tries int
+}
+
+// submit writes c's command (EVAL with eval, or while the script does not
+// know its digest, EVALSHA otherwise).
+func (c *fdCall) submit(eval bool) {
+	k := c.k
+	n := 1
+	if k.Script != nil {
+		n = 3 + len(k.Keys)
+	}
+	args := make([]any, 0, n+len(k.Args))
+	if k.Script != nil {
+		switch sha := k.Script.Hash(); {
+		case eval || sha == "":
+			if sha == "" {
+				c.t.learn(k.Keys[0])
+			}
+			args = append(args, "eval", k.Script.Source())
+		default:
+			args = append(args, "evalsha", sha)
+		}
+		args = append(args, len(k.Keys))
+		for _, key := range k.Keys {
+			args = append(args, key)
+		}
+	}
+	for _, a := range k.Args {
+		if _, ok := a.(publishArg); ok {
+			a = c.t.opt.publish()
+		}
+		args = append(args, a)
+	}
+	c.sent = time.Now()
+	c.cmd = redis.NewCmd(c.ctx, args...)
+	c.f = c.t.ap.Submit(c.ctx, c.cmd)
+}
+
+// step waits for c's reply as long as wctx lasts (its error when it ends
+// first) and reports whether c is done: a reply that answered NOSCRIPT, or
+// that refused the call for now within its bound, has it sent again.
+func (c *fdCall) step(wctx context.Context) (bool, error) {
+	if err := c.f.WaitContext(wctx); err != nil && wctx.Err() != nil && errors.Is(err, wctx.Err()) {
+		return false, err
+	}
+	err := c.cmd.Err()
+	switch {
+	case c.k.Script != nil && lua.IsNoScript(err):
+		notRun(&c.k)
+		c.submit(true)
+		return false, nil
+	case c.k.Once || !(notNow(err) || isRedirect(err)):
+		return true, nil
+	}
+	pause := min(notNowPause<<min(c.tries, 8), notNowMaxPause)
+	if !time.Now().Add(pause).Before(c.until) {
+		return true, nil
+	}
+	c.tries++
+	t := time.NewTimer(pause)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-wctx.Done():
+		// The pause is the call's: it goes on without its caller.
+		<-t.C
+	}
+	c.submit(false)
+	return false, nil
+}
+
+func (c *fdCall) reply() Reply { return Reply{Cmd: c.cmd, Sent: c.sent, Acked: -1} }
+
+// isRedirect reports a MOVED or ASK go-redis did not follow (it ran out
+// of redirects): the call is sent again, as for a reply refusing it for
+// now.
+func isRedirect(err error) bool {
+	_, _, ok := redirect(err)
+	return ok
+}
+
+// doFD is Do on the full-duplex path.
+func (t *Transport) doFD(ctx context.Context, k Call, late func(Reply)) Reply {
+	c := &fdCall{t: t, k: k, ctx: context.WithoutCancel(ctx), until: t.retryBound(ctx)}
+	wctx := ctx
+	if ctx.Done() == nil && k.Direct {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(ctx, t.opt.ReleaseTimeout)
+		defer cancel()
+	}
+	c.submit(false)
+	for {
+		done, err := c.step(wctx)
+		if done {
+			return c.reply()
+		}
+		if err != nil {
+			// The caller leaves; the call goes on, and its reply goes
+			// to late, to give back what it took.
+			t.workers.Add(1)
+			go func() {
+				defer t.workers.Add(-1)
+				for done, _ := c.step(context.Background()); !done; done, _ = c.step(context.Background()) {
+				}
+				if late != nil {
+					late(c.reply())
+				}
+			}()
+			return Reply{err: err, Gone: true, Acked: -1}
+		}
+	}
+}
