@@ -111,6 +111,10 @@ type swRow struct {
 	release bool
 	// through: the call goes through a hold (the lease-lost mode applies).
 	through bool
+	// forces: the call is a ForceUnlock, whose script, left on its way,
+	// frees whoever holds the lock when it runs (B too: B's release then
+	// says its lease was lost, as documented).
+	forces bool
 	want    swWant
 	// atReturn checks what must hold when the call returns; after, what
 	// must hold once the fault is over (when the fault was short).
@@ -380,7 +384,7 @@ func swUnlockEnded(name string, p *swPrim) swRow {
 
 // swForce: ForceUnlock, of a lock A holds (held) or of a free one.
 func swForce(name string, p *swPrim, held bool) swRow {
-	row := swRow{name: name, prim: p, scripts: []*lua.Script{p.forceScript}, want: wantCtx,
+	row := swRow{name: name, prim: p, scripts: []*lua.Script{p.forceScript}, want: wantCtx, forces: true,
 		call: func(r *swRun) (context.Context, error) {
 			_, err := p.force(r.cut(context.Background()), r.a, swName)
 			return nil, err
