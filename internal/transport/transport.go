@@ -170,6 +170,7 @@ func (r Reply) Slice() ([]any, error) {
 // delivered to its caller or, when the caller left, to late.
 type op struct {
 	Call
+	ctx   context.Context // its caller's values, never its end (hooks see them); nil: none
 	r     Reply
 	done  chan struct{} // closed once r is set for the caller; nil: async
 	state atomic.Uint32 // opWaiting, opDelivered or opGone
@@ -277,7 +278,7 @@ func (t *Transport) Do(ctx context.Context, k Call, late func(Reply)) Reply {
 	if !(t.opt.acks() && k.Takes) && !t.opt.NoFullDuplex && t.fd() != nil {
 		return t.doFD(ctx, k, late)
 	}
-	o := &op{Call: k, done: make(chan struct{}), late: late, until: t.retryBound(ctx)}
+	o := &op{Call: k, ctx: context.WithoutCancel(ctx), done: make(chan struct{}), late: late, until: t.retryBound(ctx)}
 	done := ctx.Done()
 	if k.Direct && done == nil {
 		bound, cancel := context.WithTimeout(ctx, t.opt.ReleaseTimeout)
@@ -328,8 +329,9 @@ func (t *Transport) Do(ctx context.Context, k Call, late func(Reply)) Reply {
 func (t *Transport) DoAll(ctx context.Context, calls []Call) []Reply {
 	ops := make([]*op, len(calls))
 	until := t.retryBound(ctx)
+	vctx := context.WithoutCancel(ctx)
 	for i, k := range calls {
-		ops[i] = &op{Call: k, done: make(chan struct{}), until: until}
+		ops[i] = &op{Call: k, ctx: vctx, done: make(chan struct{}), until: until}
 	}
 	t.submit(ops...)
 	rs := make([]Reply, len(ops))
@@ -680,7 +682,12 @@ func (t *Transport) run(node redis.UniversalClient, ops []*op, wait time.Duratio
 // and returns each op's command and the pipeline's Reply (time sent,
 // WAIT's answer).
 func (t *Transport) exec(node redis.UniversalClient, ops []*op, eval, asking bool, wait time.Duration) ([]*redis.Cmd, Reply) {
-	ctx := context.Background()
+	// The pipeline carries its first call's context values (the user's
+	// hooks see them: a span to join), never its end.
+	ctx := ops[0].ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	pub := t.opt.publish()
 	p := node.Pipeline()
 	if t.cc != nil && node == t.rdb && len(ops) > 1 {

@@ -1,0 +1,382 @@
+package transport
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisync-go/redisync/internal/faultproxy"
+	"github.com/redisync-go/redisync/internal/redistest"
+	"github.com/redisync-go/redisync/lua"
+)
+
+// The transport on its own, against real servers: calls in, replies out.
+// The paths: a call sent alone (Do) goes on the full-duplex auto-pipeline
+// (fd.go); batches (DoAll, Async) and the calls that wait for replicas go
+// in pipelines, on lanes (lane path). Tests run each behaviour on every
+// path it applies to.
+
+// newT returns a transport on rdb, closed and drained with the test.
+func newT(t testing.TB, rdb redis.UniversalClient, opt Options) *Transport {
+	tr := New(rdb, opt)
+	t.Cleanup(func() { tr.Close(); tr.Drain(5 * time.Second) })
+	return tr
+}
+
+// hooked returns a client of srv with a fault hook.
+func hooked(t testing.TB, addr string) (*redis.Client, *faultproxy.Hook) {
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: 5 * time.Second})
+	t.Cleanup(func() { _ = rdb.Close() })
+	h := faultproxy.NewHook()
+	rdb.AddHook(h)
+	return rdb, h
+}
+
+// lockCall is the lock script's call taking key for a new owner.
+func lockCall(key string) Call {
+	return Call{Script: lua.Lock, Keys: []string{key}, Args: []any{30000, "tr:owner", 0}, Takes: true}
+}
+
+// onKey matches the script commands whose first key is key.
+func onKey(key string) func([]any) bool {
+	return func(args []any) bool { return len(args) > 3 && args[3] == key }
+}
+
+func locked(t *testing.T, r Reply) {
+	t.Helper()
+	v, err := r.Int64Slice()
+	require.NoError(t, err)
+	assert.Equal(t, []int64{1, 1}, v)
+}
+
+// paths runs f on the full-duplex path and on the lane path (every call
+// in pipelines).
+func paths(t *testing.T, f func(t *testing.T, noFD bool)) {
+	t.Run("full-duplex", func(t *testing.T) { f(t, false) })
+	t.Run("lanes", func(t *testing.T) { f(t, true) })
+}
+
+// Calls ready together go out in one pipeline; a reply lost in it fails
+// that call alone.
+func TestLostReplyFailsOnlyItsCall(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb, hook := hooked(t, srv.Addr())
+	tr := newT(t, rdb, Options{})
+	bg := context.Background()
+	require.NoError(t, tr.Do(bg, lockCall("tr:warm"), nil).Err()) // the script cached
+	lost := hook.OnCommand(faultproxy.CommandRule{Args: onKey("tr:b"), Times: 1, Action: faultproxy.LoseReply()})
+	rs := tr.DoAll(bg, []Call{lockCall("tr:a"), lockCall("tr:b"), lockCall("tr:c")})
+	require.Equal(t, 1, lost.Fired())
+	locked(t, rs[0])
+	locked(t, rs[2])
+	require.ErrorIs(t, rs[1].Err(), faultproxy.ErrInjected)
+	assert.Equal(t, rs[0].Pipe, rs[1].Pipe, "one pipeline")
+	assert.Equal(t, rs[0].Pipe, rs[2].Pipe, "one pipeline")
+	for _, k := range []string{"tr:a", "tr:b", "tr:c"} {
+		assert.EqualValues(t, 1, srv.Client(t).Exists(bg, k).Val(), "%s: every script ran", k)
+	}
+}
+
+// A call whose reply is slow holds up neither the calls sent after it nor
+// its caller when its context ends: the caller leaves at once, and what
+// its script took reaches its give-back (late).
+func TestSlowReplyHoldsNobodyElse(t *testing.T) {
+	paths(t, func(t *testing.T, noFD bool) {
+		srv := redistest.Start(t)
+		rdb, hook := hooked(t, srv.Addr())
+		tr := newT(t, rdb, Options{NoFullDuplex: noFD})
+		bg := context.Background()
+		require.NoError(t, tr.Do(bg, lockCall("tr:warm"), nil).Err())
+
+		slow := hook.OnCommand(faultproxy.CommandRule{Args: onKey("tr:slow"), Times: 1, Action: faultproxy.DelayReply(800 * time.Millisecond)})
+		late := make(chan Reply, 1)
+		ctx, cancel := context.WithTimeout(bg, 50*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		r := tr.Do(ctx, lockCall("tr:slow"), func(r Reply) { late <- r })
+		assert.Less(t, time.Since(start), 300*time.Millisecond, "the caller leaves when its context ends")
+		require.True(t, r.Gone)
+		require.ErrorIs(t, r.Err(), context.DeadlineExceeded)
+		require.Equal(t, 1, slow.Fired())
+
+		var wg sync.WaitGroup
+		for i := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				start := time.Now()
+				r := tr.Do(bg, lockCall("tr:fast:"+strconv.Itoa(i)), nil)
+				assert.NoError(t, r.Err())
+				assert.Less(t, time.Since(start), 300*time.Millisecond, "a call after the slow one goes out on its own")
+			}()
+		}
+		wg.Wait()
+		select {
+		case r := <-late:
+			locked(t, r)
+		case <-time.After(3 * time.Second):
+			t.Fatal("the abandoned call's reply never reached its give-back")
+		}
+	})
+}
+
+// A batch some of whose scripts Redis no longer has (SCRIPT FLUSH) is
+// answered whole: those are sent again as EVAL, the others are not, and
+// each reply is dated by the pipeline that produced it.
+func TestNoScriptInTheMiddleOfABatch(t *testing.T) {
+	srv := redistest.Start(t)
+	bg := context.Background()
+	admin := srv.Client(t)
+	rdb := srv.Client(t)
+	rec := &recorder{}
+	rdb.AddHook(rec)
+	tr := newT(t, rdb, Options{})
+	require.NoError(t, admin.ScriptFlush(bg).Err())
+	require.NoError(t, lua.Renew.Load(bg, admin).Err()) // cached; lock.lua is not
+	rec.reset()
+	rs := tr.DoAll(bg, []Call{
+		lockCall("tr:n1"),
+		{Script: lua.Renew, Keys: []string{"tr:n2"}, Args: []any{1000, "x:1"}},
+		lockCall("tr:n3"),
+		{Keys: []string{"tr:n4"}, Args: []any{"set", "tr:n4", "v"}},
+	})
+	locked(t, rs[0])
+	locked(t, rs[2])
+	n, err := rs[1].Int64()
+	require.NoError(t, err)
+	assert.Zero(t, n)
+	require.NoError(t, rs[3].Err())
+	assert.Equal(t, []string{"evalsha", "evalsha", "evalsha", "set", "eval", "eval"}, rec.sent())
+	assert.Equal(t, rs[1].Pipe, rs[3].Pipe)
+	assert.NotEqual(t, rs[0].Pipe, rs[1].Pipe, "sent again in a pipeline of their own")
+	assert.Equal(t, rs[0].Pipe, rs[2].Pipe)
+	assert.True(t, rs[0].Sent.After(rs[1].Sent), "a resent script's lease counts from its resend")
+}
+
+// On the full-duplex path too, a script Redis no longer has is sent again
+// whole, once, and its reply dated from then; a release's write counter
+// then says it was written once (NOSCRIPT: the first write ran nothing).
+func TestNoScriptFullDuplex(t *testing.T) {
+	srv := redistest.Start(t)
+	bg := context.Background()
+	rdb := srv.Client(t)
+	rec := &recorder{}
+	rdb.AddHook(rec)
+	tr := newT(t, rdb, Options{})
+	require.NoError(t, tr.Do(bg, lockCall("tr:fd:warm"), nil).Err())
+	require.NoError(t, srv.Client(t).ScriptFlush(bg).Err())
+	rec.reset()
+	before := time.Now()
+	k, w := Counted(Call{Script: lua.Unlock, Keys: []string{"tr:fd:warm"}, Args: []any{"tr:owner", 1, 30000, Publish, "0", "tr:chan"}})
+	r := tr.Do(bg, k, nil)
+	n, err := r.Int64()
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, n, "released")
+	assert.False(t, w.Again(), "written once that could run")
+	assert.Equal(t, []string{"evalsha", "eval"}, rec.sent())
+	assert.True(t, r.Sent.After(before))
+}
+
+// With AckReplicas, the calls of a batch that take something are followed
+// by one WAIT, whose answer each reply carries; a call alone that takes
+// something waits too; calls that take nothing go without WAIT.
+func TestOneWaitPerBatch(t *testing.T) {
+	srv := redistest.Start(t)
+	replica := redistest.StartReplica(t, srv)
+	_ = replica
+	bg := context.Background()
+	rdb := srv.Client(t)
+	require.Eventually(t, func() bool {
+		n, err := rdb.Do(bg, "wait", 1, 100).Int64()
+		return err == nil && n == 1
+	}, 5*time.Second, 50*time.Millisecond, "the replica acknowledges writes")
+	rec := &recorder{}
+	var pipes atomic.Int64
+	rdb.AddHook(rec)
+	rdb.AddHook(pipeCounter{&pipes})
+	tr := newT(t, rdb, Options{AckReplicas: 1, AckTimeout: time.Second})
+	require.NoError(t, tr.Do(bg, lockCall("tr:w0"), nil).Err()) // loads the script
+	rec.reset()
+	pipes.Store(0)
+	rs := tr.DoAll(bg, []Call{lockCall("tr:w1"), lockCall("tr:w2"), lockCall("tr:w3"), lockCall("tr:w4")})
+	for _, r := range rs {
+		locked(t, r)
+		assert.EqualValues(t, 1, r.Acked)
+		assert.Equal(t, rs[0].Pipe, r.Pipe)
+	}
+	assert.Equal(t, []string{"evalsha", "evalsha", "evalsha", "evalsha", "wait"}, rec.sent())
+	assert.EqualValues(t, 1, pipes.Load())
+
+	rec.reset()
+	r := tr.Do(bg, lockCall("tr:w5"), nil)
+	locked(t, r)
+	assert.EqualValues(t, 1, r.Acked)
+	assert.Equal(t, []string{"evalsha", "wait"}, rec.sent())
+
+	rec.reset()
+	r = tr.Do(bg, Call{Script: lua.Unlock, Keys: []string{"tr:w1"}, Args: []any{"tr:owner", 1, 30000, Publish, "0", "tr:w1:chan"}}, nil)
+	require.NoError(t, r.Err())
+	assert.NotContains(t, rec.sent(), "wait", "a release does not wait for replicas")
+	assert.EqualValues(t, -1, r.Acked)
+}
+
+type ctxKey struct{}
+
+// The user's hooks see every command the transport sends, with the
+// caller's context values (a tracer's span, say), never its end: a call
+// alone carries its caller's, a batch its first caller's. What the hooks
+// count is what Redis ran.
+func TestHooksSeeEveryCommandWithItsCallersValues(t *testing.T) {
+	paths(t, func(t *testing.T, noFD bool) {
+		srv := redistest.Start(t)
+		rdb := srv.Client(t)
+		seen := &valueHook{}
+		rdb.AddHook(seen)
+		tr := newT(t, rdb, Options{NoFullDuplex: noFD})
+		bg := context.Background()
+		for i := range 10 {
+			ctx, cancel := context.WithCancel(context.WithValue(bg, ctxKey{}, "alone"))
+			require.NoError(t, tr.Do(ctx, lockCall("tr:h:"+strconv.Itoa(i)), nil).Err())
+			cancel()
+		}
+		ctx := context.WithValue(bg, ctxKey{}, "batch")
+		for _, r := range tr.DoAll(ctx, []Call{lockCall("tr:h:b1"), lockCall("tr:h:b2")}) {
+			require.NoError(t, r.Err())
+		}
+		info := srv.Client(t).Info(bg, "commandstats").Val()
+		var ran int64
+		for _, line := range strings.Split(info, "\r\n") {
+			if strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_eval:") {
+				f := strings.SplitN(strings.TrimPrefix(line[strings.Index(line, ":")+1:], "calls="), ",", 2)
+				v, _ := strconv.ParseInt(f[0], 10, 64)
+				ran += v
+			}
+		}
+		assert.EqualValues(t, ran, seen.scripts.Load(), "every script Redis ran, a hook saw")
+		assert.EqualValues(t, 10, seen.count("alone"))
+		assert.EqualValues(t, 2, seen.count("batch"))
+		assert.Zero(t, seen.ended.Load(), "a hook saw a command whose context had ended")
+	})
+}
+
+// The write counter of a call: written once, it says so; written again
+// by go-redis (its connection closed after the write, go-redis retries
+// it on a new one), it says that, on every path.
+func TestWritesCounted(t *testing.T) {
+	paths(t, func(t *testing.T, noFD bool) {
+		srv := redistest.Start(t)
+		rdb, hook := hooked(t, srv.Addr())
+		tr := newT(t, rdb, Options{NoFullDuplex: noFD})
+		bg := context.Background()
+		require.NoError(t, lua.Unlock.Load(bg, srv.Client(t)).Err())
+		unlock := func(key string) (Call, *Writes) {
+			return Counted(Call{Script: lua.Unlock, Keys: []string{key}, Args: []any{"tr:owner", 1, 30000, Publish, "0", "c"}, Direct: true})
+		}
+		require.NoError(t, tr.Do(bg, lockCall("tr:wc1"), nil).Err())
+		k, w := unlock("tr:wc1")
+		require.NoError(t, tr.Do(bg, k, nil).Err())
+		assert.False(t, w.Again(), "written once")
+
+		require.NoError(t, tr.Do(bg, lockCall("tr:wc2"), nil).Err())
+		sha := lua.Unlock.Hash()
+		r := hook.OnWrite(faultproxy.WriteRule{Name: "evalsha", Times: 1, Action: faultproxy.CloseAfterWrite(),
+			Args: func(args []string) bool { return len(args) > 3 && args[1] == sha && args[3] == "tr:wc2" }})
+		k, w = unlock("tr:wc2")
+		n, err := tr.Do(bg, k, nil).Int64()
+		require.Equal(t, 1, r.Fired())
+		if err == nil {
+			assert.EqualValues(t, 3, n, "the second run finds the hold its first released")
+			assert.True(t, w.Again(), "written twice")
+		}
+	})
+}
+
+// recorder records the names of the commands sent (process and pipeline
+// hooks), without a new connection's handshake.
+type recorder struct {
+	mu    sync.Mutex
+	names []string
+}
+
+func (r *recorder) reset() { r.mu.Lock(); r.names = nil; r.mu.Unlock() }
+func (r *recorder) sent() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, n := range r.names {
+		if n != "hello" && n != "client" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+func (r *recorder) add(n string)                                { r.mu.Lock(); r.names = append(r.names, n); r.mu.Unlock() }
+func (r *recorder) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (r *recorder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { r.add(cmd.Name()); return next(ctx, cmd) }
+}
+func (r *recorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			r.add(c.Name())
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// pipeCounter counts pipelines.
+type pipeCounter struct{ n *atomic.Int64 }
+
+func (pipeCounter) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (pipeCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (p pipeCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { p.n.Add(1); return next(ctx, cmds) }
+}
+
+// valueHook counts the scripts it sees, by the value of ctxKey in their
+// context, and the commands whose context had ended.
+type valueHook struct {
+	scripts atomic.Int64
+	ended   atomic.Int64
+	mu      sync.Mutex
+	byValue map[string]int
+}
+
+func (v *valueHook) count(val string) int { v.mu.Lock(); defer v.mu.Unlock(); return v.byValue[val] }
+func (v *valueHook) see(ctx context.Context, cmd redis.Cmder) {
+	if n := cmd.Name(); n != "evalsha" && n != "eval" {
+		return
+	}
+	v.scripts.Add(1)
+	if ctx.Err() != nil {
+		v.ended.Add(1)
+	}
+	if s, ok := ctx.Value(ctxKey{}).(string); ok {
+		v.mu.Lock()
+		if v.byValue == nil {
+			v.byValue = map[string]int{}
+		}
+		v.byValue[s]++
+		v.mu.Unlock()
+	}
+}
+func (v *valueHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (v *valueHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { v.see(ctx, cmd); return next(ctx, cmd) }
+}
+func (v *valueHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			v.see(ctx, c)
+		}
+		return next(ctx, cmds)
+	}
+}
