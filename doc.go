@@ -37,7 +37,10 @@
 // hold's: a lock taken with lock A's hold context ends with A's hold (for
 // hand-over-hand locking, take it with the outer context instead). To
 // bound only the wait, use TryLockFor. Unlock works with a cancelled
-// context.
+// context. On error, every call that returns a hold's context (Lock,
+// TryLock, TryLockFor, RLock, Acquire, Campaign...) returns a nil
+// context, so a caller that drops the error holds nothing that looks like
+// a hold.
 //
 // It tells the truth even to a process that was stopped past its lease (a
 // long GC pause, SIGSTOP, a VM paused, a machine suspended) and runs again

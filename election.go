@@ -122,20 +122,20 @@ func (e *Election) wrap(err error) error { return wrapOr(e.spec.wrap, err) }
 // candidate leads at once. Term reads its term. A Campaign through a
 // context that leads this election already is refused (ErrInvalid): the
 // leadership is not counted twice; WithOwner(ctx) campaigns as another
-// candidate. On error, Campaign returns ctx.
+// candidate. On error, Campaign returns a nil context.
 func (e *Election) Campaign(ctx context.Context, value string) (lctx context.Context, err error) {
 	if err := e.check(ctx); err != nil {
-		return ctx, err
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return ctx, e.wrap(err)
+		return nil, e.wrap(err)
 	}
 	h, err := entry(ctx, e.spec.ref)
 	if err != nil {
-		return ctx, e.wrap(err)
+		return nil, e.wrap(err)
 	}
 	if h != nil {
-		return ctx, e.wrap(fmt.Errorf("%w: the context leads the election already (term %d): Resign first, or campaign as another candidate with WithOwner", ErrInvalid, h.token))
+		return nil, e.wrap(fmt.Errorf("%w: the context leads the election already (term %d): Resign first, or campaign as another candidate with WithOwner", ErrInvalid, h.token))
 	}
 	leaseMs := e.spec.lease.Milliseconds()
 	var term atomic.Int64 // of the latest win, for its give-back
@@ -161,7 +161,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (lctx context.Con
 		err = e.c.await(ctx, e.channel, wakeEnded, next, try)
 	}
 	if err != nil {
-		return ctx, e.wrap(err)
+		return nil, e.wrap(err)
 	}
 	return a.hctx, nil
 }

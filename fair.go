@@ -140,10 +140,10 @@ func (f *FairMutex) TryLock(ctx context.Context) (context.Context, error) {
 // wait only: a hold it gets lasts as long as ctx.
 func (f *FairMutex) TryLockFor(ctx context.Context, wait time.Duration) (context.Context, error) {
 	if err := f.check(ctx); err != nil {
-		return ctx, err
+		return nil, err
 	}
 	if err := checkWait(wait); err != nil {
-		return ctx, f.wrap(err)
+		return nil, f.wrap(err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
@@ -152,14 +152,14 @@ func (f *FairMutex) TryLockFor(ctx context.Context, wait time.Duration) (context
 
 func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx context.Context, err error) {
 	if err := f.check(parent); err != nil {
-		return parent, err
+		return nil, err
 	}
 	if err := wctx.Err(); err != nil {
-		return parent, f.wrap(waitError(err, parent, bounded))
+		return nil, f.wrap(waitError(err, parent, bounded))
 	}
 	h, err := entry(parent, f.spec.ref)
 	if err != nil {
-		return parent, f.wrap(err)
+		return nil, f.wrap(err)
 	}
 	if h != nil {
 		hctx, err := f.c.reenter(parent, wctx, wait, &f.spec, h, func(count int) call {
@@ -170,7 +170,7 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 			return script(lua.FairUnlock, f.keys(), h.field, n, h.lease.Milliseconds(), f.prefix, publish)
 		})
 		if err != nil {
-			return parent, err
+			return nil, err
 		}
 		return hctx, nil
 	}
@@ -208,10 +208,10 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 			if wait {
 				f.leave(a.owner)
 			}
-			return parent, f.wrap(waitError(err, parent, bounded))
+			return nil, f.wrap(waitError(err, parent, bounded))
 		}
 		if !a.won {
-			return parent, f.wrap(ErrNotAcquired)
+			return nil, f.wrap(ErrNotAcquired)
 		}
 		return a.hctx, nil
 	}

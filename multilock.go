@@ -185,7 +185,8 @@ func (m *MultiLock) wrap(err error) error { return wrapOr(m.spec.wrap, err) }
 // names (the context is then cancelled with cause ErrLeaseLost, and the
 // other names are given back), or when ctx ends, and then every name is
 // released in Redis. While the hold's context is live the owner holds
-// every name; once it is done it holds none. On error, Lock returns ctx.
+// every name; once it is done it holds none. On error, Lock returns a nil
+// context.
 func (m *MultiLock) Lock(ctx context.Context) (context.Context, error) {
 	return m.lock(ctx, ctx, true, false)
 }
@@ -202,10 +203,10 @@ func (m *MultiLock) TryLock(ctx context.Context) (context.Context, error) {
 // on the wait only: a hold it gets lasts as Lock's does.
 func (m *MultiLock) TryLockFor(ctx context.Context, wait time.Duration) (context.Context, error) {
 	if err := m.check(ctx); err != nil {
-		return ctx, err
+		return nil, err
 	}
 	if err := checkWait(wait); err != nil {
-		return ctx, m.wrap(err)
+		return nil, m.wrap(err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
@@ -220,14 +221,14 @@ var errBlockerMoved = errors.New("redisync: another name of the MultiLock is hel
 // wctx lasts; bounded says wctx is TryLockFor's.
 func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (hctx context.Context, err error) {
 	if err := m.check(parent); err != nil {
-		return parent, err
+		return nil, err
 	}
 	if err := wctx.Err(); err != nil {
-		return parent, m.wrap(waitError(err, parent, bounded))
+		return nil, m.wrap(waitError(err, parent, bounded))
 	}
 	h, err := entry(parent, m.spec.ref)
 	if err != nil {
-		return parent, m.wrap(err)
+		return nil, m.wrap(err)
 	}
 	leaseMs := m.spec.lease.Milliseconds()
 	if h != nil {
@@ -245,7 +246,7 @@ func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 			return m.c.undoUnder(wctx, h, m.unlockCalls(h.field, n)...)
 		})
 		if err != nil {
-			return parent, err
+			return nil, err
 		}
 		return hctx, nil
 	}
@@ -294,13 +295,13 @@ func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 
 	done, next, err := try()
 	if err != nil {
-		return parent, m.wrap(waitError(err, parent, bounded))
+		return nil, m.wrap(waitError(err, parent, bounded))
 	}
 	if done {
 		return a.hctx, nil
 	}
 	if !wait {
-		return parent, m.wrap(ErrNotAcquired)
+		return nil, m.wrap(ErrNotAcquired)
 	}
 	for {
 		on := blocker
@@ -323,7 +324,7 @@ func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 		m.c.ps.nudge(channel)
 	}
 	if err != nil {
-		return parent, m.wrap(waitError(err, parent, bounded))
+		return nil, m.wrap(waitError(err, parent, bounded))
 	}
 	return a.hctx, nil
 }

@@ -96,7 +96,11 @@ func (m *Mutex) wrap(err error) error { return wrapOr(m.spec.wrap, err) }
 // documentation). A re-entry's context also ends with the context given to
 // it, but the re-entry counts until its Unlock. To bound only the wait,
 // use TryLockFor.
-// On error, Lock returns ctx.
+//
+// On error, Lock returns a nil context, never ctx: a caller that drops
+// the error holds nothing that looks like a hold. So do TryLock and
+// TryLockFor, and every call of the package that returns a hold's
+// context.
 func (m *Mutex) Lock(ctx context.Context) (context.Context, error) {
 	return m.lock(ctx, ctx, true, false)
 }
@@ -112,10 +116,10 @@ func (m *Mutex) TryLock(ctx context.Context) (context.Context, error) {
 // wait only: a hold it gets lasts as Lock's does, as long as ctx.
 func (m *Mutex) TryLockFor(ctx context.Context, wait time.Duration) (context.Context, error) {
 	if err := m.check(ctx); err != nil {
-		return ctx, err
+		return nil, err
 	}
 	if err := checkWait(wait); err != nil {
-		return ctx, m.wrap(err)
+		return nil, m.wrap(err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
@@ -134,14 +138,14 @@ func checkWait(wait time.Duration) error {
 // wctx lasts; bounded says wctx is TryLockFor's.
 func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx context.Context, err error) {
 	if err := m.check(parent); err != nil {
-		return parent, err
+		return nil, err
 	}
 	if err := wctx.Err(); err != nil {
-		return parent, m.wrap(waitError(err, parent, bounded))
+		return nil, m.wrap(waitError(err, parent, bounded))
 	}
 	h, err := entry(parent, m.spec.ref)
 	if err != nil {
-		return parent, m.wrap(err)
+		return nil, m.wrap(err)
 	}
 	if h != nil {
 		hctx, err := m.c.reenter(parent, wctx, wait, &m.spec, h, func(count int) call {
@@ -152,7 +156,7 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx con
 			return script(lua.Unlock, []string{m.name, m.channel}, h.field, n, h.lease.Milliseconds(), publish, unlockMessage)
 		})
 		if err != nil {
-			return parent, err
+			return nil, err
 		}
 		return hctx, nil
 	}
@@ -195,13 +199,13 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx con
 	if !queued {
 		done, n, err := try()
 		if err != nil {
-			return parent, m.wrap(waitError(err, parent, bounded))
+			return nil, m.wrap(waitError(err, parent, bounded))
 		}
 		if done {
 			return a.hctx, nil
 		}
 		if !wait {
-			return parent, m.wrap(ErrNotAcquired)
+			return nil, m.wrap(ErrNotAcquired)
 		}
 		next = n
 	}
@@ -237,7 +241,7 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx con
 		},
 	}
 	if err := m.c.awaitFrom(wctx, mk, m.channel, wakeOne, next, try, false, acc); err != nil {
-		return parent, m.wrap(waitError(err, parent, bounded))
+		return nil, m.wrap(waitError(err, parent, bounded))
 	}
 	if !handed {
 		m.c.ps.rotate(m.channel)

@@ -170,10 +170,10 @@ func (r *RWMutex) TryLockFor(ctx context.Context, wait time.Duration) (context.C
 
 func (r *RWMutex) lockFor(ctx context.Context, read bool, wait time.Duration) (context.Context, error) {
 	if err := r.check(ctx); err != nil {
-		return ctx, err
+		return nil, err
 	}
 	if err := checkWait(wait); err != nil {
-		return ctx, r.wrap(err)
+		return nil, r.wrap(err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
@@ -182,10 +182,10 @@ func (r *RWMutex) lockFor(ctx context.Context, read bool, wait time.Duration) (c
 
 func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (hctx context.Context, err error) {
 	if err := r.check(parent); err != nil {
-		return parent, err
+		return nil, err
 	}
 	if err := wctx.Err(); err != nil {
-		return parent, r.wrap(waitError(err, parent, bounded))
+		return nil, r.wrap(waitError(err, parent, bounded))
 	}
 	s, other := &r.wspec, &r.rspec
 	script := lua.RWLock
@@ -194,7 +194,7 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 	}
 	h, err := entry(parent, s.ref)
 	if err != nil {
-		return parent, r.wrap(err)
+		return nil, r.wrap(err)
 	}
 	if h != nil {
 		unlock := lua.RWUnlock
@@ -209,16 +209,16 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 			return call{script: unlock, keys: r.pkeys(), args: []any{h.field, n, h.lease.Milliseconds(), publish}}
 		})
 		if err != nil {
-			return parent, err
+			return nil, err
 		}
 		return hctx, nil
 	}
 	oh, err := entry(parent, other.ref)
 	if err != nil && read {
-		return parent, r.wrap(err) // a downgrade of a write hold that ended
+		return nil, r.wrap(err) // a downgrade of a write hold that ended
 	}
 	if oh != nil && !read {
-		return parent, r.wrap(errUpgrade)
+		return nil, r.wrap(errUpgrade)
 	}
 
 	a := r.c.acquisition(s, parent, wctx, wait, func(field string) []call { return []call{r.leaveCall(field)} }, nil)
@@ -299,10 +299,10 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		if wait {
 			r.leave(a.owner)
 		}
-		return parent, r.wrap(waitError(err, parent, bounded))
+		return nil, r.wrap(waitError(err, parent, bounded))
 	}
 	if !a.won {
-		return parent, r.wrap(ErrNotAcquired)
+		return nil, r.wrap(ErrNotAcquired)
 	}
 	return a.hctx, nil
 }
