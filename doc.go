@@ -120,7 +120,8 @@
 // exactly while it leads, cancelled before anyone else can lead; its Term
 // is a fencing token greater than every earlier leader's. Resign, or the
 // end of the campaign's context, hands the leadership on at once; a
-// crashed leader is replaced within its lease. Leader reads who leads in
+// crashed leader is replaced within its lease. TryCampaignFor bounds
+// only the wait, as TryLockFor does. Leader reads who leads in
 // one round trip, and Observe reports every change, by pub/sub, in order
 // of terms (see ExampleElection).
 //

@@ -123,14 +123,41 @@ func (e *Election) wrap(err error) error { return wrapOr(e.spec.wrap, err) }
 // context that leads this election already is refused (ErrInvalid): the
 // leadership is not counted twice; WithOwner(ctx) campaigns as another
 // candidate. On error, Campaign returns a nil context.
-func (e *Election) Campaign(ctx context.Context, value string) (lctx context.Context, err error) {
+//
+// To bound only the wait (a request's deadline that should not end the
+// leadership), use TryCampaignFor.
+func (e *Election) Campaign(ctx context.Context, value string) (context.Context, error) {
+	return e.campaign(ctx, ctx, value, false)
+}
+
+// TryCampaignFor is Campaign waiting at most wait (wait > 0): after it, it
+// returns an error wrapping ErrNotAcquired and a nil context, leaving
+// nothing behind (a candidate whose winning reply comes after the bound
+// gives the leadership back at once). The bound is on the wait only: a
+// leadership it wins lasts as Campaign's does, as long as ctx, as a hold
+// of Mutex.TryLockFor does. When ctx ends first, it returns ctx's error.
+func (e *Election) TryCampaignFor(ctx context.Context, value string, wait time.Duration) (context.Context, error) {
 	if err := e.check(ctx); err != nil {
 		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
+	if err := checkWait(wait); err != nil {
 		return nil, e.wrap(err)
 	}
-	h, err := entry(ctx, e.spec.ref)
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	return e.campaign(ctx, wctx, value, true)
+}
+
+// campaign campaigns for a leadership bound to parent, waiting as long as
+// wctx lasts; bounded says wctx is TryCampaignFor's.
+func (e *Election) campaign(parent, wctx context.Context, value string, bounded bool) (lctx context.Context, err error) {
+	if err := e.check(parent); err != nil {
+		return nil, err
+	}
+	if err := wctx.Err(); err != nil {
+		return nil, e.wrap(waitError(err, parent, bounded))
+	}
+	h, err := entry(parent, e.spec.ref)
 	if err != nil {
 		return nil, e.wrap(err)
 	}
@@ -139,7 +166,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (lctx context.Con
 	}
 	leaseMs := e.spec.lease.Milliseconds()
 	var term atomic.Int64 // of the latest win, for its give-back
-	a := e.c.acquisition(&e.spec, ctx, ctx, true, nil, func(field string) call {
+	a := e.c.acquisition(&e.spec, parent, wctx, true, nil, func(field string) call {
 		return e.resign(field, term.Load())
 	})
 	defer func() { a.finish(err) }()
@@ -158,10 +185,10 @@ func (e *Election) Campaign(ctx context.Context, value string) (lctx context.Con
 	}
 	done, next, err := try()
 	if err == nil && !done {
-		err = e.c.await(ctx, e.channel, wakeEnded, next, try)
+		err = e.c.await(wctx, e.channel, wakeEnded, next, try)
 	}
 	if err != nil {
-		return nil, e.wrap(err)
+		return nil, e.wrap(waitError(err, parent, bounded))
 	}
 	return a.hctx, nil
 }

@@ -2,6 +2,7 @@ package redisync_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -138,4 +139,33 @@ func ExampleElection_Resign() {
 	// leader: worker-b
 	// worker-b's term is greater: true
 	// nobody leads: true
+}
+
+// TryCampaignFor bounds only the wait: a node that starts with a deadline
+// for becoming leader (here, 100ms) gives up after it, leaving nothing
+// behind; a leadership it wins lasts as long as the context it campaigned
+// with (the node's life), not the bound.
+func ExampleElection_TryCampaignFor() {
+	c, done := exampleClient()
+	defer done()
+	node, stop := context.WithCancel(context.Background()) // the node's life
+	defer stop()
+	e := c.Election("compactor")
+
+	lctx, err := e.TryCampaignFor(node, "node-a", 100*time.Millisecond)
+	fmt.Println("node-a leads:", err == nil)
+
+	_, err = e.TryCampaignFor(node, "node-b", 100*time.Millisecond)
+	fmt.Println("node-b gave up:", errors.Is(err, redisync.ErrNotAcquired))
+
+	time.Sleep(200 * time.Millisecond) // past both bounds
+	l, _ := e.Leader(node)
+	fmt.Println("leader:", l.Value, "- its context:", lctx.Err())
+
+	stop() // the node shuts down: its leadership ends with it
+	<-lctx.Done()
+	// Output:
+	// node-a leads: true
+	// node-b gave up: true
+	// leader: node-a - its context: <nil>
 }
