@@ -169,3 +169,40 @@ func ExampleElection_TryCampaignFor() {
 	// node-b gave up: true
 	// leader: node-a - its context: <nil>
 }
+
+// An observer that cannot read the election says so: once it has been
+// blind for longer than its lease (here 300ms; Redis is down), it sends
+// the last leader it knew with Err set, and a value without Err as soon
+// as it sees again. A router that sends writes to the leader can stop
+// trusting its routing meanwhile.
+func ExampleElection_Observe() {
+	mr, _ := miniredis.Run()
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	ctx := context.Background()
+
+	node, _ := redisync.New(rdb)
+	defer node.Close()
+	lctx, _ := node.Election("primary").Campaign(ctx, "db-1")
+	defer node.Election("primary").Resign(lctx)
+
+	router, _ := redisync.New(rdb, redisync.WithWatchdogTimeout(300*time.Millisecond))
+	defer router.Close()
+	octx, stop := context.WithCancel(ctx)
+	defer stop()
+	changes := router.Election("primary").Observe(octx)
+
+	l := <-changes
+	fmt.Println("route writes to", l.Value)
+	mr.Close() // Redis goes down
+	l = <-changes
+	fmt.Println("blind:", l.Err != nil, "- last known leader:", l.Value)
+	mr.Restart() // and comes back
+	l = <-changes
+	fmt.Println("sees again:", l.Err == nil, "- route writes to", l.Value)
+	// Output:
+	// route writes to db-1
+	// blind: true - last known leader: db-1
+	// sees again: true - route writes to db-1
+}
