@@ -65,8 +65,10 @@
 // pipelined batches (default lease 30s, renewed every 10s). If a renewal
 // cannot reach Redis, the holder is told before the lease can have run out in
 // Redis, counted from when the last successful renewal was sent; the lease is
-// kept by Redis's clock, never by a client's. WithLease gives a fixed lease
-// that the watchdog does not renew.
+// kept by Redis's clock, never by a client's. WithRenewedLease gives a lock
+// a lease of its own, renewed by the same watchdog every third of it (one
+// Client can keep 2s leases for some locks and 30s ones for others);
+// WithLease gives a fixed lease that the watchdog does not renew.
 //
 // # Waiting
 //

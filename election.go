@@ -66,9 +66,10 @@ type Election struct {
 // closed channel).
 //
 // WithLease gives each leadership a fixed lease that the watchdog does not
-// renew: a leader leads for that long at most. WithFencing changes
-// nothing: terms are fencing tokens already. WithWaiterTimeout and
-// WithPermits are refused.
+// renew: a leader leads for that long at most; WithRenewedLease a lease
+// of its own that the watchdog renews (a leader that crashes is replaced
+// within it). WithFencing changes nothing: terms are fencing tokens
+// already. WithWaiterTimeout and WithPermits are refused.
 func (c *Client) Election(name string, opts ...LockOption) *Election {
 	e := &Election{c: c, name: name, keys: []string{name, "", ""}}
 	if keys.Taggable(name) {
@@ -87,10 +88,7 @@ func (c *Client) Election(name string, opts ...LockOption) *Election {
 	e.err = e.spec.wrap(err)
 	e.spec.ref = lockRef{c, KindElection, name}
 	e.spec.fenced = true // terms are its tokens
-	e.spec.lease, e.spec.renewed = c.lease, true
-	if lc.lease > 0 {
-		e.spec.lease, e.spec.renewed = lc.lease, false
-	}
+	e.spec.lease, e.spec.renewed = lc.leaseOf(c)
 	return e
 }
 

@@ -66,8 +66,9 @@ type FairMutex struct {
 // a name whose companion keys cannot share its Cluster slot, a bad option) is
 // reported by every method of the handle.
 //
-// Options: WithLease, WithFencing and WithWaiterTimeout. WithPermits does
-// not apply to a FairMutex and is refused (ErrInvalid).
+// Options: WithLease or WithRenewedLease, WithFencing and
+// WithWaiterTimeout. WithPermits does not apply to a FairMutex and is
+// refused (ErrInvalid).
 func (c *Client) FairMutex(name string, opts ...LockOption) *FairMutex {
 	f := &FairMutex{c: c, name: name, waiter: DefaultWaiterTimeout}
 	if keys.Taggable(name) {
@@ -90,10 +91,7 @@ func (c *Client) FairMutex(name string, opts ...LockOption) *FairMutex {
 	}
 	f.err = f.spec.wrap(err)
 	f.spec.ref = lockRef{c, KindFairMutex, name}
-	f.spec.lease, f.spec.renewed = c.lease, true
-	if lc.lease > 0 {
-		f.spec.lease, f.spec.renewed = lc.lease, false
-	}
+	f.spec.lease, f.spec.renewed = lc.leaseOf(c)
 	if lc.waiter > 0 {
 		f.waiter = lc.waiter
 	}

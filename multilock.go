@@ -61,8 +61,8 @@ type multiGroup struct {
 // type). The order of names does not matter. Bad input (no names, an
 // empty or duplicated name, a name whose unlock channel is in another
 // Cluster slot, a bad option) is reported by every method of the handle,
-// as an error wrapping ErrInvalid. WithLease applies; WithFencing,
-// WithWaiterTimeout and WithPermits do not, and are refused.
+// as an error wrapping ErrInvalid. WithLease and WithRenewedLease apply;
+// WithFencing, WithWaiterTimeout and WithPermits do not, and are refused.
 func (c *Client) MultiLock(names []string, opts ...LockOption) *MultiLock {
 	sorted := slices.Clone(names)
 	slices.Sort(sorted)
@@ -84,10 +84,7 @@ func (c *Client) MultiLock(names []string, opts ...LockOption) *MultiLock {
 	for _, n := range sorted {
 		m.spec.covers = append(m.spec.covers, lockRef{c, KindMutex, n})
 	}
-	m.spec.lease, m.spec.renewed = c.lease, true
-	if lc.lease > 0 {
-		m.spec.lease, m.spec.renewed = lc.lease, false
-	}
+	m.spec.lease, m.spec.renewed = lc.leaseOf(c)
 	return m
 }
 

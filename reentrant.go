@@ -38,8 +38,8 @@ type Mutex struct {
 // Mutex returns a handle on the reentrant lock name. Bad input (an empty
 // name, a bad option) is reported by every method of the handle.
 //
-// Options: WithLease and WithFencing. WithWaiterTimeout and WithPermits do
-// not apply to a Mutex and are refused (ErrInvalid).
+// Options: WithLease or WithRenewedLease, and WithFencing. WithWaiterTimeout
+// and WithPermits do not apply to a Mutex and are refused (ErrInvalid).
 func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
 	m := &Mutex{c: c, name: name, channel: redissonName("redisson_lock__channel", name)}
 	m.spec.wrap = wrapFor(c, "lock", name, keyType{name, "hash"})
@@ -57,10 +57,7 @@ func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
 	}
 	m.err = m.spec.wrap(err)
 	m.spec.ref = lockRef{c, KindMutex, name}
-	m.spec.lease, m.spec.renewed = c.lease, true
-	if lc.lease > 0 {
-		m.spec.lease, m.spec.renewed = lc.lease, false
-	}
+	m.spec.lease, m.spec.renewed = lc.leaseOf(c)
 	return m
 }
 

@@ -55,9 +55,10 @@ var errUpgrade = fmt.Errorf("%w: the context holds the read lock, and a reader c
 // name, a name whose companion keys cannot share its Cluster slot, a bad
 // option) is reported by every method of the handle.
 //
-// Options: WithLease (read and write holds), WithFencing (write holds get
-// tokens) and WithWaiterTimeout (waiting writers). WithPermits does not
-// apply to an RWMutex and is refused (ErrInvalid).
+// Options: WithLease or WithRenewedLease (read and write holds),
+// WithFencing (write holds get tokens) and WithWaiterTimeout (waiting
+// writers). WithPermits does not apply to an RWMutex and is refused
+// (ErrInvalid).
 func (c *Client) RWMutex(name string, opts ...LockOption) *RWMutex {
 	r := &RWMutex{c: c, name: name, waiter: DefaultWaiterTimeout}
 	layout := []keyType{{name, "hash"}}
@@ -86,10 +87,7 @@ func (c *Client) RWMutex(name string, opts ...LockOption) *RWMutex {
 		err = fmt.Errorf("%w: lock name %q has a \"}\" outside a hash tag", ErrInvalid, name)
 	}
 	r.err = wrap(err)
-	lease, renewed := c.lease, true
-	if lc.lease > 0 {
-		lease, renewed = lc.lease, false
-	}
+	lease, renewed := lc.leaseOf(c)
 	if lc.waiter > 0 {
 		r.waiter = lc.waiter
 	}

@@ -71,7 +71,8 @@ type Semaphore struct {
 // option) is reported by every method of the handle.
 //
 // Options: WithLease gives the permits a fixed lease that the watchdog does
-// not renew (they come free that long after the owner's latest Acquire);
+// not renew (they come free that long after the owner's latest Acquire),
+// WithRenewedLease a lease of its own that the watchdog renews;
 // WithPermits states the total, which acquisitions then create whenever it
 // is missing (before anyone set it, after Redis lost its data). WithFencing
 // and WithWaiterTimeout do not apply to a Semaphore and are refused
@@ -93,10 +94,7 @@ func (c *Client) Semaphore(name string, opts ...LockOption) *Semaphore {
 	}
 	s.err = s.spec.wrap(err)
 	s.spec.ref = lockRef{c, KindSemaphore, name}
-	s.spec.lease, s.spec.renewed = c.lease, true
-	if lc.lease > 0 {
-		s.spec.lease, s.spec.renewed = lc.lease, false
-	}
+	s.spec.lease, s.spec.renewed = lc.leaseOf(c)
 	s.permits = lc.permits
 	return s
 }
