@@ -81,7 +81,7 @@ func advLoad(c *Client, callers int, stop <-chan struct{}) (<-chan time.Duration
 				case 0:
 					ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
 				case 2:
-					k = call{script: lua.Unlock, keys: []string{key, key + ":chan"}, args: []any{"tr:owner", 1, 30000, publish, "0"}, direct: true}
+					k = call{script: lua.Unlock, keys: []string{key}, args: []any{"tr:owner", 1, 30000, publish, "0", key + ":chan"}, direct: true}
 				}
 				start := time.Now()
 				r := c.tr.do(ctx, k, nil)
@@ -121,7 +121,7 @@ func TestAdvLaneOneSlowReplyAmongMany(t *testing.T) {
 			require.NoError(t, err)
 			bg := context.Background()
 			require.NoError(t, c.tr.do(bg, trLock("adv:warm"), nil).Err())
-			require.NoError(t, c.tr.do(bg, call{script: lua.Unlock, keys: []string{"adv:warm", "c"}, args: []any{"tr:owner", 1, 30000, publish, "0"}}, nil).Err())
+			require.NoError(t, c.tr.do(bg, call{script: lua.Unlock, keys: []string{"adv:warm"}, args: []any{"tr:owner", 1, 30000, publish, "0", "c"}}, nil).Err())
 
 			slow := hook.OnCommand(faultproxy.CommandRule{Args: onKey("adv:slow"), Times: 1, Action: faultproxy.DelayReply(2 * time.Second)})
 			slowDone := make(chan reply, 1)

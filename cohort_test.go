@@ -23,8 +23,8 @@ import (
 // runHandoff runs lua/handoff.lua as the Mutex does.
 func runHandoff(t *testing.T, rdb *redis.Client, name, from, to string, leaseMs int64, count string, mine int) ([]int64, error) {
 	t.Helper()
-	return lua.Handoff.Run(context.Background(), rdb, []string{name, faultMutexChannel(name)}, from, to, leaseMs,
-		count, "publish", unlockMessage, mine).Int64Slice()
+	return lua.Handoff.Run(context.Background(), rdb, []string{name}, from, to, leaseMs,
+		count, "publish", unlockMessage, mine, faultMutexChannel(name)).Int64Slice()
 }
 
 // The script's contract, case by case, on a real Redis.

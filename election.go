@@ -54,7 +54,7 @@ type Leadership struct {
 type Election struct {
 	c       *Client
 	name    string
-	keys    []string // the election, its term counter, its channel
+	keys    []string // the election, its term counter
 	channel string
 	spec    spec
 	err     error
@@ -71,10 +71,10 @@ type Election struct {
 // within it). WithFencing changes nothing: terms are fencing tokens
 // already. WithWaiterTimeout and WithPermits are refused.
 func (c *Client) Election(name string, opts ...LockOption) *Election {
-	e := &Election{c: c, name: name, keys: []string{name, "", ""}}
+	e := &Election{c: c, name: name, keys: []string{name, ""}}
 	if keys.Taggable(name) {
 		e.channel = keys.Companion(name, "elect")
-		e.keys = []string{name, keys.Companion(name, "elect-term"), e.channel}
+		e.keys = []string{name, keys.Companion(name, "elect-term")}
 	}
 	e.spec.wrap = wrapFor(c, "election", name, keyType{name, "hash"}, keyType{e.keys[1], "string"})
 	if c == nil {
@@ -177,7 +177,7 @@ func (e *Election) campaign(parent, wctx context.Context, value string, bounded 
 	defer func() { a.finish(err) }()
 	try := func() (bool, time.Duration, error) {
 		field, r, d, err := a.send(func(field string) call {
-			return script(lua.ElectCampaign, e.keys, leaseMs, field, value, publish)
+			return script(lua.ElectCampaign, e.keys, leaseMs, field, value, publish, e.channel)
 		})
 		if r == nil {
 			return false, d, err
@@ -210,7 +210,7 @@ func wakeEnded(payload string) int {
 
 // resign is the call that ends field's leadership of term (0: not known).
 func (e *Election) resign(field string, term int64) call {
-	return script(lua.ElectResign, e.keys, field, strconv.FormatInt(term, 10), publish)
+	return script(lua.ElectResign, e.keys, field, strconv.FormatInt(term, 10), publish, e.channel)
 }
 
 // Term returns the term of the leadership ctx carries, without a round
@@ -265,7 +265,7 @@ type electState struct {
 }
 
 func (e *Election) read(ctx context.Context) (electState, error) {
-	v, err := e.c.tr.do(ctx, script(lua.ElectLeader, e.keys[:2]), nil).Slice()
+	v, err := e.c.tr.do(ctx, script(lua.ElectLeader, e.keys), nil).Slice()
 	if err != nil {
 		return electState{}, err
 	}

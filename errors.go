@@ -145,11 +145,12 @@ func waitError(err error, parent context.Context, bounded bool) error {
 
 // notReady reports an error reply that says Redis did not run the command
 // because it is not ready for it now (loading its data after a restart,
-// running a long script, its cluster settling), rather than refusing the
+// running a long script, its cluster settling, a slot moving: a MOVED or
+// ASK left when the client's redirects ran out), rather than refusing the
 // command itself: trying again later can succeed.
 func notReady(err error) bool {
 	msg := err.Error()
-	for _, p := range []string{"LOADING", "BUSY", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "READONLY"} {
+	for _, p := range []string{"LOADING", "BUSY", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "READONLY", "MOVED ", "ASK "} {
 		if strings.HasPrefix(msg, p) {
 			return true
 		}

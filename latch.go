@@ -139,7 +139,7 @@ func (l *CountDownLatch) CountDown(ctx context.Context) error {
 	if err := l.check(ctx); err != nil {
 		return err
 	}
-	if err := l.c.tr.do(ctx, script(lua.LatchCountDown, []string{l.name, l.round, l.channel}, publish), nil).Err(); err != nil {
+	if err := l.c.tr.do(ctx, script(lua.LatchCountDown, []string{l.name, l.round}, publish, l.channel), nil).Err(); err != nil {
 		return l.wrap(err)
 	}
 	return nil
@@ -153,7 +153,7 @@ func (l *CountDownLatch) Delete(ctx context.Context) (bool, error) {
 	if err := l.check(ctx); err != nil {
 		return false, err
 	}
-	n, err := l.c.tr.do(ctx, script(lua.LatchDelete, []string{l.name, l.round, l.channel}, publish), nil).Int64()
+	n, err := l.c.tr.do(ctx, script(lua.LatchDelete, []string{l.name, l.round}, publish, l.channel), nil).Int64()
 	if err != nil {
 		return false, l.wrap(err)
 	}

@@ -52,9 +52,9 @@ type MultiLock struct {
 // multiGroup is a MultiLock's names in one slot (all of them off a
 // Cluster): what one script takes.
 type multiGroup struct {
-	slot int
-	keys []string // its names, sorted
-	both []string // keys, then their channels
+	slot     int
+	keys     []string // its names, sorted
+	channels []string // their unlock channels, in the same order
 }
 
 // MultiLock returns a handle on the locks names taken as one (see the
@@ -124,9 +124,8 @@ func (m *MultiLock) setup(opts []LockOption) (lockConfig, error) {
 		g.keys = append(g.keys, name)
 	}
 	for _, g := range bySlot {
-		g.both = slices.Clone(g.keys)
 		for _, name := range g.keys {
-			g.both = append(g.both, multiChannel(name))
+			g.channels = append(g.channels, multiChannel(name))
 		}
 		m.groups = append(m.groups, *g)
 	}
@@ -364,7 +363,11 @@ func (m *MultiLock) unlockCalls(field string, count int) []call {
 func (m *MultiLock) unlockCallsOf(groups []multiGroup, field string, count int) []call {
 	calls := make([]call, len(groups))
 	for i, g := range groups {
-		calls[i] = script(lua.MultiUnlock, g.both, field, count, m.spec.lease.Milliseconds(), publish, unlockMessage)
+		args := []any{field, count, m.spec.lease.Milliseconds(), publish, unlockMessage}
+		for _, ch := range g.channels {
+			args = append(args, ch)
+		}
+		calls[i] = script(lua.MultiUnlock, g.keys, args...)
 	}
 	return calls
 }

@@ -150,7 +150,7 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx con
 		}, func(r []int64) (int, bool) {
 			return int(r[1]), r[0] != 1
 		}, func(n int) call {
-			return script(lua.Unlock, []string{m.name, m.channel}, h.field, n, h.lease.Milliseconds(), publish, unlockMessage)
+			return script(lua.Unlock, []string{m.name}, h.field, n, h.lease.Milliseconds(), publish, unlockMessage, m.channel)
 		})
 		if err != nil {
 			return nil, err
@@ -162,7 +162,7 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx con
 		return script(lua.Renew, []string{m.name}, field, m.spec.lease.Milliseconds())
 	}
 	a := m.c.acquisition(&m.spec, parent, wctx, wait, nil, func(field string) call {
-		return script(lua.Drop, []string{m.name, m.channel}, field, publish, unlockMessage)
+		return script(lua.Drop, []string{m.name}, field, publish, unlockMessage, m.channel)
 	})
 	defer func() { a.finish(err) }()
 	try := func() (bool, time.Duration, error) {
@@ -302,7 +302,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 				return m.handOver(ctx, h, ho, mine)
 			}
 		}
-		return m.c.releaseBy(ctx, script(lua.Unlock, []string{m.name, m.channel}, h.field, count, h.lease.Milliseconds(), publish, unlockMessage))
+		return m.c.releaseBy(ctx, script(lua.Unlock, []string{m.name}, h.field, count, h.lease.Milliseconds(), publish, unlockMessage, m.channel))
 	})
 }
 
@@ -323,11 +323,11 @@ func (m *Mutex) handOver(ctx context.Context, h *hold, ho *handoff, mine int) (i
 	if ho.bounded {
 		count = m.c.subCounter(pub)
 	}
-	keys := []string{m.name, m.channel}
+	keys := []string{m.name}
 	if ho.acc.fence != "" {
 		keys = append(keys, ho.acc.fence)
 	}
-	k, w := counted(script(lua.Handoff, keys, h.field, ho.field, ho.acc.lease.Milliseconds(), count, pub, unlockMessage, mine))
+	k, w := counted(script(lua.Handoff, keys, h.field, ho.field, ho.acc.lease.Milliseconds(), count, pub, unlockMessage, mine, m.channel))
 	k.takes, k.direct = true, true // a release: bounded by ctx, releaseTimeout
 	// When the releaser leaves first (no reply within releaseTimeout),
 	// the script may still run: what it granted is given back when its
@@ -468,7 +468,7 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := m.check(ctx); err != nil {
 		return false, err
 	}
-	n, err := m.c.forceBy(ctx, script(lua.ForceUnlock, []string{m.name, m.channel}, publish, unlockMessage), m.spec.ref).Int64()
+	n, err := m.c.forceBy(ctx, script(lua.ForceUnlock, []string{m.name}, publish, unlockMessage, m.channel), m.spec.ref).Int64()
 	if err != nil {
 		return false, m.wrap(err)
 	}

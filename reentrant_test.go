@@ -407,7 +407,7 @@ func TestUnlockScriptIsIdempotent(t *testing.T) {
 		field := held(ctx, m.spec.ref).field
 		rdb := e.rdb(t)
 		for i := 0; i < 2; i++ { // the same command, delivered twice
-			n, err := lua.Unlock.Run(context.Background(), rdb, []string{"retried", "ch"}, field, 2, 30000, "publish", "0").Int64()
+			n, err := lua.Unlock.Run(context.Background(), rdb, []string{"retried"}, field, 2, 30000, "publish", "0", "ch").Int64()
 			require.NoError(t, err)
 			assert.Equal(t, int64(1), n)
 		}

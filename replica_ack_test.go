@@ -481,3 +481,27 @@ func TestReplicaAckTimeoutBoundsEachAttempt(t *testing.T) {
 	}
 	assert.Empty(t, e.keys(t))
 }
+
+// After SCRIPT FLUSH, an attempt whose script answers NOSCRIPT is sent
+// again as EVAL: the attempt still waits in WAIT once, within the
+// timeout, not once for the EVALSHA pipeline and once more for the EVAL
+// resend (issue 24, #7).
+func TestReplicaAckNoScriptWaitsOnce(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
+	// No replica: every WAIT runs to its timeout.
+	e := realEnv(t)
+	const timeout = time.Second
+	c := newClient(t, ackRDB(t, e.addr), WithReplicaAck(1, timeout))
+	bg := context.Background()
+	_, err := c.Mutex("ack-noscript-warm").TryLock(bg) // connections made
+	require.ErrorIs(t, err, ErrNotReplicated)
+	for i := range 2 {
+		require.NoError(t, e.rdb(t).ScriptFlush(bg).Err())
+		start := time.Now()
+		_, err = c.Mutex(fmt.Sprintf("ack-noscript-%d", i)).TryLock(bg)
+		took := time.Since(start)
+		require.ErrorIs(t, err, ErrNotReplicated)
+		assert.Less(t, took, timeout+600*time.Millisecond, "one attempt after SCRIPT FLUSH took %v", took)
+	}
+	assert.Empty(t, e.keys(t))
+}

@@ -204,7 +204,7 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		}, func(res []int64) (int, bool) {
 			return int(res[1]), res[0] != 1
 		}, func(n int) call {
-			return call{script: unlock, keys: r.pkeys(), args: []any{h.field, n, h.lease.Milliseconds(), publish}}
+			return call{script: unlock, keys: r.keys, args: []any{h.field, n, h.lease.Milliseconds(), publish, r.rchan, r.wchan}}
 		})
 		if err != nil {
 			return nil, err
@@ -229,7 +229,7 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		return call{script: renewScript, keys: renewKeys, args: []any{field, leaseMs}}
 	}
 	a.release = func(field string) call {
-		return call{script: releaseScript, keys: r.pkeys(), args: []any{field, 1, leaseMs, publish}}
+		return call{script: releaseScript, keys: r.keys, args: []any{field, 1, leaseMs, publish, r.rchan, r.wchan}}
 	}
 	writer := "" // a downgrade's write hold's field
 	var ends []func() bool
@@ -319,18 +319,12 @@ func (r *RWMutex) script(s *lua.Script, field, writer string, count int, wait bo
 	if s == lua.RWLock && r.fence != "" {
 		keys = append(keys[:len(keys):len(keys)], r.fence)
 	}
-	return call{script: s, keys: keys, args: []any{r.wspec.lease.Milliseconds(), field, count, waiterMs, writer}}
-}
-
-// pkeys are the keys of the scripts that publish: r.keys, then the
-// readers' and the writers' channels (KEYS[6..7]).
-func (r *RWMutex) pkeys() []string {
-	return append(r.keys[:len(r.keys):len(r.keys)], r.rchan, r.wchan)
+	return call{script: s, keys: keys, args: []any{r.wspec.lease.Milliseconds(), field, count, waiterMs, writer, r.rchan}}
 }
 
 // leaveCall takes field out of the waiting sets.
 func (r *RWMutex) leaveCall(field string) call {
-	return call{script: lua.RWLeave, keys: r.pkeys(), args: []any{field, publish}}
+	return call{script: lua.RWLeave, keys: r.keys, args: []any{field, publish, r.rchan, r.wchan}}
 }
 
 // leave takes field out of the waiting sets after a wait that ended
@@ -347,7 +341,7 @@ func (r *RWMutex) RUnlock(ctx context.Context) error {
 		return err
 	}
 	return r.c.release(ctx, &r.rspec, 1, func(ctx context.Context, h *hold, count int) (int64, time.Time, error) {
-		return r.c.releaseBy(ctx, call{script: lua.RWRUnlock, keys: r.pkeys(), args: []any{h.field, count, h.lease.Milliseconds(), publish}})
+		return r.c.releaseBy(ctx, call{script: lua.RWRUnlock, keys: r.keys, args: []any{h.field, count, h.lease.Milliseconds(), publish, r.rchan, r.wchan}})
 	})
 }
 
@@ -360,7 +354,7 @@ func (r *RWMutex) Unlock(ctx context.Context) error {
 		return err
 	}
 	return r.c.release(ctx, &r.wspec, 1, func(ctx context.Context, h *hold, count int) (int64, time.Time, error) {
-		return r.c.releaseBy(ctx, call{script: lua.RWUnlock, keys: r.pkeys(), args: []any{h.field, count, h.lease.Milliseconds(), publish}})
+		return r.c.releaseBy(ctx, call{script: lua.RWUnlock, keys: r.keys, args: []any{h.field, count, h.lease.Milliseconds(), publish, r.rchan, r.wchan}})
 	})
 }
 
@@ -439,7 +433,7 @@ func (r *RWMutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := r.check(ctx); err != nil {
 		return false, err
 	}
-	k := call{script: lua.RWForce, keys: []string{r.name, r.keys[1], r.rchan, r.wchan}, args: []any{publish}}
+	k := call{script: lua.RWForce, keys: r.keys[:2], args: []any{publish, r.rchan, r.wchan}}
 	n, err := r.c.forceBy(ctx, k, r.rspec.ref, r.wspec.ref).Int64()
 	if err != nil {
 		return false, r.wrap(err)

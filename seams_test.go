@@ -147,8 +147,9 @@ func (errLoading) Error() string { return "LOADING Redis is loading the dataset 
 func (errLoading) RedisError()   {}
 
 // A waiting Lock rides out LOADING (Redis restarting with its data) and
-// the other replies that say Redis is not ready yet; a TryLock, which does
-// not wait, reports it.
+// the other replies that say Redis is not ready yet; so does a TryLock,
+// within its context's deadline (the transport sends the script again),
+// and it reports a LOADING that outlasts that deadline.
 func TestWaitRidesOutLoading(t *testing.T) {
 	t.Parallel() // its own servers, mostly waiting
 	e := realEnv(t)
@@ -160,9 +161,16 @@ func TestWaitRidesOutLoading(t *testing.T) {
 
 	m := c.Mutex("seam:loading")
 	rule := hook.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.Lock.Script), Times: 1, Action: faultproxy.Fail(errLoading{})})
-	_, err := m.TryLock(bg)
+	tctx, err := m.TryLock(bg)
+	require.NoError(t, err, "a TryLock rides out a short LOADING")
+	assert.Equal(t, 1, rule.Fired())
+	require.NoError(t, m.Unlock(tctx))
+	rule = hook.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.Lock.Script), Action: faultproxy.Fail(errLoading{})})
+	short, cancel := context.WithTimeout(bg, 300*time.Millisecond)
+	_, err = m.TryLock(short)
+	cancel()
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "LOADING")
+	assert.Contains(t, err.Error(), "LOADING", "a LOADING past the TryLock's deadline is reported")
 	rule.Remove()
 
 	f := c.FairMutex("seam:loading:f")
@@ -370,4 +378,27 @@ func TestPubSubKillLosesNoWakeUp(t *testing.T) {
 	t.Logf("%d kills; longest wait %v, started %s", kills, worst, since)
 	require.NotZero(t, kills)
 	assert.Less(t, worst, time.Second, "a Lock waited for the whole lease: a wake-up was lost around a kill")
+}
+
+// errAsk is a Cluster's ASK reply, as the transport gets it when go-redis's
+// cluster pipeline gave up following it (MaxRedirects).
+type errAsk struct{}
+
+func (errAsk) Error() string { return "ASK 866 127.0.0.1:1" }
+func (errAsk) RedisError()   {}
+
+// A waiting Lock whose attempts meet a redirect up to its deadline (a slot
+// moving) ends with its context's error, as a wait does, not with the
+// redirect.
+func TestWaitRidesOutRedirects(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
+	e := realEnv(t)
+	rdb, hook := faultRDB(t, &redis.Options{Addr: e.addr})
+	c := newClient(t, rdb)
+	hook.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.Lock.Script), Action: faultproxy.Fail(errAsk{})})
+	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+	defer cancel()
+	_, err := c.Mutex("seam:ask").Lock(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.NotContains(t, err.Error(), "ASK")
 }

@@ -78,10 +78,10 @@ type Semaphore struct {
 // and WithWaiterTimeout do not apply to a Semaphore and are refused
 // (ErrInvalid).
 func (c *Client) Semaphore(name string, opts ...LockOption) *Semaphore {
-	s := &Semaphore{c: c, name: name, keys: []string{name, "", "", ""}}
+	s := &Semaphore{c: c, name: name, keys: []string{name, "", ""}}
 	if keys.Taggable(name) {
 		s.channel = keys.Companion(name, "sem-wake")
-		s.keys = []string{name, keys.Companion(name, "sem-holders"), keys.Companion(name, "sem-expiry"), s.channel}
+		s.keys = []string{name, keys.Companion(name, "sem-holders"), keys.Companion(name, "sem-expiry")}
 	}
 	s.spec.wrap = wrapFor(c, "semaphore", name, keyType{name, "hash"}, keyType{s.keys[1], "hash"}, keyType{s.keys[2], "zset"})
 	if c == nil {
@@ -171,7 +171,7 @@ func (s *Semaphore) AddPermits(ctx context.Context, n int) error {
 }
 
 func (s *Semaphore) set(ctx context.Context, mode string, n int) (bool, error) {
-	r, err := s.c.tr.do(ctx, script(lua.SemSet, s.keys, mode, n, publish, semReclaimLimit), nil).Int64Slice()
+	r, err := s.c.tr.do(ctx, script(lua.SemSet, s.keys, mode, n, publish, semReclaimLimit, s.channel), nil).Int64Slice()
 	if err != nil {
 		return false, s.wrap(err)
 	}
@@ -190,7 +190,7 @@ func (s *Semaphore) Available(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	for {
-		r, err := s.c.tr.do(ctx, script(lua.SemAvailable, s.keys, publish, semReclaimLimit), nil).Int64Slice()
+		r, err := s.c.tr.do(ctx, script(lua.SemAvailable, s.keys, publish, semReclaimLimit, s.channel), nil).Int64Slice()
 		if err != nil {
 			return 0, s.wrap(err)
 		}
@@ -271,7 +271,7 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 	}
 	leaseMs := s.spec.lease.Milliseconds()
 	a := s.c.acquisition(&s.spec, parent, wctx, wait, nil, func(field string) call {
-		return script(lua.SemDrop, s.keys, field, publish, semReclaimLimit)
+		return script(lua.SemDrop, s.keys, field, publish, semReclaimLimit, s.channel)
 	})
 	defer func() {
 		failed := err
@@ -283,10 +283,10 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 	var hctx context.Context // a hold added to
 	neverSet := false
 	acquire := func(field string, prev int) call {
-		return script(lua.SemAcquire, s.keys, field, n, prev, leaseMs, publish, semReclaimLimit, s.permits)
+		return script(lua.SemAcquire, s.keys, field, n, prev, leaseMs, publish, semReclaimLimit, s.permits, s.channel)
 	}
 	giveBack := func(field string, after int64) call {
-		return script(lua.SemRelease, s.keys, field, n, after, publish, semReclaimLimit)
+		return script(lua.SemRelease, s.keys, field, n, after, publish, semReclaimLimit, s.channel)
 	}
 	// more adds n permits to h, the hold ctx carries.
 	more := func() (bool, time.Duration, error) {
@@ -347,7 +347,7 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 			neverSet = r[2] == 0
 			return false, semBound(r[1]), nil
 		}
-		return a.grant(field, int(r[1]), script(lua.SemRenew, s.keys, field, leaseMs, publish, semReclaimLimit))
+		return a.grant(field, int(r[1]), script(lua.SemRenew, s.keys, field, leaseMs, publish, semReclaimLimit, s.channel))
 	}
 	result := func() context.Context {
 		if h != nil {
@@ -423,7 +423,7 @@ func (s *Semaphore) Release(ctx context.Context, n int) error {
 		return err
 	}
 	return s.c.release(ctx, &s.spec, n, func(ctx context.Context, h *hold, count int) (int64, time.Time, error) {
-		return s.c.releaseBy(ctx, script(lua.SemRelease, s.keys, h.field, n, count, publish, semReclaimLimit))
+		return s.c.releaseBy(ctx, script(lua.SemRelease, s.keys, h.field, n, count, publish, semReclaimLimit, s.channel))
 	})
 }
 

@@ -532,31 +532,31 @@ func TestSemaphoreScriptsIdempotent(t *testing.T) {
 		s := e.client(t).Semaphore("sem")
 		require.NoError(t, s.SetPermits(bg, 5))
 		for range 2 {
-			r, err := lua.SemAcquire.Run(bg, rdb, s.keys, "f", 2, 0, 10000, "publish", semReclaimLimit).Int64Slice()
+			r, err := lua.SemAcquire.Run(bg, rdb, s.keys, "f", 2, 0, 10000, "publish", semReclaimLimit, 0, s.channel).Int64Slice()
 			require.NoError(t, err)
 			require.Equal(t, []int64{1, 2, 1}, r)
 		}
 		require.Equal(t, 3, available(t, s))
 		for range 2 {
-			r, err := lua.SemAcquire.Run(bg, rdb, s.keys, "f", 1, 2, 10000, "publish", semReclaimLimit).Int64Slice()
+			r, err := lua.SemAcquire.Run(bg, rdb, s.keys, "f", 1, 2, 10000, "publish", semReclaimLimit, 0, s.channel).Int64Slice()
 			require.NoError(t, err)
 			require.Equal(t, []int64{1, 3, 1}, r)
 		}
 		require.Equal(t, 2, available(t, s))
 		for range 2 {
-			r, err := lua.SemRelease.Run(bg, rdb, s.keys, "f", 1, 3, "publish", semReclaimLimit).Int64()
+			r, err := lua.SemRelease.Run(bg, rdb, s.keys, "f", 1, 3, "publish", semReclaimLimit, s.channel).Int64()
 			require.NoError(t, err)
 			require.EqualValues(t, 1, r)
 		}
 		require.Equal(t, 3, available(t, s))
 		for i := range 2 {
-			r, err := lua.SemRelease.Run(bg, rdb, s.keys, "f", 2, 2, "publish", semReclaimLimit).Int64()
+			r, err := lua.SemRelease.Run(bg, rdb, s.keys, "f", 2, 2, "publish", semReclaimLimit, s.channel).Int64()
 			require.NoError(t, err)
 			require.EqualValues(t, 2+i, r, "released, then gone (3: its caller knows whether it resent it)")
 		}
 		require.Equal(t, 5, available(t, s))
 		// A lost hold (prev > 0, nothing in Redis) is reported, not revived.
-		r, err := lua.SemAcquire.Run(bg, rdb, s.keys, "f", 1, 2, 10000, "publish", semReclaimLimit).Int64Slice()
+		r, err := lua.SemAcquire.Run(bg, rdb, s.keys, "f", 1, 2, 10000, "publish", semReclaimLimit, 0, s.channel).Int64Slice()
 		require.NoError(t, err)
 		require.EqualValues(t, -1, r[0])
 		require.Equal(t, 5, available(t, s))

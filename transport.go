@@ -2,6 +2,7 @@ package redisync
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"strings"
@@ -37,9 +38,17 @@ import (
 // Each pipeline runs its scripts as EVALSHA and sends again as EVAL those
 // that answered NOSCRIPT; with WithReplicaAck, the calls that take
 // something go on the lock's master's own connection followed by one WAIT
-// for the whole pipeline; a MOVED there reloads the cluster client's slot
-// map and sends the call once more, to the new master (without the option
-// go-redis's cluster pipeline follows MOVED and ASK itself). The publish
+// for the whole pipeline (the EVAL resend's WAIT has what is left of the
+// timeout: an attempt waits in WAIT once). Without the option go-redis's
+// cluster pipeline follows MOVED and ASK itself; on a master's own
+// connection the transport does: a MOVED reloads the cluster client's slot
+// map and sends the call once more, to the new master; an ASK (the slot is
+// being migrated and its master no longer has the key) sends ASKING and
+// the call, and WAIT after them, on the connection of the master the slot
+// is migrating to. A reply by which Redis refused the call for now
+// (TRYAGAIN: a script on keys of a migrating slot some of which are on
+// the other side; CLUSTERDOWN; LOADING) has the call sent again, after a
+// pause, within the call's bound (see op.until). The publish
 // command a script takes is read when it is sent (see publish), and each
 // reply carries when its pipeline was sent: the time a lease it set is
 // counted from. Pipelines go through the redis client's Pipeline, so the
@@ -56,8 +65,9 @@ type transport struct {
 
 	mu      sync.Mutex
 	lanes   map[laneKey]*lane
-	workers atomic.Int32  // workers running, on every lane
-	pipes   atomic.Uint64 // pipelines sent, to tell them apart
+	own     map[string]*redis.Client // masters the cluster client does not list (see nodeAt)
+	workers atomic.Int32             // workers running, on every lane, and calls on their way again
+	pipes   atomic.Uint64            // pipelines sent, to tell them apart
 }
 
 // Bounds of a lane: workers (pipelines in flight at once; more on a lane
@@ -87,6 +97,9 @@ type call struct {
 	// waiting for a worker (a release); its caller waits for it at most
 	// releaseTimeout when its context cannot end.
 	direct bool
+	// once says a reply that refuses the call for now is returned, not
+	// waited out: its sender tries again sooner (the watchdog's renewals).
+	once bool
 }
 
 // publishArg stands, in a call's arguments, for the command the script
@@ -156,10 +169,16 @@ func (r reply) Slice() ([]any, error) {
 type op struct {
 	call
 	r     reply
-	done  chan struct{} // closed once r is set for the caller
+	done  chan struct{} // closed once r is set for the caller; nil: async
 	state atomic.Uint32 // opWaiting, opDelivered or opGone
 	late  func(reply)   // when the caller left: gives back what it took
-	moved bool          // already sent again after a MOVED
+	// until bounds the sending again of a call that Redis refused for now
+	// (notNow): the caller's deadline, at most releaseTimeout after the
+	// call was made; tries counts those sends.
+	until time.Time
+	tries int
+	// redirects counts the MOVED and ASK replies followed in this try.
+	redirects int
 	// answered: its send of the caller's own (sendAside) was counted
 	// answered on its lane.
 	answered atomic.Bool
@@ -194,7 +213,7 @@ type lane struct {
 }
 
 func newTransport(rdb redis.UniversalClient, ack replicaAck, mode *pubMode, log *slog.Logger, closed <-chan struct{}) *transport {
-	t := &transport{rdb: rdb, ack: ack, mode: mode, log: log, closed: closed, lanes: map[laneKey]*lane{}}
+	t := &transport{rdb: rdb, ack: ack, mode: mode, log: log, closed: closed, lanes: map[laneKey]*lane{}, own: map[string]*redis.Client{}}
 	t.cc, _ = rdb.(*redis.ClusterClient)
 	return t
 }
@@ -204,13 +223,14 @@ func newTransport(rdb redis.UniversalClient, ack replicaAck, mode *pubMode, log 
 // that comes later is handed to late (nil: nothing to give back), in a
 // goroutine of its own.
 func (t *transport) do(ctx context.Context, k call, late func(reply)) reply {
-	o := &op{call: k, done: make(chan struct{}), late: late}
+	o := &op{call: k, done: make(chan struct{}), late: late, until: retryBound(ctx)}
 	done := ctx.Done()
 	if k.direct && done == nil {
 		bound, cancel := context.WithTimeout(ctx, releaseTimeout)
 		defer cancel()
 		ctx, done = bound, bound.Done()
 	}
+	sent := false
 	var aside *lane
 	if k.direct || done == nil {
 		// On an idle lane the call goes out at once: no worker to wake,
@@ -219,15 +239,14 @@ func (t *transport) do(ctx context.Context, k call, late func(reply)) reply {
 		// go-redis does not end a read on a silent link before its own
 		// timeouts, however long they are, whatever ctx says.
 		if l, err := t.lane(&o.call); err == nil {
-			if done == nil && l.sendDirect(o) {
-				return o.r
-			}
-			if done != nil && l.sendAside(o) {
-				aside = l
+			if done == nil {
+				sent = l.sendDirect(o)
+			} else if l.sendAside(o) {
+				sent, aside = true, l
 			}
 		}
 	}
-	if aside == nil {
+	if !sent {
 		t.submit(o)
 	}
 	if done == nil {
@@ -254,8 +273,9 @@ func (t *transport) do(ctx context.Context, k call, late func(reply)) reply {
 // are queued together, in order.
 func (t *transport) doAll(ctx context.Context, calls []call) []reply {
 	ops := make([]*op, len(calls))
+	until := retryBound(ctx)
 	for i, k := range calls {
-		ops[i] = &op{call: k, done: make(chan struct{})}
+		ops[i] = &op{call: k, done: make(chan struct{}), until: until}
 	}
 	t.submit(ops...)
 	rs := make([]reply, len(ops))
@@ -279,8 +299,9 @@ func (t *transport) doAll(ctx context.Context, calls []call) []reply {
 // called with each reply, in a worker: it must not block.
 func (t *transport) async(then func(call, reply), calls ...call) {
 	ops := make([]*op, len(calls))
+	until := time.Now().Add(releaseTimeout)
 	for i, k := range calls {
-		o := &op{call: k}
+		o := &op{call: k, until: until}
 		o.state.Store(opGone)
 		if then != nil {
 			o.late = func(r reply) { then(o.call, r) }
@@ -373,16 +394,14 @@ func (l *lane) queueOps(ops []*op) {
 }
 
 // sendDirect sends o from its caller's goroutine if l is idle (nothing
-// queued, nothing in flight), reporting whether it did.
+// queued, nothing in flight), reporting whether it did. o may be on its
+// way again when it returns (a redirect, a reply that said "not now").
 func (l *lane) sendDirect(o *op) bool {
 	node, ok := l.claim()
 	if !ok {
 		return false
 	}
 	l.sendClaimed(node, o)
-	if o.state.Load() == opWaiting { // sent again after MOVED: on its way
-		<-o.done
-	}
 	return true
 }
 
@@ -511,28 +530,48 @@ func (l *lane) stall(now time.Time) time.Duration {
 	return max(0, laneStall-now.Sub(l.sentAt))
 }
 
-// send sends batch as one pipeline on node (with WAIT last on a wait
-// lane), sends again as EVAL the scripts that answered NOSCRIPT, and
-// delivers the replies.
+// send sends batch as one pipeline on node, with WAIT last on a wait
+// lane, and hands on the replies (see run).
 func (l *lane) send(node redis.UniversalClient, batch []*op) {
-	t := l.t
-	cmds, r := l.exec(node, batch, false)
+	var wait time.Duration
+	if l.key.wait {
+		wait = wholeMs(l.t.ack.timeout)
+	}
+	l.t.run(node, batch, wait, false)
+}
+
+// run sends ops as one pipeline on node: each after ASKING with asking
+// (ops the slot's migrating master answered ASK), and WAIT (for at most
+// wait) last when wait > 0. The scripts that answered NOSCRIPT are sent
+// again as EVAL in a pipeline of their own, whose WAIT has what is left
+// of wait, so that an attempt waits in WAIT once. Then each reply is
+// delivered, or its call is sent on: a redirect met on a master's own
+// connection is followed (MOVED: follow; ASK: ask), and a reply that
+// refuses the call for now is waited out within the call's bound (retry).
+func (t *transport) run(node redis.UniversalClient, ops []*op, wait time.Duration, asking bool) {
+	cmds, r := t.exec(node, ops, false, asking, wait)
 	var again []*op
 	var againAt []int
 	for i, cmd := range cmds {
-		if batch[i].script != nil && lua.IsNoScript(cmd.Err()) {
-			notRun(&batch[i].call)
-			again, againAt = append(again, batch[i]), append(againAt, i)
+		if ops[i].script != nil && lua.IsNoScript(cmd.Err()) {
+			notRun(&ops[i].call)
+			again, againAt = append(again, ops[i]), append(againAt, i)
 		}
 	}
 	var r2 reply
 	var cmds2 []*redis.Cmd
 	if len(again) > 0 {
 		// Redis lost its script cache (a restart, SCRIPT FLUSH).
-		cmds2, r2 = l.exec(node, again, true)
+		rest := wait
+		if wait > 0 {
+			rest = max(wait-time.Since(r.sent), time.Millisecond)
+		}
+		cmds2, r2 = t.exec(node, again, true, asking, rest)
 	}
+	own := t.cc != nil && node != t.rdb // a master's own connection
 	var moved []*op
-	for i, o := range batch {
+	asks := map[string][]*op{}
+	for i, o := range ops {
 		rr, cmd := r, cmds[i]
 		for j, at := range againAt {
 			if at == i {
@@ -540,28 +579,67 @@ func (l *lane) send(node redis.UniversalClient, batch []*op) {
 			}
 		}
 		rr.cmd = cmd
-		if l.key.wait && t.cc != nil && !o.moved && cmd.Err() != nil && isMoved(cmd.Err()) {
-			o.moved, o.r = true, rr
-			moved = append(moved, o)
-			continue
+		o.r = rr
+		err := cmd.Err()
+		ask, addr, redirected := redirect(err)
+		switch {
+		case err == nil:
+			o.deliver(rr)
+		case own && redirected && o.redirects < maxRedirects:
+			o.redirects++
+			if ask {
+				asks[addr] = append(asks[addr], o)
+			} else {
+				moved = append(moved, o)
+			}
+		case notNow(err) || redirected:
+			// A redirect not followed here: go-redis's cluster pipeline
+			// followed as many as it does, or this try followed its
+			// own; the slot map is settling.
+			t.retry(o)
+		default:
+			o.deliver(rr)
 		}
-		o.deliver(rr)
 	}
 	if len(moved) > 0 {
 		// The slot moved (a failover, a migration), and a master's own
 		// connection never makes go-redis reload its map: reload it,
 		// then send the calls once more, to their masters now.
+		t.workers.Add(1)
 		go t.follow(moved)
+	}
+	for addr, group := range asks {
+		// The slot is migrating, and its master no longer has the keys:
+		// the master it migrates to runs the calls, after ASKING, and
+		// WAIT there answers for them, with what is left of wait.
+		rest := wait
+		if wait > 0 {
+			rest = max(wait-time.Since(r.sent), time.Millisecond)
+		}
+		t.workers.Add(1)
+		go t.ask(addr, node, group, rest)
 	}
 }
 
-// exec sends ops as one pipeline on node, as EVAL with eval, and returns
-// each op's command and the pipeline's reply (time sent, WAIT's answer).
-func (l *lane) exec(node redis.UniversalClient, ops []*op, eval bool) ([]*redis.Cmd, reply) {
-	t := l.t
+// exec sends ops as one pipeline on node, as EVAL with eval, each after
+// ASKING with asking, followed by WAIT for at most wait when wait > 0,
+// and returns each op's command and the pipeline's reply (time sent,
+// WAIT's answer).
+func (t *transport) exec(node redis.UniversalClient, ops []*op, eval, asking bool, wait time.Duration) ([]*redis.Cmd, reply) {
 	ctx := context.Background()
 	pub := t.mode.publish()
 	p := node.Pipeline()
+	if t.cc != nil && node == t.rdb && len(ops) > 1 {
+		// go-redis's cluster pipeline sends a node's whole batch again
+		// when its first command answers TRYAGAIN (LOADING, ...), also
+		// the commands of the batch it is already sending elsewhere
+		// after an ASK: two goroutines then read replies into one
+		// command (a data race), and a script may run twice. A one-key
+		// command first, which a migrating slot never answers TRYAGAIN,
+		// keeps it from doing so; the transport sends such calls again
+		// itself (retry).
+		p.Exists(ctx, ops[0].keys[0])
+	}
 	cmds := make([]*redis.Cmd, len(ops))
 	unknown := false // a script does not know its digest (FIPS 140-only mode)
 	for i, o := range ops {
@@ -576,6 +654,9 @@ func (l *lane) exec(node redis.UniversalClient, ops []*op, eval bool) ([]*redis.
 			}
 		}
 		unknown = unknown || o.script != nil && o.script.Hash() == ""
+		if asking {
+			p.Do(ctx, "asking")
+		}
 		switch {
 		case o.script == nil:
 			cmds[i] = p.Do(ctx, args...)
@@ -589,9 +670,9 @@ func (l *lane) exec(node redis.UniversalClient, ops []*op, eval bool) ([]*redis.
 		t.learn(ops[0].keys[0])
 	}
 	var w *redis.Cmd
-	if l.key.wait {
+	if wait > 0 {
 		// Pipeliner has no Wait method: WAIT numreplicas timeout-ms.
-		w = p.Do(ctx, "wait", t.ack.k, wholeMs(t.ack.timeout).Milliseconds())
+		w = p.Do(ctx, "wait", t.ack.k, wholeMs(wait).Milliseconds())
 	}
 	r := reply{sent: time.Now(), pipe: t.pipes.Add(1), acked: -1}
 	_, _ = p.Exec(ctx) // errors are read per command
@@ -618,19 +699,36 @@ func (o *op) deliver(r reply) {
 	}
 }
 
+// maxRedirects bounds the MOVED and ASK replies one try of a call follows.
+const maxRedirects = 3
+
+// redirect reads a MOVED or ASK reply: ask tells which, addr is where the
+// slot (MOVED) or the key (ASK) is now.
+func redirect(err error) (ask bool, addr string, ok bool) {
+	if err == nil {
+		return false, "", false
+	}
+	f := strings.Fields(err.Error()) // MOVED|ASK <slot> <addr>
+	if len(f) != 3 || f[0] != "MOVED" && f[0] != "ASK" {
+		return false, "", false
+	}
+	return f[0] == "ASK", f[2], true
+}
+
 // follow has the cluster client reload its slot map after ops met MOVED
-// or ASK on a master's own connection, waits (at most slotReload) until
-// the map sends each op's key where its reply said, and sends ops again.
+// on a master's own connection, waits (at most slotReload) until the map
+// sends each op's key where its reply said, and sends ops again.
 func (t *transport) follow(ops []*op) {
+	defer t.workers.Add(-1)
 	ctx := context.Background()
 	deadline := time.Now().Add(slotReload)
 	for {
 		t.cc.ReloadState(ctx)
 		moved := true
 		for _, o := range ops {
-			f := strings.Fields(o.r.Err().Error()) // MOVED <slot> <addr>
+			_, addr, _ := redirect(o.r.Err())
 			m, err := t.cc.MasterForKey(ctx, o.keys[0])
-			moved = moved && err == nil && len(f) == 3 && m.Options().Addr == f[2]
+			moved = moved && err == nil && m.Options().Addr == addr
 		}
 		if moved || time.Now().After(deadline) {
 			break
@@ -638,9 +736,119 @@ func (t *transport) follow(ops []*op) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	for _, o := range ops {
-		notRun(&o.call)
+		notRun(&o.call) // MOVED: Redis ran none of them
 	}
 	t.submit(ops...)
+}
+
+// ask sends ops, which from (a master's own connection) answered ASK
+// addr, to the master at addr, each after ASKING, and WAIT (for at most
+// wait) after them on that same connection: the slot is migrating there,
+// the slot map does not change until the migration ends, and meanwhile
+// the keys from no longer has are served there, to a connection that
+// says ASKING.
+func (t *transport) ask(addr string, from redis.UniversalClient, ops []*op, wait time.Duration) {
+	defer t.workers.Add(-1)
+	node := t.nodeAt(addr, from)
+	if node == nil {
+		for _, o := range ops {
+			o.deliver(o.r)
+		}
+		return
+	}
+	for _, o := range ops {
+		notRun(&o.call) // ASK: the source ran none of them
+	}
+	t.run(node, ops, wait, true)
+}
+
+// nodeAt returns a client of the master at addr: the cluster client's own
+// when it lists that master; otherwise (a master that serves no slot yet,
+// receiving its first) one of the transport's, made with like's options
+// (like is a master's client of the cluster client, nil when it is not one).
+func (t *transport) nodeAt(addr string, like redis.UniversalClient) *redis.Client {
+	var mu sync.Mutex
+	var found *redis.Client
+	_ = t.cc.ForEachMaster(context.Background(), func(_ context.Context, c *redis.Client) error {
+		if c.Options().Addr == addr {
+			mu.Lock()
+			found = c
+			mu.Unlock()
+		}
+		return nil
+	})
+	if found != nil {
+		return found
+	}
+	lc, ok := like.(*redis.Client)
+	if !ok {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c := t.own[addr]
+	if c == nil && t.own != nil { // nil once drained
+		opt := *lc.Options()
+		opt.Addr = addr
+		c = redis.NewClient(&opt)
+		t.own[addr] = c
+	}
+	return c
+}
+
+// notNow reports a reply by which Redis refused a command before running
+// it, for a while: TRYAGAIN (a command on several keys of a slot being
+// migrated, some of which are on the other side, or a script that refused
+// itself there before writing anything: lua/migrating.lua), CLUSTERDOWN,
+// LOADING.
+func notNow(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := err.Error()
+	return strings.HasPrefix(msg, "TRYAGAIN") || strings.HasPrefix(msg, "CLUSTERDOWN") || strings.HasPrefix(msg, "LOADING")
+}
+
+// Pauses before a call that Redis refused for now is sent again: the
+// first, doubling up to the last.
+const (
+	notNowPause    = 10 * time.Millisecond
+	notNowMaxPause = 200 * time.Millisecond
+)
+
+// retryBound returns until when a call made now with ctx may be sent again
+// after a reply that refused it for now: ctx's deadline, at most
+// releaseTimeout from now.
+func retryBound(ctx context.Context) time.Time {
+	until := time.Now().Add(releaseTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(until) {
+		until = d
+	}
+	return until
+}
+
+// retry sends o, whose reply o.r refused it for now, again after a pause,
+// if its caller still waits (or nobody does: async) and the pause ends
+// within o's bound; otherwise it delivers o.r.
+func (t *transport) retry(o *op) {
+	pause := min(notNowPause<<min(o.tries, 8), notNowMaxPause)
+	if o.once || !time.Now().Add(pause).Before(o.until) || o.done != nil && o.state.Load() != opWaiting {
+		o.deliver(o.r)
+		return
+	}
+	o.tries++
+	o.redirects = 0
+	notRun(&o.call) // refused for now: Redis ran nothing
+	t.workers.Add(1)
+	time.AfterFunc(pause, func() {
+		defer t.workers.Add(-1)
+		if o.done != nil && o.state.Load() != opWaiting {
+			o.deliver(o.r) // the caller left: to its give-back
+			return
+		}
+		t.submit(o)
+	})
 }
 
 // learn has the scripts learn their digests from the node that serves key,
@@ -669,11 +877,18 @@ func script(s *lua.Script, keys []string, args ...any) call {
 	return call{script: s, keys: keys, args: args}
 }
 
-// drain waits, at most d, until no worker runs: once the client is
-// closed, workers stop as soon as their lanes are empty.
+// drain waits, at most d, until no worker runs and no call is on its way
+// again (once the client is closed, workers stop as soon as their lanes
+// are empty), then closes the transport's own clients.
 func (t *transport) drain(d time.Duration) {
 	deadline := time.Now().Add(d)
 	for t.workers.Load() > 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, c := range t.own {
+		_ = c.Close()
+	}
+	t.own = nil
 }

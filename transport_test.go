@@ -161,7 +161,7 @@ func TestTransportOneWaitPerGroup(t *testing.T) {
 	assert.EqualValues(t, 1, pipes.Load())
 
 	names = nil
-	r := c.tr.do(bg, call{script: lua.Unlock, keys: []string{"tr:w1", "tr:w1:chan"}, args: []any{"tr:owner", 1, 30000, publish, "0"}}, nil)
+	r := c.tr.do(bg, call{script: lua.Unlock, keys: []string{"tr:w1"}, args: []any{"tr:owner", 1, 30000, publish, "0", "tr:w1:chan"}}, nil)
 	require.NoError(t, r.Err())
 	assert.NotContains(t, names, "wait", "a release does not wait for replicas")
 	assert.EqualValues(t, -1, r.acked)
@@ -281,4 +281,95 @@ func TestTransportFollowsMovedSlots(t *testing.T) {
 		rc.MigrateSlot(t, redistest.SlotOf(t, rc.Masters[0], base), rc.Masters[1])
 		check(t, ":mig")
 	})
+}
+
+// replyErr is an error reply of Redis's.
+type replyErr string
+
+func (e replyErr) Error() string { return string(e) }
+func (replyErr) RedisError()     {}
+
+// A reply that says "not now" (TRYAGAIN, CLUSTERDOWN, LOADING: Redis
+// refused the command before running it) is sent again within the call's
+// bound: its context's deadline, and at most releaseTimeout (a release's
+// bound when it has no deadline). A call that is still told "not now" when
+// its bound comes gets that reply, before its context ends.
+func TestTransportRetriesNotNow(t *testing.T) {
+	e := realEnv(t)
+	rdb, hook := faultRDB(t, &redis.Options{Addr: e.addr})
+	c := newClient(t, rdb)
+	bg := context.Background()
+	for _, msg := range []string{
+		"TRYAGAIN Multiple keys request during rehashing of slot",
+		"CLUSTERDOWN The cluster is down",
+		"LOADING Redis is loading the dataset in memory",
+	} {
+		key := "tr:notnow:" + strings.Fields(msg)[0]
+		rule := hook.OnCommand(faultproxy.CommandRule{Args: onKey(key), Times: 3, Action: faultproxy.Fail(replyErr(msg))})
+		ctx, cancel := context.WithTimeout(bg, 5*time.Second)
+		v, err := c.acquired(c.tr.do(ctx, trLock(key), nil))
+		cancel()
+		require.NoError(t, err, msg)
+		assert.Equal(t, []int64{1, 1}, v)
+		assert.Equal(t, 3, rule.Fired())
+
+		// A release, whose context cannot end.
+		del := func(args []any) bool { return len(args) == 2 && args[0] == "del" && args[1] == key }
+		rule = hook.OnCommand(faultproxy.CommandRule{Args: del, Times: 3, Action: faultproxy.Fail(replyErr(msg))})
+		n, err := c.tr.do(bg, call{keys: []string{key}, args: []any{"del", key}, direct: true}, nil).Int64()
+		require.NoError(t, err, msg)
+		assert.EqualValues(t, 1, n)
+		assert.Equal(t, 3, rule.Fired())
+	}
+
+	key := "tr:notnow:long"
+	rule := hook.OnCommand(faultproxy.CommandRule{Args: onKey(key), Action: faultproxy.Fail(replyErr("TRYAGAIN Multiple keys request during rehashing of slot"))})
+	defer rule.Remove()
+	ctx, cancel := context.WithTimeout(bg, 300*time.Millisecond)
+	defer cancel()
+	r := c.tr.do(ctx, trLock(key), nil)
+	assert.False(t, r.gone, "the reply came before the context ended")
+	require.ErrorContains(t, r.Err(), "TRYAGAIN")
+	assert.NoError(t, ctx.Err())
+	assert.Greater(t, rule.Fired(), 2)
+}
+
+// A batch that meets TRYAGAIN (first) and ASK (after it) on a Cluster's
+// migrating slot runs each call once: go-redis's cluster pipeline, which
+// sends a node's whole batch again when its first command answers
+// TRYAGAIN, must not send the call it is already following to the ASK
+// target a second time (it did: the call ran twice, and two goroutines
+// read replies into one command).
+func TestTransportClusterBatchMeetsTryagainAndAsk(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
+	rc := redistest.StartClusterWithReplicas(t, 2, 0)
+	bg := context.Background()
+	cc := rc.Client(t)
+	c := newClient(t, cc)
+	tag := "{" + nameOn(t, cc, rc.Masters[0], "trbatch") + "}"
+	src := rc.Masters[0].Client(t)
+	require.NoError(t, src.Set(bg, tag+"a", 1, 0).Err())
+	require.NoError(t, src.Set(bg, tag+"n", 0, 0).Err())
+	mig := rc.BeginMigration(t, redistest.SlotOf(t, rc.Masters[0], tag), rc.Masters[1])
+	defer mig.Finish(t)
+	mig.Move(t, tag+"n") // on the target: the source answers ASK for it
+	require.NoError(t, c.tr.do(bg, call{keys: []string{tag + "a"}, args: []any{"get", tag + "a"}}, nil).Err(), "warm")
+
+	ctx, cancel := context.WithTimeout(bg, time.Second)
+	defer cancel()
+	rs := c.tr.doAll(ctx, []call{
+		{keys: []string{tag + "a", tag + "x"}, args: []any{"exists", tag + "a", tag + "x"}}, // TRYAGAIN: a here, x nowhere
+		{keys: []string{tag + "n"}, args: []any{"incr", tag + "n"}},                         // ASK
+	})
+	require.Error(t, rs[0].Err(), "TRYAGAIN until the context ended")
+	n, err := rs[1].Int64()
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, n)
+	p := rc.Masters[1].Client(t).Pipeline()
+	p.Do(bg, "asking")
+	got := p.Get(bg, tag+"n")
+	_, _ = p.Exec(bg)
+	v, err := got.Int()
+	require.NoError(t, err)
+	assert.Equal(t, 1, v, "the INCR ran once")
 }

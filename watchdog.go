@@ -475,6 +475,7 @@ func (w *watchdog) renewBatch(hs []*hold, r *RenewalEvent, failed map[time.Durat
 	for _, h := range hs {
 		for _, k := range h.renew {
 			k.takes = true
+			k.once = true // a failed renewal is retried sooner than the transport would
 			calls = append(calls, k)
 		}
 	}

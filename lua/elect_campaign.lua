@@ -5,11 +5,12 @@
 --          leads
 -- KEYS[2]  the term counter (elect_term.lua), which never expires; its
 --          terms follow fence.lua's rule, so they are large numbers
--- KEYS[3]  the election's channel (in KEYS[1]'s slot)
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  the candidate's owner field "<client uuid>:<n>"
 -- ARGV[3]  the candidate's value
 -- ARGV[4]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded)
+-- ARGV[5]  the election's channel (in KEYS[1]'s slot; not a key, see
+--          lua/lua.go)
 --
 -- A win takes the next term, writes the election and publishes
 -- "<term> <value>" on the channel. A candidate that finds itself leading
@@ -31,5 +32,5 @@ end
 local term = next_term(KEYS[2])
 redis.call('hset', KEYS[1], 'owner', ARGV[2], 'value', ARGV[3], 'term', string.format('%d', term))
 redis.call('pexpire', KEYS[1], ARGV[1])
-redis.call(ARGV[4], KEYS[3], string.format('%d', term) .. ' ' .. ARGV[3])
+redis.call(ARGV[4], ARGV[5], string.format('%d', term) .. ' ' .. ARGV[3])
 return {1, 1, term}

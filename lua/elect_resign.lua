@@ -4,10 +4,10 @@
 --
 -- KEYS[1]  the election (see elect_campaign.lua)
 -- KEYS[2]  the term counter
--- KEYS[3]  the election's channel
 -- ARGV[1]  the leader's owner field
 -- ARGV[2]  its term, or 0 when not known
 -- ARGV[3]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded)
+-- ARGV[4]  the election's channel (not a key, see lua/lua.go)
 --
 -- While the owner leads, the election is deleted and "<term>" (that term
 -- ended, nobody leads) is published, which wakes the candidates. When its
@@ -21,10 +21,10 @@
 local term = redis.call('hget', KEYS[1], 'term')
 if redis.call('hget', KEYS[1], 'owner') == ARGV[1] then
   redis.call('del', KEYS[1])
-  redis.call(ARGV[3], KEYS[3], term)
+  redis.call(ARGV[3], ARGV[4], term)
   return 2
 end
 if term == false and redis.call('exists', KEYS[1]) == 0 and redis.call('get', KEYS[2]) == ARGV[2] then
-  redis.call(ARGV[3], KEYS[3], ARGV[2])
+  redis.call(ARGV[3], ARGV[4], ARGV[2])
 end
 return 3

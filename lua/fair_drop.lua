@@ -14,12 +14,15 @@
 if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
-redis.call('hdel', KEYS[1], ARGV[1])
-if redis.call('hlen', KEYS[1]) == 0 then
-  redis.call('del', KEYS[1])
-  local head = redis.call('zrange', KEYS[2], 0, 0)[1]
-  if head then
-    redis.call(ARGV[3], ARGV[2] .. head, '1')
-  end
+-- Read before it is changed: a key this script empties is not touched
+-- again (lua/lua.go).
+if redis.call('hlen', KEYS[1]) > 1 then
+  redis.call('hdel', KEYS[1], ARGV[1])
+  return 1
+end
+redis.call('del', KEYS[1])
+local head = redis.call('zrange', KEYS[2], 0, 0)[1]
+if head then
+  redis.call(ARGV[3], ARGV[2] .. head, '1')
 end
 return 1

@@ -10,13 +10,13 @@
 -- ARGV[3]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded)
 --
 -- Returns 1 when the waiter was queued, 0 when it was not.
-local head0 = redis.call('zrange', KEYS[2], 0, 0)[1]
+-- The queue's first two are read before it is changed (the second heads it
+-- once the first leaves): a key this script empties is not touched again
+-- (lua/lua.go).
+local first = redis.call('zrange', KEYS[2], 0, 1)
 local n = redis.call('zrem', KEYS[2], ARGV[1])
 redis.call('zrem', KEYS[3], ARGV[1])
-if head0 == ARGV[1] and redis.call('exists', KEYS[1]) == 0 then
-  local head = redis.call('zrange', KEYS[2], 0, 0)[1]
-  if head then
-    redis.call(ARGV[3], ARGV[2] .. head, '1')
-  end
+if first[1] == ARGV[1] and first[2] and redis.call('exists', KEYS[1]) == 0 then
+  redis.call(ARGV[3], ARGV[2] .. first[2], '1')
 end
 return n

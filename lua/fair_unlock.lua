@@ -27,6 +27,20 @@
 -- with WRONGTYPE and is not overwritten (a foreign queue key is found only
 -- after the lock's field is deleted).
 redis.replicate_commands()
+
+-- zrem_all removes members from the sorted set key, at most 1000 per ZREM
+-- (Lua's stack), and stops once key is empty: a key this script empties is
+-- not touched again (lua/lua.go).
+local function zrem_all(key, members)
+  local left = redis.call('zcard', key)
+  for i = 1, #members, 1000 do
+    if left == 0 then
+      return
+    end
+    left = left - redis.call('zrem', key, unpack(members, i, math.min(i + 999, #members)))
+  end
+end
+
 local n = tonumber(ARGV[2]) - 1
 if n > 0 then
   if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
@@ -47,11 +61,21 @@ local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local dead = redis.call('zrangebyscore', KEYS[3], '-inf', now)
 if #dead > 0 then
+  -- The new head, the first live waiter, is among the queue's first
+  -- #dead + 1, read before the dead leave it.
+  local isdead = {}
   for _, f in ipairs(dead) do
-    redis.call('zrem', KEYS[2], f)
-    redis.call('zrem', KEYS[3], f)
+    isdead[f] = true
   end
-  head = redis.call('zrange', KEYS[2], 0, 0)[1]
+  head = nil
+  for _, f in ipairs(redis.call('zrange', KEYS[2], 0, #dead)) do
+    if not isdead[f] then
+      head = f
+      break
+    end
+  end
+  zrem_all(KEYS[2], dead)
+  zrem_all(KEYS[3], dead)
 end
 if head then
   redis.call(ARGV[5], ARGV[4] .. head, '1')

@@ -1,9 +1,9 @@
 -- Frees a reentrant lock whoever holds it and wakes its waiters.
 --
 -- KEYS[1]  the lock's hash
--- KEYS[2]  channel (in KEYS[1]'s slot)
 -- ARGV[1]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded)
 -- ARGV[2]  message
+-- ARGV[3]  channel (in KEYS[1]'s slot; not a key, see lua/lua.go)
 --
 -- Returns 1 when a lock was freed, 0 when it was free. A key of another type
 -- is refused with WRONGTYPE and kept.
@@ -20,5 +20,5 @@ if other[1] or other[2] or other[3] then
   return redis.error_reply('WRONGTYPE key is another kind of lock')
 end
 redis.call('del', KEYS[1])
-redis.call(ARGV[1], KEYS[2], ARGV[2])
+redis.call(ARGV[1], ARGV[3], ARGV[2])
 return 1

@@ -6,8 +6,7 @@
 -- on its channel.
 --
 -- KEYS[1]  the lock's hash
--- KEYS[2]  the lock's channel (in the lock's slot)
--- KEYS[3]  optional: the fencing counter (WithFencing); the receiver's is a
+-- KEYS[2]  optional: the fencing counter (WithFencing); the receiver's is a
 --          first hold, so it is moved on to the next token (fence.lua,
 --          prepended) and returned
 -- ARGV[1]  the releasing owner's field
@@ -19,6 +18,7 @@
 -- ARGV[5]  publish command: "publish" or "spublish"
 -- ARGV[6]  unlock message
 -- ARGV[7]  the releasing client's own subscriptions to the channel (0 or 1)
+-- ARGV[8]  the lock's channel (in the lock's slot; not a key, see lua/lua.go)
 --
 -- A releasing owner whose field is gone (its lease was lost) has nothing to
 -- hand over: the receiver gets the lock only if it is free, as its own
@@ -27,7 +27,7 @@
 -- did.
 --
 -- Returns {code, n, token, gone}: {1, 1, token, gone} when the receiver
--- holds the lock with one hold (token 0 without KEYS[3]; a resent call
+-- holds the lock with one hold (token 0 without KEYS[2]; a resent call
 -- reads the counter, which nobody else can have changed since, as the
 -- receiver holds the lock), {2, 0, 0, gone} when the lock was released for
 -- other clients, {0, pttl, 0, 1} when another owner holds it (nothing
@@ -51,20 +51,20 @@ end
 if ARGV[4] ~= '' and not received then
   local others = 1
   if ARGV[4] ~= 'any' then
-    others = redis.call('pubsub', ARGV[4], KEYS[2])[2] - tonumber(ARGV[7])
+    others = redis.call('pubsub', ARGV[4], ARGV[8])[2] - tonumber(ARGV[7])
   end
   if others > 0 then
     redis.call('del', KEYS[1])
-    redis.call(ARGV[5], KEYS[2], ARGV[6])
+    redis.call(ARGV[5], ARGV[8], ARGV[6])
     return {2, 0, 0, gone}
   end
 end
 local token = 0
-if KEYS[3] then
+if KEYS[2] then
   if received then
-    token = tonumber(redis.call('get', KEYS[3]))
+    token = tonumber(redis.call('get', KEYS[2]))
   else
-    token = fence_next(KEYS[3])
+    token = fence_next(KEYS[2])
   end
 end
 redis.call('hset', KEYS[1], ARGV[2], 1)

@@ -3,8 +3,8 @@
 --
 -- KEYS[1]  the latch's count (a string)
 -- KEYS[2]  the latch's round (a string)
--- KEYS[3]  channel (in KEYS[1]'s slot)
 -- ARGV[1]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded)
+-- ARGV[2]  channel (in KEYS[1]'s slot; not a key, see lua/lua.go)
 --
 -- Returns 1 when the latch was counting, 0 when it was not. A key of
 -- another type fails with WRONGTYPE and is kept.
@@ -19,5 +19,5 @@ if t == 'none' then
   return 0
 end
 redis.call('del', KEYS[1])
-redis.call(ARGV[1], KEYS[3], '0')
+redis.call(ARGV[1], ARGV[2], '0')
 return 1

@@ -3,6 +3,30 @@
 // Every state change of a lock is one script, so it is atomic in Redis. Scripts
 // run with EVALSHA and fall back to EVAL when Redis has not cached them yet.
 //
+// # Keys and channels on a Cluster
+//
+// A script declares as KEYS the keys it reads or writes, all in one slot,
+// and nothing else: the channels it publishes on (in the same slot, named
+// after the lock) are ARGV. While a slot is being migrated, Redis (7.0)
+// checks a script's declared keys before running it: a master that lacks
+// every one of them answers ASK (the keys are on the importing master), one
+// that lacks some of several answers TRYAGAIN, and the importing master,
+// after ASKING, answers TRYAGAIN for several keys some of which it lacks.
+// A channel declared as a key never exists, so every script naming one was
+// refused with TRYAGAIN for the whole migration; PUBLISH and SPUBLISH from
+// a script are not refused, on the master that serves the slot or, after
+// ASKING, on the one importing it. A key a script touches without having
+// declared it fails inside the script ("a non local key") on a master that
+// lacks it, after what the script wrote before: every key is declared.
+//
+// So does a declared key the script has emptied itself (DEL, or HDEL or
+// ZREM of its last member), on the master the slot is migrating away from:
+// a script reads what it needs before it changes a key, and never touches
+// a key again once it may have emptied it. Where a script cannot avoid it
+// (expired entries dropped before the script writes to the same set), it
+// refuses itself first, with TRYAGAIN and before writing anything, on that
+// master only (migrating.lua): the transport sends it again.
+//
 // # FIPS 140-only mode
 //
 // EVALSHA names a script by the SHA-1 digest of its source, which this

@@ -23,5 +23,5 @@ var (
 // loadRW returns a state-changing RWMutex script with rw_prelude.lua (and
 // then more, if given) before it.
 func loadRW(name string, more ...string) *Script {
-	return LoadWith(name, append([]string{"rw_prelude.lua"}, more...)...)
+	return LoadWith(name, append([]string{"migrating.lua", "rw_prelude.lua"}, more...)...)
 }

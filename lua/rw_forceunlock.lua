@@ -3,9 +3,9 @@
 --
 -- KEYS[1]  the lock's hash
 -- KEYS[2]  zset of read holders
--- KEYS[3]  readers' channel
--- KEYS[4]  writers' channel
 -- ARGV[1]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded)
+-- ARGV[2]  readers' channel (not a key, see lua/lua.go)
+-- ARGV[3]  writers' channel
 --
 -- Returns 1 when a lock was freed, 0 when it was free. A key of another type
 -- is refused with WRONGTYPE and kept.
@@ -18,6 +18,6 @@ if t ~= 'hash' or not redis.call('hget', KEYS[1], 'mode') then
   return redis.error_reply('WRONGTYPE key is not an RWMutex')
 end
 redis.call('del', KEYS[1], KEYS[2])
-redis.call(ARGV[1], KEYS[3], '1')
-redis.call(ARGV[1], KEYS[4], '1')
+redis.call(ARGV[1], ARGV[2], '1')
+redis.call(ARGV[1], ARGV[3], '1')
 return 1

@@ -12,6 +12,8 @@
 -- ARGV[4]  waiter timeout in ms: on failure the caller registers as a waiting
 --          writer (which holds new readers back) with a deadline that far
 --          ahead; 0 = not (TryLock)
+-- ARGV[5]  unused ("", or RWRLock's ARGV[5]: the two share their arguments)
+-- ARGV[6]  the readers' channel (not a key: rw_prelude.lua's probe)
 --
 -- Granted when the owner holds the write lock (re-entry), or when no read or
 -- write hold is left and no reader admitted by the last write unlock is still

@@ -1,16 +1,32 @@
 -- The start of every RWMutex script that changes state (lua/rw.go puts it
--- before each): Redis's clock in ms as now, and read holds whose lease ran
--- out and waiters whose deadline passed already dropped.
+-- before each, after migrating.lua): Redis's clock in ms as now, and read
+-- holds whose lease ran out and waiters whose deadline passed already
+-- dropped. Each of those scripts takes a channel of the lock as its last
+-- ARGV (migrating.lua's probe).
 --
 -- Drops read holds whose lease ran out and waiters whose deadline passed,
--- and frees the lock when no hold is left.
+-- and frees the lock when no hold is left. When that would empty one of the
+-- sets, which the script then touches again, it is refused first on a
+-- master the lock's slot is migrating away from (migrating.lua).
 local function purge(now)
-  for _, f in ipairs(redis.call('zrangebyscore', KEYS[2], '-inf', now)) do
+  local expired = redis.call('zrangebyscore', KEYS[2], '-inf', now)
+  local dead = {}
+  local empties = #expired > 0 and #expired == redis.call('zcard', KEYS[2])
+  for i = 3, 5 do
+    dead[i] = redis.call('zcount', KEYS[i], '-inf', now)
+    empties = empties or dead[i] > 0 and dead[i] == redis.call('zcard', KEYS[i])
+  end
+  if empties then
+    refuse_if_migrating(probe_arg())
+  end
+  for _, f in ipairs(expired) do
     redis.call('hdel', KEYS[1], 'r:' .. f)
     redis.call('zrem', KEYS[2], f)
   end
   for i = 3, 5 do
-    redis.call('zremrangebyscore', KEYS[i], '-inf', now)
+    if dead[i] > 0 then
+      redis.call('zremrangebyscore', KEYS[i], '-inf', now)
+    end
   end
   if redis.call('exists', KEYS[1]) == 0 then
     redis.call('del', KEYS[2])

@@ -10,6 +10,7 @@
 --          (TryRLock)
 -- ARGV[5]  for a downgrade, the field of the caller's write hold (its read
 --          hold has a field of its own); "" otherwise
+-- ARGV[6]  the readers' channel (not a key: rw_prelude.lua's probe)
 --
 -- Granted when the caller already holds the read lock (re-entry, in either
 -- mode: a downgraded read hold re-enters while its owner still holds the

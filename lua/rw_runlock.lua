@@ -3,11 +3,11 @@
 --
 -- KEYS[1..5]  hash, read holders, waiting writers, waiting readers, admitted
 --              readers (see lua/rw.go)
--- KEYS[6..7]  readers' and writers' channels
 -- ARGV[1]  owner field
 -- ARGV[2]  read hold count the caller had before this call (1 releases all)
 -- ARGV[3]  lease in milliseconds, renewed while holds remain
 -- ARGV[4]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded)
+-- ARGV[5..6]  readers' and writers' channels (not keys, see lua/lua.go)
 --
 -- Returns 1 when holds remain, 2 when the owner's read hold was released, 3
 -- when it was already gone (a resent release, or a lost hold: see
@@ -32,10 +32,13 @@ if n > 0 then
   extend(KEYS[2], lease)
   return 1
 end
+-- The read holders are counted before they change: a key this script
+-- empties is not touched again (lua/lua.go).
+local left = redis.call('zcard', KEYS[2])
 redis.call('hdel', KEYS[1], rf)
-redis.call('zrem', KEYS[2], field)
-if redis.call('hget', KEYS[1], 'mode') == 'read' and redis.call('zcard', KEYS[2]) == 0 then
+left = left - redis.call('zrem', KEYS[2], field)
+if redis.call('hget', KEYS[1], 'mode') == 'read' and left == 0 then
   redis.call('del', KEYS[1])
-  redis.call(ARGV[4], KEYS[7], '1')
+  redis.call(ARGV[4], ARGV[6], '1')
 end
 return 2

@@ -5,11 +5,11 @@
 --
 -- KEYS[1..5]  hash, read holders, waiting writers, waiting readers, admitted
 --              readers (see lua/rw.go)
--- KEYS[6..7]  readers' and writers' channels
 -- ARGV[1]  owner field
 -- ARGV[2]  write hold count the caller had before this call (1 releases all)
 -- ARGV[3]  lease in milliseconds, kept while holds remain
 -- ARGV[4]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded)
+-- ARGV[5..6]  readers' and writers' channels (not keys, see lua/lua.go)
 --
 -- Returns 1 when holds remain, 2 when the write hold was released, 3 when
 -- it was already gone (a resent release, or a lost hold: see unlock.lua),
@@ -44,7 +44,7 @@ if redis.call('zcard', KEYS[2]) > 0 then
   redis.call('hset', KEYS[1], 'mode', 'read')
 else
   redis.call('del', KEYS[1])
-  redis.call(ARGV[4], KEYS[7], '1')
+  redis.call(ARGV[4], ARGV[6], '1')
 end
-redis.call(ARGV[4], KEYS[6], '1')
+redis.call(ARGV[4], ARGV[5], '1')
 return 2

@@ -1,17 +1,18 @@
 -- Acquires n more permits of a semaphore for one owner (sem_prelude.lua
 -- describes the keys and is prepended).
 --
--- KEYS[1..4]  name, {name}:holders, {name}:expiry, {name}:sem-wake channel
+-- KEYS[1..3]  name, {name}:holders, {name}:expiry (see sem_prelude.lua)
 -- ARGV[1]     owner field "<client uuid>:<n>"
 -- ARGV[2]     n, permits to acquire (> 0)
 -- ARGV[3]     permits the owner held before this call, as its process knows
 -- ARGV[4]     lease in milliseconds
--- ARGV[5]     publish command ('publish' or 'spublish') for KEYS[4]
+-- ARGV[5]     publish command ('publish' or 'spublish')
 -- ARGV[6]     most expired holders to reclaim in this call
 -- ARGV[7]     the total the caller states (WithPermits), set when the
 --             semaphore has none (never set, or lost with Redis's data);
 --             0: none stated, a missing total stays missing. A total that
 --             is set is never changed here.
+-- ARGV[8]     the {name}:sem-wake channel (not a key, see lua/lua.go)
 --
 -- The owner's count is set to ARGV[3] + ARGV[2] rather than incremented, so
 -- a call that go-redis resends after a network error cannot take twice; a
@@ -64,5 +65,5 @@ if created then
   -- Wake as many waiters as permits are free now (as sem_set.lua does).
   freed = math.max(created - used, 0)
 end
-sem_finish(used, stored, freed, ARGV[5])
+sem_finish(used, stored, freed, ARGV[5], ARGV[8])
 return result

@@ -1,10 +1,11 @@
 -- Releases every permit one owner holds (used by Client.Close and when a
 -- hold cannot be registered). sem_prelude.lua is prepended.
 --
--- KEYS[1..4]  name, {name}:holders, {name}:expiry, {name}:sem-wake channel
+-- KEYS[1..3]  name, {name}:holders, {name}:expiry (see sem_prelude.lua)
 -- ARGV[1]     owner field
--- ARGV[2]     publish command ('publish' or 'spublish') for KEYS[4]
+-- ARGV[2]     publish command ('publish' or 'spublish')
 -- ARGV[3]     most expired holders to reclaim in this call
+-- ARGV[4]     the {name}:sem-wake channel (not a key, see lua/lua.go)
 --
 -- Returns the number of permits released (0 when the owner held none).
 local field = ARGV[1]
@@ -19,5 +20,5 @@ if held > 0 then
   used = used - held
   freed = freed + held
 end
-sem_finish(used, stored, freed, ARGV[2])
+sem_finish(used, stored, freed, ARGV[2], ARGV[4])
 return held

@@ -8,7 +8,10 @@
 -- KEYS[2]  {name}:holders: a hash of owner field -> permits it holds
 -- KEYS[3]  {name}:expiry: a sorted set of owner field -> lease expiry, in
 --          milliseconds of Redis's own clock (TIME)
--- KEYS[4]  the channel told how many permits came free (same slot)
+--
+-- Each script also takes, as its last ARGV, the channel told how many
+-- permits came free (in the same slot; not a key, see lua/lua.go; also
+-- migrating.lua's probe).
 --
 -- Every script first reclaims the permits of holders whose lease has run
 -- out (at most ARGV's limit of them per call, so one call's work is
@@ -64,14 +67,28 @@ end
 
 -- sem_reclaim frees the permits of up to limit holders whose lease ended at
 -- or before now. It returns the permits freed and whether more expired
--- holders may remain.
+-- holders may remain. When that would empty the holders or the expiry
+-- set, which the script may touch again, it is refused first on a master
+-- the semaphore's slot is migrating away from (migrating.lua).
 local function sem_reclaim(now, limit)
   local gone = redis.call('zrangebyscore', KEYS[3], '-inf', now, 'limit', 0, limit)
+  if #gone == 0 then
+    return 0, false
+  end
+  local held = redis.call('hmget', KEYS[2], unpack(gone))
+  local present = 0
+  for i = 1, #gone do
+    if held[i] then
+      present = present + 1
+    end
+  end
+  if #gone == redis.call('zcard', KEYS[3]) or present > 0 and present == redis.call('hlen', KEYS[2]) then
+    refuse_if_migrating(probe_arg())
+  end
   local freed = 0
-  for _, f in ipairs(gone) do
-    local p = redis.call('hget', KEYS[2], f)
-    if p then
-      freed = freed + tonumber(p)
+  for i, f in ipairs(gone) do
+    if held[i] then
+      freed = freed + tonumber(held[i])
       redis.call('hdel', KEYS[2], f)
     end
     redis.call('zrem', KEYS[3], f)
@@ -110,10 +127,10 @@ local function sem_bound(now, more)
   return math.max(tonumber(first[2]) - now, 0)
 end
 
--- sem_finish stores used if it changed and tells waiters on KEYS[4] how
+-- sem_finish stores used if it changed and tells waiters on channel how
 -- many permits came free, with publish command pub ('publish' or
 -- 'spublish').
-local function sem_finish(used, stored, freed, pub)
+local function sem_finish(used, stored, freed, pub, channel)
   if used ~= stored then
     if used > 0 then
       redis.call('hset', KEYS[1], 'used', used)
@@ -122,6 +139,6 @@ local function sem_finish(used, stored, freed, pub)
     end
   end
   if freed > 0 then
-    redis.call(pub, KEYS[4], freed)
+    redis.call(pub, channel, freed)
   end
 end

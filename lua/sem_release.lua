@@ -1,12 +1,13 @@
 -- Releases n of the permits one owner holds (sem_prelude.lua describes the
 -- keys and is prepended).
 --
--- KEYS[1..4]  name, {name}:holders, {name}:expiry, {name}:sem-wake channel
+-- KEYS[1..3]  name, {name}:holders, {name}:expiry (see sem_prelude.lua)
 -- ARGV[1]     owner field
 -- ARGV[2]     n, permits to release (> 0, at most ARGV[3])
 -- ARGV[3]     permits the owner held before this call, as its process knows
--- ARGV[4]     publish command ('publish' or 'spublish') for KEYS[4]
+-- ARGV[4]     publish command ('publish' or 'spublish')
 -- ARGV[5]     most expired holders to reclaim in this call
+-- ARGV[6]     the {name}:sem-wake channel (not a key, see lua/lua.go)
 --
 -- The owner's count is set to ARGV[3] - ARGV[2] (never raised) rather than
 -- decremented, so a call that go-redis resends cannot release twice.
@@ -44,5 +45,5 @@ else
   used = used - (held - keep)
   freed = freed + (held - keep)
 end
-sem_finish(used, stored, freed, ARGV[4])
+sem_finish(used, stored, freed, ARGV[4], ARGV[6])
 return result

@@ -1,13 +1,14 @@
 -- Sets or changes the total permits of a semaphore (sem_prelude.lua
 -- describes the keys and is prepended).
 --
--- KEYS[1..4]  name, {name}:holders, {name}:expiry, {name}:sem-wake channel
+-- KEYS[1..3]  name, {name}:holders, {name}:expiry (see sem_prelude.lua)
 -- ARGV[1]     mode: "set" (always), "try" (only if never set), "add"
 --             (add ARGV[2], which may be negative, to the total; a
 --             semaphore never set counts as 0)
 -- ARGV[2]     n
--- ARGV[3]     publish command ('publish' or 'spublish') for KEYS[4]
+-- ARGV[3]     publish command ('publish' or 'spublish')
 -- ARGV[4]     most expired holders to reclaim in this call
+-- ARGV[5]     the {name}:sem-wake channel (not a key, see lua/lua.go)
 --
 -- Returns {1, total} when the total was set; {0, total} when mode "try"
 -- found it already set; {-1, used} when mode "add" would leave the total
@@ -36,5 +37,5 @@ else
     freed = math.max(total - used, 0)
   end
 end
-sem_finish(used, stored, freed, ARGV[3])
+sem_finish(used, stored, freed, ARGV[3], ARGV[5])
 return result

@@ -11,4 +11,4 @@ var (
 	SemAvailable = loadSem("sem_available.lua")
 )
 
-func loadSem(name string) *Script { return LoadWith(name, "sem_prelude.lua") }
+func loadSem(name string) *Script { return LoadWith(name, "migrating.lua", "sem_prelude.lua") }

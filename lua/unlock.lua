@@ -2,12 +2,12 @@
 -- publishes an unlock message (Redisson's "0") on the lock's channel.
 --
 -- KEYS[1]  the lock's hash
--- KEYS[2]  channel (in KEYS[1]'s slot)
 -- ARGV[1]  owner field
 -- ARGV[2]  hold count the caller had before this call (>= 1)
 -- ARGV[3]  lease in milliseconds, kept while holds remain
 -- ARGV[4]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded)
 -- ARGV[5]  message
+-- ARGV[6]  channel (in KEYS[1]'s slot; not a key, see lua/lua.go)
 --
 -- The count is set to ARGV[2] - 1 rather than decremented, so a call that
 -- go-redis resends after a network error cannot leave twice; a resent last
@@ -32,5 +32,5 @@ if n > 0 then
   return 1
 end
 redis.call('del', KEYS[1])
-redis.call(ARGV[4], KEYS[2], ARGV[5])
+redis.call(ARGV[4], ARGV[6], ARGV[5])
 return 2

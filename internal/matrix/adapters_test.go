@@ -42,6 +42,10 @@ type contender struct {
 	// release ends the hold whose context is hctx: Unlock, RUnlock,
 	// Release(n), Resign.
 	release func(hctx context.Context) error
+	// reenter re-enters the hold whose context is hctx, with hctx: Lock,
+	// RLock; nil if the primitive has no re-entry of the same kind. Its
+	// hold is left with release.
+	reenter func(hctx context.Context) (context.Context, error)
 	// token returns the hold's fencing token (Token, Term), and false when
 	// it has none (taken without WithFencing); nil when the holds of this
 	// contender never have one.
@@ -70,7 +74,7 @@ var primitives = []*primitive{
 		name: "Mutex", fencing: true,
 		contender: func(c *redisync.Client, name string, _ int, opts []redisync.LockOption) contender {
 			m := c.Mutex(name, opts...)
-			return contender{acquire: m.Lock, tryFor: m.TryLockFor, release: m.Unlock, token: m.Token, claims: exclusive(name)}
+			return contender{acquire: m.Lock, tryFor: m.TryLockFor, release: m.Unlock, reenter: m.Lock, token: m.Token, claims: exclusive(name)}
 		},
 		residue: fenceOnly,
 		idle: func(ctx context.Context, c *redisync.Client, name string) error {
@@ -81,7 +85,7 @@ var primitives = []*primitive{
 		name: "FairMutex", fencing: true,
 		contender: func(c *redisync.Client, name string, _ int, opts []redisync.LockOption) contender {
 			f := c.FairMutex(name, append(opts, redisync.WithWaiterTimeout(waiterTimeout))...)
-			return contender{acquire: f.Lock, tryFor: f.TryLockFor, release: f.Unlock, token: f.Token, claims: exclusive(name)}
+			return contender{acquire: f.Lock, tryFor: f.TryLockFor, release: f.Unlock, reenter: f.Lock, token: f.Token, claims: exclusive(name)}
 		},
 		residue: fenceOnly,
 		idle: func(ctx context.Context, c *redisync.Client, name string) error {
@@ -94,10 +98,10 @@ var primitives = []*primitive{
 		contender: func(c *redisync.Client, name string, i int, opts []redisync.LockOption) contender {
 			r := c.RWMutex(name, append(opts, redisync.WithWaiterTimeout(waiterTimeout))...)
 			if i%2 == 0 {
-				return contender{acquire: r.Lock, tryFor: r.TryLockFor, release: r.Unlock, token: r.Token,
+				return contender{acquire: r.Lock, tryFor: r.TryLockFor, release: r.Unlock, reenter: r.Lock, token: r.Token,
 					claims: []claim{{name, rwCapacity, rwCapacity}}}
 			}
-			return contender{acquire: r.RLock, tryFor: r.TryRLockFor, release: r.RUnlock,
+			return contender{acquire: r.RLock, tryFor: r.TryRLockFor, release: r.RUnlock, reenter: r.RLock,
 				claims: []claim{{name, 1, rwCapacity}}}
 		},
 		residue: fenceOnly,
@@ -163,7 +167,7 @@ var primitives = []*primitive{
 		contender: func(c *redisync.Client, name string, i int, opts []redisync.LockOption) contender {
 			a, b := multiName(name, i%3), multiName(name, (i+1)%3)
 			m := c.MultiLock([]string{a, b}, opts...)
-			return contender{acquire: m.Lock, tryFor: m.TryLockFor, release: m.Unlock,
+			return contender{acquire: m.Lock, tryFor: m.TryLockFor, release: m.Unlock, reenter: m.Lock,
 				claims: append(exclusive(a), exclusive(b)...)}
 		},
 		residue: func(string, bool) []string { return nil },

@@ -68,6 +68,7 @@ type cellRun struct {
 	start  time.Time
 	fenced bool
 	ack    bool
+	opts   cellOpts
 
 	mu         sync.Mutex
 	in         map[*hold]struct{} // holds whose contexts may be live
@@ -248,7 +249,9 @@ func (r *cellRun) classify(err error, try bool) (string, bool) {
 	}
 	for _, k := range unreachable {
 		if strings.Contains(s, k) {
-			return "unreachable: " + k, true
+			// A fault that leaves every node reachable (strict) excuses
+			// none of these.
+			return "unreachable: " + k, !r.opts.strict
 		}
 	}
 	return "other: " + s, false
@@ -322,6 +325,9 @@ func (r *cellRun) iterate(who string, ct contender, rng *rand.Rand) {
 	}
 	r.enter(h)
 	defer r.exit(h)
+	if r.opts.reenter && ct.reenter != nil && rng.IntN(3) == 0 {
+		r.reenterOnce(h, ct, rng)
+	}
 
 	// Now and then, keep the hold until the context it was taken with
 	// ends: the hold must end with it (and Unlock then returns nil).
@@ -345,8 +351,43 @@ func (r *cellRun) iterate(who string, ct contender, rng *rand.Rand) {
 	}
 	if errors.Is(context.Cause(hctx), redisync.ErrLeaseLost) {
 		r.count("leases lost")
+		if r.opts.strict {
+			r.violate("%s: the hold was lost (%v), in a fault that loses nothing", r.desc(h), context.Cause(hctx))
+		}
 	}
 	r.release(h, ct)
+}
+
+// reenterOnce re-enters h's hold through ct, keeps the re-entry a moment
+// and leaves it: the re-entry succeeds or fails as an acquisition may (or
+// with ErrNotHeld once the hold has ended), and leaving it succeeds as a
+// release must.
+func (r *cellRun) reenterOnce(h *hold, ct contender, rng *rand.Rand) {
+	began := time.Now()
+	rctx, err := ct.reenter(h.ctx)
+	if err != nil {
+		class, ok := r.classify(err, false)
+		if !ok && errors.Is(err, redisync.ErrNotHeld) && h.ctx.Err() != nil {
+			class, ok = "the hold ended", true
+		}
+		r.count("re-entry error: " + class)
+		if !ok {
+			r.violate("%s: its re-entry (began %s) returned %v", r.desc(h), r.since(began), err)
+		}
+		return
+	}
+	r.count("re-entered")
+	time.Sleep(time.Duration(1+rng.IntN(10)) * time.Millisecond)
+	r.audit(h)
+	if err := ct.release(rctx); err != nil {
+		class, _ := r.classify(err, false)
+		r.count("re-entry release error: " + class)
+		if r.opts.strict || strings.HasPrefix(class, "refused") || strings.HasPrefix(class, "other") {
+			if !errors.Is(err, redisync.ErrNotHeld) || h.ctx.Err() == nil || r.opts.strict {
+				r.violate("%s: leaving its re-entry returned %v", r.desc(h), err)
+			}
+		}
+	}
 }
 
 // release releases h's hold: after it returned, whatever it returned, the
@@ -357,6 +398,8 @@ func (r *cellRun) release(h *hold, ct contender) {
 	switch {
 	case err == nil:
 		r.count("released")
+	case r.opts.strict:
+		r.violate("%s: release returned %v (the fault loses nothing)", r.desc(h), err)
 	case errors.Is(err, redisync.ErrNotHeld) && errors.Is(err, redisync.ErrLeaseLost):
 		r.count("release: lease lost")
 	case errors.Is(err, redisync.ErrNotHeld) && !ended:
@@ -399,29 +442,53 @@ func (r *cellRun) checkTokens() {
 	}
 }
 
+// cellOpts are the variants of a cell's run.
+type cellOpts struct {
+	// shared: other cells run on fx at the same time, each on a lock of
+	// its own slot: fx is made ready before, and what is left in Redis is
+	// looked for among the keys named after this cell's lock.
+	shared bool
+	// strict: the fault loses nothing and leaves every node reachable (a
+	// resharding): no hold may be lost, no call may fail on the network,
+	// and every release must succeed.
+	strict bool
+	// reenter: a holder re-enters its hold now and then, and leaves the
+	// re-entry, while it holds it.
+	reenter bool
+}
+
+// cellName is the name of the lock a cell hammers.
+func cellName(c cell) string { return "mx:" + strings.NewReplacer("/", ":").Replace(c.String()) }
+
 // runCell runs one cell on fx: contenders on three Clients hammer one lock
 // of primitive p while the fault hits it, then the cell checks what is
 // left. Violations go to fail.
 func runCell(t *testing.T, fx fixture, c cell, p *primitive, fail func(msg string)) {
-	fx.ready(t)
+	runCellWith(t, fx, c, p, fail, cellOpts{})
+}
+
+// runCellWith is runCell with the variants opts.
+func runCellWith(t *testing.T, fx fixture, c cell, p *primitive, fail func(msg string), opts cellOpts) {
+	if !opts.shared {
+		fx.ready(t)
+	}
 	bg := context.Background()
 	r := &cellRun{
-		t: t, fail: fail, c: c, start: time.Now(),
-		name:   "mx:" + strings.NewReplacer("/", ":").Replace(c.String()),
+		t: t, fail: fail, c: c, start: time.Now(), name: cellName(c), opts: opts,
 		fenced: c[fOpt] == optFencing, ack: c[fOpt] == optAck,
 		in: map[*hold]struct{}{}, seen: map[string]bool{}, counts: map[string]int{}, kinds: map[string]int{},
 	}
 	h := faultproxy.NewHook()
-	opts := append(fx.options(c[fTopo]), redisync.WithWatchdogTimeout(lease))
+	copts := append(fx.options(c[fTopo]), redisync.WithWatchdogTimeout(lease))
 	if r.ack {
-		opts = append(opts, redisync.WithReplicaAck(1, ackTimeout))
+		copts = append(copts, redisync.WithReplicaAck(1, ackTimeout))
 	}
 	var lockOpts []redisync.LockOption
 	if r.fenced {
 		lockOpts = append(lockOpts, redisync.WithFencing())
 	}
 	newClient := func() *redisync.Client {
-		rc, err := redisync.New(fx.rdb(t, h), opts...)
+		rc, err := redisync.New(fx.rdb(t, h), copts...)
 		if err != nil {
 			t.Fatalf("New: %v", err)
 		}
@@ -437,7 +504,14 @@ func runCell(t *testing.T, fx fixture, c cell, p *primitive, fail func(msg strin
 
 	var cs []*redisync.Client
 	stop := make(chan struct{})
+	halt := sync.OnceFunc(func() { close(stop) })
 	var wg sync.WaitGroup
+	// A cell that ends early (a fault that failed t) stops its
+	// contenders and waits for them: none reports on a finished test.
+	defer func() {
+		halt()
+		wg.Wait()
+	}()
 	seed := uint64(time.Now().UnixNano())
 	for i := range clients {
 		rc := newClient()
@@ -472,7 +546,7 @@ func runCell(t *testing.T, fx fixture, c cell, p *primitive, fail func(msg strin
 	}
 	time.Sleep(settle)
 
-	close(stop)
+	halt()
 	finished := make(chan struct{})
 	go func() { wg.Wait(); close(finished) }()
 	select {
@@ -492,7 +566,7 @@ func runCell(t *testing.T, fx fixture, c cell, p *primitive, fail func(msg strin
 	allowed := p.residue(r.name, r.fenced)
 	var left []string
 	for _, k := range fx.keys(t) {
-		if !slices.Contains(allowed, k) {
+		if !slices.Contains(allowed, k) && (!opts.shared || strings.Contains(k, r.name)) {
 			left = append(left, k)
 		}
 	}

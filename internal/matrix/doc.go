@@ -21,4 +21,13 @@
 // Adding a primitive is adding one adapter (a primitive value, see
 // adapters_test.go) to the primitives list: the pairwise set grows to cover
 // it, and TestMatrixCoversAllPairs checks that it does.
+//
+// Beside the pairwise set, TestMatrix's resharding group runs every
+// primitive with each option it takes (WithReplicaAck included) while its
+// lock's slot is resharded: MIGRATING on its master and IMPORTING on
+// another for a while, its keys moved one by one (ASK, TRYAGAIN), then
+// assigned (issue 24). Its cells run at once, each on a slot of its own;
+// holders also re-enter their holds, and, as nothing is lost in a
+// resharding, no hold may be lost, no call may fail on the network and
+// every release must succeed.
 package matrix

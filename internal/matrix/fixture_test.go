@@ -48,6 +48,10 @@ const (
 	// clusterNodeTimeout is set on every cluster node, so that a pause
 	// or a restart is not taken for a failure.
 	clusterNodeTimeout = 5000
+	// reshardFor is how long the resharding fault keeps the lock's slot
+	// migrating, moving one of its keys every reshardStep.
+	reshardFor  = 1200 * time.Millisecond
+	reshardStep = 150 * time.Millisecond
 	// A restart of the single node loads loadKeys keys, loadPerKey each,
 	// before it is ready: it answers LOADING for half a second.
 	loadKeys   = 1000
@@ -256,6 +260,11 @@ func (fx *nodeFixture) heal(t *testing.T) {
 type clusterFixture struct {
 	rc *redistest.ReplicatedCluster
 	admins
+	// assigning serialises the ends of the slot migrations of cells that
+	// run at once: each SETSLOT NODE bumps the target's config epoch
+	// without consensus, and two at once between the same masters could
+	// leave a slot with the wrong owner.
+	assigning sync.Mutex
 }
 
 func startCluster(t *testing.T) *clusterFixture {
@@ -373,6 +382,21 @@ func (fx *clusterFixture) fault(t *testing.T, kind, name string) bool {
 		fx.heal(t)
 	case faultMigrate:
 		fx.rc.MigrateSlot(t, slot, fx.rc.Masters[(i+1)%len(fx.rc.Masters)])
+		fx.heal(t)
+	case faultReshard:
+		// As redis-cli --cluster reshard, slowly: the slot MIGRATING on
+		// its master and IMPORTING on the next one for reshardFor, while
+		// the contenders go on; every reshardStep one key the source
+		// still has moves (MIGRATE), so the lock's keys are split
+		// between the two for most of it; then the slot is assigned.
+		mig := fx.rc.BeginMigration(t, slot, fx.rc.Masters[(i+1)%len(fx.rc.Masters)])
+		for end := time.Now().Add(reshardFor); time.Now().Before(end); {
+			time.Sleep(reshardStep)
+			mig.Move(t, mig.Keys(t, 1)...)
+		}
+		fx.assigning.Lock()
+		mig.Finish(t)
+		fx.assigning.Unlock()
 		fx.heal(t)
 	case faultPubSub:
 		for _, s := range fx.nodes() {

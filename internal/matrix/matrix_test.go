@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/redisync-go/redisync"
+	"github.com/redisync-go/redisync/internal/keys"
 	"github.com/redisync-go/redisync/internal/redistest"
 )
 
@@ -15,14 +16,39 @@ import (
 func matrixCells() []cell { return pairwise(factorValues()) }
 
 // The groups of cells that share a fixture, and how to start it. The
-// groups run in parallel, the cells of a group one after the other.
+// groups run in parallel; the cells of a group one after the other, or,
+// with shared set in its opts, all at once (each on a lock of its own
+// slot).
 var groups = []struct {
 	name  string
-	topos []string
+	topos []string      // the pairwise cells of these topologies
+	cells func() []cell // or these cells
 	start func(t *testing.T) fixture
+	opts  cellOpts
 }{
-	{"node", []string{topoSingle}, func(t *testing.T) fixture { return startNode(t) }},
-	{"cluster", []string{topoSharded, topoClassic}, func(t *testing.T) fixture { return startCluster(t) }},
+	{name: "node", topos: []string{topoSingle}, start: func(t *testing.T) fixture { return startNode(t) }},
+	{name: "cluster", topos: []string{topoSharded, topoClassic}, start: func(t *testing.T) fixture { return startCluster(t) }},
+	{name: "resharding", cells: reshardCells, start: func(t *testing.T) fixture { return startCluster(t) },
+		opts: cellOpts{shared: true, strict: true, reenter: true}},
+}
+
+// reshardCells is the resharding group's cells (issue 24): every primitive
+// with each option it takes, WithReplicaAck included, the pub/sub modes
+// taking turns, while its lock's slot is resharded (faultReshard). Holders
+// re-enter their holds, and nothing may be lost or fail: the slot
+// MIGRATING/IMPORTING, keys split between two masters (ASK, TRYAGAIN), is
+// a normal state.
+func reshardCells() []cell {
+	topos := []string{topoSharded, topoClassic}
+	var cells []cell
+	for _, p := range primitives {
+		for _, opt := range allOptions {
+			if excluded(fPrim, p.name, fOpt, opt) == "" {
+				cells = append(cells, cell{p.name, opt, topos[len(cells)%2], faultReshard})
+			}
+		}
+	}
+	return cells
 }
 
 // TestMatrix runs every cell of the matrix: for each, contenders on three
@@ -39,15 +65,42 @@ func TestMatrix(t *testing.T) {
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
 			t.Parallel()
-			fx := g.start(t) // the group's: it outlives each cell
+			var run []cell
+			if g.cells != nil {
+				run = g.cells()
+			}
 			for _, c := range cells {
 				if slices.Contains(g.topos, c[fTopo]) {
-					t.Run(c.String(), func(t *testing.T) {
-						runCell(t, fx, c, c.prim(), func(msg string) { t.Error(msg) })
-					})
+					run = append(run, c)
 				}
 			}
+			fx := g.start(t) // the group's: it outlives each cell
+			if g.opts.shared {
+				distinctSlots(t, run)
+				fx.ready(t)
+			}
+			for _, c := range run {
+				t.Run(c.String(), func(t *testing.T) {
+					if g.opts.shared {
+						t.Parallel()
+					}
+					runCellWith(t, fx, c, c.prim(), func(msg string) { t.Error(msg) }, g.opts)
+				})
+			}
 		})
+	}
+}
+
+// distinctSlots fails t unless the locks of cells are in slots of their
+// own: cells that run at once each move their lock's slot.
+func distinctSlots(t *testing.T, cells []cell) {
+	seen := map[int]string{}
+	for _, c := range cells {
+		slot := keys.Slot(cellName(c))
+		if other, ok := seen[slot]; ok {
+			t.Fatalf("the locks of cells %s and %s share slot %d", other, c, slot)
+		}
+		seen[slot] = c.String()
 	}
 }
 

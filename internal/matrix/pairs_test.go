@@ -42,6 +42,9 @@ const (
 	faultFlush     = "script-flush" // SCRIPT FLUSH on every node
 	faultDelayed   = "delayed-replies"
 	faultLostReply = "lost-replies"
+	// faultReshard is not among the pairwise faults: TestMatrix's
+	// resharding group runs it with every primitive (see reshardCells).
+	faultReshard = "resharding" // the lock's slot MIGRATING/IMPORTING a while, its keys moved one by one
 )
 
 var (

@@ -359,41 +359,99 @@ func (cl *ReplicatedCluster) waitOwner(tb testing.TB, slot int, owner *Server) {
 // agrees.
 func (cl *ReplicatedCluster) MigrateSlot(tb testing.TB, slot int, to *Server) {
 	tb.Helper()
+	if cl.Owner(tb, slot) == to {
+		return
+	}
+	cl.BeginMigration(tb, slot, to).Finish(tb)
+}
+
+// Migration is a slot being moved from one master to another, left in
+// the middle: the slot is IMPORTING on the target and MIGRATING on the
+// source, and its keys move when Move or Finish says.
+type Migration struct {
+	cl       *ReplicatedCluster
+	Slot     int
+	From, To *Server
+	toID     string
+}
+
+// BeginMigration starts moving slot from its master to the master to
+// (which must be another master): CLUSTER SETSLOT IMPORTING on to, then
+// MIGRATING on the owner. No key moves yet: the owner answers ASK for the
+// keys it does not have, and TRYAGAIN for a command on several keys some
+// of which it lacks.
+func (cl *ReplicatedCluster) BeginMigration(tb testing.TB, slot int, to *Server) *Migration {
+	tb.Helper()
 	from := cl.Owner(tb, slot)
 	if from == to {
+		tb.Fatalf("redistest: slot %d is already served by %s", slot, to.Addr())
+	}
+	m := &Migration{cl: cl, Slot: slot, From: from, To: to, toID: NodeID(tb, to)}
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	fromID := NodeID(tb, from)
+	m.must(tb, "SETSLOT IMPORTING", to.Client(tb).Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID).Err())
+	m.must(tb, "SETSLOT MIGRATING", from.Client(tb).Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", m.toID).Err())
+	return m
+}
+
+func (m *Migration) must(tb testing.TB, what string, err error) {
+	tb.Helper()
+	if err != nil {
+		tb.Fatalf("redistest: %s (slot %d, %s to %s): %v", what, m.Slot, m.From.Addr(), m.To.Addr(), err)
+	}
+}
+
+// Keys returns the keys of the slot still on the source, at most n.
+func (m *Migration) Keys(tb testing.TB, n int) []string {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	keys, err := m.From.Client(tb).ClusterGetKeysInSlot(ctx, m.Slot, n).Result()
+	m.must(tb, "GETKEYSINSLOT", err)
+	return keys
+}
+
+// Move moves keys from the source to the target with one MIGRATE; the
+// keys the source no longer has are skipped.
+func (m *Migration) Move(tb testing.TB, keys ...string) {
+	tb.Helper()
+	if len(keys) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 	defer cancel()
-	fc, tc := from.Client(tb), to.Client(tb)
-	fromID, toID := NodeID(tb, from), NodeID(tb, to)
-	must := func(what string, err error) {
-		if err != nil {
-			tb.Fatalf("redistest: %s: %v", what, err)
-		}
+	args := []any{"MIGRATE", "127.0.0.1", m.To.Port(), "", 0, 5000, "KEYS"}
+	for _, k := range keys {
+		args = append(args, k)
 	}
-	must("SETSLOT IMPORTING", tc.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID).Err())
-	must("SETSLOT MIGRATING", fc.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID).Err())
+	if r, err := m.From.Client(tb).Do(ctx, args...).Text(); r != "NOKEY" {
+		m.must(tb, "MIGRATE", err)
+	}
+}
+
+// Finish moves the keys the source still has, then assigns the slot to
+// the target: SETSLOT NODE on the target, the source and every other
+// master, and waits until every node agrees.
+func (m *Migration) Finish(tb testing.TB) {
+	tb.Helper()
 	for {
-		keys, err := fc.ClusterGetKeysInSlot(ctx, slot, 100).Result()
-		must("GETKEYSINSLOT", err)
+		keys := m.Keys(tb, 100)
 		if len(keys) == 0 {
 			break
 		}
-		args := []any{"MIGRATE", "127.0.0.1", to.Port(), "", 0, 5000, "KEYS"}
-		for _, k := range keys {
-			args = append(args, k)
-		}
-		must("MIGRATE", fc.Do(ctx, args...).Err())
+		m.Move(tb, keys...)
 	}
-	must("SETSLOT NODE (target)", tc.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", toID).Err())
-	must("SETSLOT NODE (source)", fc.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", toID).Err())
-	for _, m := range cl.Masters {
-		if m != from && m != to {
-			must("SETSLOT NODE", m.Client(tb).Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", toID).Err())
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	m.must(tb, "SETSLOT NODE (target)", m.To.Client(tb).Do(ctx, "CLUSTER", "SETSLOT", m.Slot, "NODE", m.toID).Err())
+	m.must(tb, "SETSLOT NODE (source)", m.From.Client(tb).Do(ctx, "CLUSTER", "SETSLOT", m.Slot, "NODE", m.toID).Err())
+	for _, o := range m.cl.Masters {
+		if o != m.From && o != m.To {
+			m.must(tb, "SETSLOT NODE", o.Client(tb).Do(ctx, "CLUSTER", "SETSLOT", m.Slot, "NODE", m.toID).Err())
 		}
 	}
-	cl.waitOwner(tb, slot, to)
+	m.cl.waitOwner(tb, m.Slot, m.To)
 }
 
 // ownKey returns a key of one of the slots the master c is connected to
