@@ -147,7 +147,9 @@
 // hold or a wait get the caller's context. The modules extra/redisyncotel
 // and extra/redisyncprom plug it into OpenTelemetry and Prometheus.
 // Client.ID is the UUID at the start of every Redis owner field of the
-// client.
+// client, and Holders (on Mutex, FairMutex, RWMutex and Semaphore) lists
+// who holds a lock, as Redis has it: each hold's Client ID, count and
+// lease left.
 //
 // # Compatibility with Redisson
 //
@@ -202,7 +204,8 @@
 //
 //	primitives  reentrant.go (Mutex), fair.go, rwlock.go, semaphore.go
 //	            (and semaphore_permits.go), latch.go, election.go,
-//	            multilock.go: what each promises, one file each
+//	            multilock.go (and multilock_state.go): what each promises,
+//	            one file each; holders.go lists who holds them
 //	options     client.go (the Client, New, Close), fencing.go,
 //	            replica_ack.go, observe.go (events and logging), errors.go:
 //	            what the primitives and the layers below them consult
