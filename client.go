@@ -339,9 +339,7 @@ func lockSetup(name string, opts []LockOption, p primitive) (lockConfig, error) 
 	case lc.waiter > 0 && p != primFair && p != primRW:
 		return lc, fmt.Errorf("%w: WithWaiterTimeout applies to FairMutex and RWMutex only", ErrInvalid)
 	case lc.fence && p == primSemaphore:
-		return lc, fmt.Errorf("%w: WithFencing applies to Mutex, FairMutex and RWMutex only, not to a Semaphore", ErrInvalid)
-	case lc.fence && p == primMultiLock:
-		return lc, fmt.Errorf("%w: WithFencing applies to Mutex, FairMutex and RWMutex only, not to a MultiLock", ErrInvalid)
+		return lc, fmt.Errorf("%w: WithFencing applies to Mutex, FairMutex, RWMutex and MultiLock only, not to a Semaphore", ErrInvalid)
 	case lc.permits > 0 && p != primSemaphore:
 		return lc, fmt.Errorf("%w: WithPermits applies to Semaphore only", ErrInvalid)
 	}

@@ -105,8 +105,9 @@
 // it holds the lock, and code already past its last check writes anyway:
 // only the protected resource can refuse that write. WithFencing gives
 // every first acquisition of a Mutex, FairMutex or RWMutex write lock a
-// token strictly greater than every token given before for the name, read
-// without a round trip with Token; the resource refuses writes whose token
+// token strictly greater than every token given before for the name (and
+// a MultiLock one per name, from the same counters), read without a round
+// trip with Token; the resource refuses writes whose token
 // is lower than the highest it has seen (see ExampleWithFencing). The
 // counter, "{tag}:fence:<name>", never expires and is never reset by an
 // unlock; and as a token is never lower than the Redis server's clock in

@@ -55,14 +55,16 @@ type multiGroup struct {
 	slot     int
 	keys     []string // its names, sorted
 	channels []string // their unlock channels, in the same order
+	fences   []string // their fencing counters (WithFencing), in the same order
 }
 
 // MultiLock returns a handle on the locks names taken as one (see the
 // type). The order of names does not matter. Bad input (no names, an
 // empty or duplicated name, a name whose unlock channel is in another
 // Cluster slot, a bad option) is reported by every method of the handle,
-// as an error wrapping ErrInvalid. WithLease and WithRenewedLease apply;
-// WithFencing, WithWaiterTimeout and WithPermits do not, and are refused.
+// as an error wrapping ErrInvalid. WithLease and WithRenewedLease apply,
+// and WithFencing (see MultiLock.Token); WithWaiterTimeout and
+// WithPermits do not, and are refused.
 func (c *Client) MultiLock(names []string, opts ...LockOption) *MultiLock {
 	sorted := slices.Clone(names)
 	slices.Sort(sorted)
@@ -78,6 +80,13 @@ func (c *Client) MultiLock(names []string, opts ...LockOption) *MultiLock {
 		return m
 	}
 	lc, err := m.setup(opts)
+	if err == nil && lc.fence {
+		m.spec.fenced = true
+		for _, n := range sorted {
+			layout = append(layout, keyType{fenceKey(n), "string"})
+		}
+		m.spec.wrap = wrapLabelled(c, "multilock", ref, ref, layout...)
+	}
 	m.err = m.spec.wrap(err)
 	m.spec.ref = lockRef{c, KindMultiLock, ref}
 	m.spec.parts = true
@@ -126,6 +135,12 @@ func (m *MultiLock) setup(opts []LockOption) (lockConfig, error) {
 	for _, g := range bySlot {
 		for _, name := range g.keys {
 			g.channels = append(g.channels, multiChannel(name))
+			if lc.fence {
+				if err := fencingSetup(name, lc, nil); err != nil {
+					return lc, err
+				}
+				g.fences = append(g.fences, fenceKey(name))
+			}
 		}
 		m.groups = append(m.groups, *g)
 	}
@@ -254,9 +269,10 @@ func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 	try := func() (bool, time.Duration, error) {
 		field := a.owner
 		var first stamp
+		var tokens map[string]int64 // WithFencing: by name
 		for i := range m.groups {
 			g := &m.groups[i]
-			_, r, d, err := a.send(func(field string) call { return script(lua.MultiLock, g.keys, leaseMs, field, 0) })
+			_, r, d, err := a.send(func(field string) call { return g.first(leaseMs, field) })
 			if r == nil || r[0] != 1 {
 				// Not taken (or not known to be): what the attempt
 				// took in the slots before is given back first.
@@ -280,13 +296,24 @@ func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 			if i == 0 {
 				first = a.st // its lease counts from the first slot's script
 			}
+			if m.spec.fenced {
+				if len(r) != 2+len(g.keys) {
+					return false, 0, fmt.Errorf("redisync: unexpected reply %v", r)
+				}
+				if tokens == nil {
+					tokens = make(map[string]int64, len(m.names))
+				}
+				for j, name := range g.keys {
+					tokens[name] = r[2+j]
+				}
+			}
 		}
 		a.st = first
 		renew := make([]call, len(m.groups))
 		for i, g := range m.groups {
 			renew[i] = script(lua.MultiRenew, g.keys, field, leaseMs)
 		}
-		return a.grantAll(field, 1, renew)
+		return a.grantAll(field, 1, tokens, renew)
 	}
 
 	done, next, err := try()
@@ -323,6 +350,16 @@ func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 		return nil, m.wrap(waitError(err, parent, bounded))
 	}
 	return a.hctx, nil
+}
+
+// first is the lock script's call for a first hold of g's names by
+// field: with their fencing counters when fenced (each gets its token).
+func (g *multiGroup) first(leaseMs int64, field string) call {
+	if len(g.fences) == 0 {
+		return script(lua.MultiLock, g.keys, leaseMs, field, 0)
+	}
+	keys := append(slices.Clip(g.keys), g.fences...)
+	return script(lua.MultiLock, keys, leaseMs, field, 0, len(g.keys))
 }
 
 // takeBack gives back what an attempt of field took in the slots before
