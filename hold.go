@@ -533,7 +533,7 @@ func (c *Client) release(ctx context.Context, s *spec, n int, send func(ctx cont
 	case reply == 0:
 		c.lose(h, true)
 		return s.wrap(errLost)
-	case reply == goneAt:
+	case reply == goneAt && goneInTime(h):
 		// Redis lost the hold before its deadline (forced elsewhere, its
 		// data lost, a key deleted): the hold has ended, and its owner
 		// learns here that it was not protected until now.
@@ -544,6 +544,21 @@ func (c *Client) release(ctx context.Context, s *spec, n int, send func(ctx cont
 		c.wd.extend(h, sent)
 	}
 	return nil
+}
+
+// goneInTime reports whether a last release of h whose reply found the
+// hold gone in Redis found it gone while its lease still stood there: its
+// reply came (so the script ran) before the hold's deadline, which comes
+// before Redis can let the lease run out. Renewals stop when a last
+// release begins, and a release that takes long (sent again while a
+// slot's keys are split between two masters, or slow on the way) can find
+// a lease that ran out after that: the hold was not lost then, it lapsed
+// after its Unlock began, and the release succeeds.
+func goneInTime(h *hold) bool {
+	h.tmu.Lock()
+	dl := deadline(h.sent, h.lease)
+	h.tmu.Unlock()
+	return !expired(dl)
 }
 
 // lose ends h, which Redis no longer has (or no longer has whole), as

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -102,6 +103,30 @@ func TestLastUnlockRetriedByGoRedisSucceeds(t *testing.T) {
 		Args: func(args []string) bool { return len(args) > 1 && args[1] == sha }})
 	require.NoError(t, m.Unlock(hctx), "go-redis's retry of a last Unlock that ran reported the hold lost")
 	require.Equal(t, 1, r.Fired())
+	locked, err := m.IsLocked(context.Background())
+	require.NoError(t, err)
+	assert.False(t, locked)
+}
+
+// A last release that takes longer than what was left of the lease (its
+// script slow on the way, or sent again while a slot's keys are split:
+// TRYAGAIN) finds the hold gone because it lapsed after the Unlock began
+// (renewals stop then), not because Redis lost it before: it succeeds.
+// (The matrix's resharding group found it: an RWMutex write Unlock said
+// its lease was lost after 1.4 s of TRYAGAIN.)
+func TestLastReleaseThatLapsedDuringItSucceeds(t *testing.T) {
+	e := realEnv(t)
+	rdb, h := faultRDB(t, &redis.Options{Addr: e.srv.Addr()})
+	const lease = 300 * time.Millisecond
+	c := newClient(t, rdb, WithWatchdogTimeout(lease))
+	m := c.Mutex("lapsed")
+	require.NoError(t, lua.Unlock.Load(context.Background(), e.rdb(t)).Err())
+	hctx, err := m.Lock(context.Background())
+	require.NoError(t, err)
+	slow := h.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.Unlock.Script), Times: 1,
+		Action: faultproxy.DelayBefore(2 * lease)})
+	require.NoError(t, m.Unlock(hctx), "a release that found its hold lapsed after it began reported it lost")
+	require.Equal(t, 1, slow.Fired())
 	locked, err := m.IsLocked(context.Background())
 	require.NoError(t, err)
 	assert.False(t, locked)

@@ -446,7 +446,10 @@ func (m *MultiLock) Unlock(ctx context.Context) error {
 			if sent.IsZero() || r.sent.Before(sent) {
 				sent = r.sent
 			}
-			switch n = lostOrResent(n, ws[i]); {
+			if n = lostOrResent(n, ws[i]); n == goneAt && !goneInTime(h) {
+				n = 2 // lapsed after the Unlock began (see goneInTime)
+			}
+			switch {
 			case n == 0 || res == 0:
 				res = 0
 			case n == goneAt || res == goneAt:

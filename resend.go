@@ -45,7 +45,10 @@ func (w *writes) String() string { return "" }
 func (w *writes) again() bool { return w.n.Load() != 1 }
 
 // notRun forgets the writes of a call that Redis refused without running
-// it (NOSCRIPT, MOVED): the next write is its first that can run.
+// it, NOSCRIPT: the next write is its first that can run. Only then: a
+// call refused for now (TRYAGAIN) or redirected may have been written
+// before by go-redis itself (it follows redirects and retries those
+// replies), and one of those writes may have run.
 func notRun(k *call) {
 	for _, a := range k.args {
 		if w, ok := a.(*writes); ok {

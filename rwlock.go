@@ -271,7 +271,22 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		}
 		a.finish(err)
 	}()
+	// A downgrade whose write hold ended otherwise than by its Unlock
+	// (lost, forced) while the call went on is no downgrade any more: the
+	// read lock it would take could follow another writer's.
+	writeEnded := func() error {
+		if oh == nil {
+			return nil
+		}
+		if why := oh.reason(); why != live && why != endUnlocked {
+			return endedError(oh)
+		}
+		return nil
+	}
 	try := func() (bool, time.Duration, error) {
+		if err := writeEnded(); err != nil {
+			return false, 0, err
+		}
 		field, res, d, err := a.send(func(field string) call { return r.script(script, field, writer, 0, wait) })
 		if res == nil {
 			return false, d, err
@@ -282,6 +297,14 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 				next = min(next, r.waiter/3)
 			}
 			return false, next, nil
+		}
+		if err := writeEnded(); err != nil {
+			// Granted, but the write hold ended before the reply: the
+			// script may have run once the write lock was gone from
+			// Redis. (A write hold live now was there when it ran: its
+			// local deadline comes before its lease ends in Redis.)
+			r.c.undo(a.release(field))
+			return false, 0, err
 		}
 		return a.grant(field, int(res[1]), renew(field), ends...)
 	}

@@ -735,9 +735,6 @@ func (t *transport) follow(ops []*op) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	for _, o := range ops {
-		notRun(&o.call) // MOVED: Redis ran none of them
-	}
 	t.submit(ops...)
 }
 
@@ -755,9 +752,6 @@ func (t *transport) ask(addr string, from redis.UniversalClient, ops []*op, wait
 			o.deliver(o.r)
 		}
 		return
-	}
-	for _, o := range ops {
-		notRun(&o.call) // ASK: the source ran none of them
 	}
 	t.run(node, ops, wait, true)
 }
@@ -839,7 +833,6 @@ func (t *transport) retry(o *op) {
 	}
 	o.tries++
 	o.redirects = 0
-	notRun(&o.call) // refused for now: Redis ran nothing
 	t.workers.Add(1)
 	time.AfterFunc(pause, func() {
 		defer t.workers.Add(-1)
