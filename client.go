@@ -231,66 +231,6 @@ func (c *Client) checkOpen() error {
 	}
 }
 
-// LockOption configures a lock made by a Client.
-type LockOption func(*lockConfig) error
-
-type lockConfig struct {
-	lease   time.Duration // WithLease; 0: kept alive by the watchdog
-	renewed time.Duration // WithRenewedLease; 0: the Client's watchdog timeout
-	waiter  time.Duration // 0: DefaultWaiterTimeout (FairMutex, RWMutex)
-	fence   bool          // WithFencing (Mutex, FairMutex, RWMutex)
-	permits int           // WithPermits (Semaphore); 0: none stated
-}
-
-// WithLease gives every hold of the lock a fixed lease of d that the watchdog
-// does not renew (Redisson's lock(leaseTime)): Redis frees the lock d after
-// its last acquisition or re-entry, and the hold's context is cancelled with
-// ErrLeaseLost shortly before. Redis counts leases in whole milliseconds: d
-// is rounded up to one; d below MinLease or above MaxLease is refused. A hold keeps the lease it was taken with: a
-// re-entry through a handle with another lease is refused (ErrInvalid).
-func WithLease(d time.Duration) LockOption {
-	return func(lc *lockConfig) error {
-		if err := checkLease("lease", d); err != nil {
-			return err
-		}
-		lc.lease = wholeMs(d)
-		return nil
-	}
-}
-
-// WithRenewedLease gives the lock a lease of d, kept alive by the
-// Client's watchdog, which renews it every d/3, instead of the Client's
-// watchdog timeout (WithWatchdogTimeout, which stays the default of its
-// other locks): a crashed holder frees the lock within d, and a holder
-// whose lease cannot be renewed is told a little before d has passed. One
-// Client can so keep short leases for some locks (a transfer's, freed
-// within 2s of a crash) and long ones for others (a leader's), renewed in
-// the same batches. Redis counts leases in whole milliseconds: d is
-// rounded up to one; d below MinLease or above MaxLease is refused, as is
-// WithLease on the same handle. A hold keeps the lease it was taken with:
-// a re-entry through a handle with another lease is refused (ErrInvalid).
-func WithRenewedLease(d time.Duration) LockOption {
-	return func(lc *lockConfig) error {
-		if err := checkLease("renewed lease", d); err != nil {
-			return err
-		}
-		lc.renewed = wholeMs(d)
-		return nil
-	}
-}
-
-// leaseOf returns the lease of the lock's holds, and whether the watchdog
-// renews it.
-func (lc lockConfig) leaseOf(c *Client) (time.Duration, bool) {
-	switch {
-	case lc.lease > 0:
-		return lc.lease, false
-	case lc.renewed > 0:
-		return lc.renewed, true
-	}
-	return c.lease, true
-}
-
 // checkName refuses an empty name, and a name that is the companion key of
 // another lock ("{tag}:<purpose>:<name>"), which would share that key.
 func checkName(name string) error {
@@ -301,47 +241,4 @@ func checkName(name string) error {
 		return fmt.Errorf("%w: name %q has the form of a companion key of another lock", ErrInvalid, name)
 	}
 	return nil
-}
-
-// The primitives that take LockOptions, for lockSetup: each option applies
-// to some of them only.
-type primitive uint8
-
-const (
-	primMutex primitive = iota
-	primFair
-	primRW
-	primSemaphore
-	primMultiLock
-	primElection // WithFencing applies, and changes nothing: terms are tokens
-)
-
-// lockSetup validates a lock's name and options for the primitive p; the
-// error is kept by the lock and returned by each of its methods. An option
-// that does not apply to p is refused, naming the primitives it applies
-// to.
-func lockSetup(name string, opts []LockOption, p primitive) (lockConfig, error) {
-	var lc lockConfig
-	if err := checkName(name); err != nil {
-		return lc, err
-	}
-	for _, opt := range opts {
-		if opt == nil {
-			return lc, fmt.Errorf("%w: nil lock option", ErrInvalid)
-		}
-		if err := opt(&lc); err != nil {
-			return lc, err
-		}
-	}
-	switch {
-	case lc.lease > 0 && lc.renewed > 0:
-		return lc, fmt.Errorf("%w: WithLease (a fixed lease) and WithRenewedLease (a renewed one) exclude each other", ErrInvalid)
-	case lc.waiter > 0 && p != primFair && p != primRW:
-		return lc, fmt.Errorf("%w: WithWaiterTimeout applies to FairMutex and RWMutex only", ErrInvalid)
-	case lc.fence && p == primSemaphore:
-		return lc, fmt.Errorf("%w: WithFencing applies to Mutex, FairMutex, RWMutex and MultiLock only, not to a Semaphore", ErrInvalid)
-	case lc.permits > 0 && p != primSemaphore:
-		return lc, fmt.Errorf("%w: WithPermits applies to Semaphore only", ErrInvalid)
-	}
-	return lc, nil
 }

@@ -58,6 +58,19 @@
 // a second of the resume); check lctx itself where it matters. Unlock then
 // reports ErrLeaseLost too (see Mutex.Unlock).
 //
+// # Options
+//
+// Each constructor takes options of its own type (MutexOption,
+// FairOption, RWOption, SemaphoreOption, MultiLockOption, ElectionOption),
+// so an option that does not apply to a lock does not compile there:
+// c.Mutex("x", WithPermits(3)) is a compile error. An option that applies
+// to several locks is an option of each: WithLease and WithRenewedLease
+// are LockOptions (every lock), WithFencing a FencingOption (all but the
+// Semaphore), WithWaiterTimeout a WaiterOption (FairMutex, RWMutex),
+// WithPermits a SemaphoreOption. Bad values (a lease that is not
+// positive) are still refused at run time, with ErrInvalid from every
+// method of the handle.
+//
 // # Leases and the watchdog
 //
 // Every hold has a lease in Redis, so a holder that crashes frees its locks

@@ -69,8 +69,8 @@ type Election struct {
 // renew: a leader leads for that long at most; WithRenewedLease a lease
 // of its own that the watchdog renews (a leader that crashes is replaced
 // within it). WithFencing changes nothing: terms are fencing tokens
-// already. WithWaiterTimeout and WithPermits are refused.
-func (c *Client) Election(name string, opts ...LockOption) *Election {
+// already. These are its options (ElectionOption).
+func (c *Client) Election(name string, opts ...ElectionOption) *Election {
 	e := &Election{c: c, name: name, keys: []string{name, ""}}
 	if keys.Taggable(name) {
 		e.channel = keys.Companion(name, "elect")
@@ -81,7 +81,7 @@ func (c *Client) Election(name string, opts ...LockOption) *Election {
 		e.err = e.spec.wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
 		return e
 	}
-	lc, err := lockSetup(name, opts, primElection)
+	lc, err := lockSetup(name, opts)
 	if err == nil && !keys.Taggable(name) {
 		err = fmt.Errorf("%w: election name %q contains \"}\" without a hash tag", ErrInvalid, name)
 	}

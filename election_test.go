@@ -203,7 +203,6 @@ func TestElectionInvalid(t *testing.T) {
 		"an empty name":       c.Election(""),
 		"an untaggable name":  c.Election("a}b"),
 		"a bad lease":         c.Election("e", WithLease(0)),
-		"WithWaiterTimeout":   c.Election("e", WithWaiterTimeout(time.Second)),
 		"a companion key":     c.Election(fenceKey("x")),
 		"a nil Client":        (*Client)(nil).Election("e"),
 		"a nil Election":      nil,

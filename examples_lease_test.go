@@ -31,3 +31,33 @@ func ExampleWithRenewedLease() {
 	// the transfer's lease: 2s
 	// the report's lease: 30s
 }
+
+// Options are typed per primitive: an option that applies to several
+// locks (WithLease is a LockOption: every lock) is an option of each, and
+// a list of options for one constructor is a slice of its type. An option
+// that does not apply does not compile: c.Mutex("x",
+// redisync.WithPermits(3)) is a compile error.
+func ExampleLockOption() {
+	c, done := exampleClient()
+	defer done()
+	ctx := context.Background()
+
+	lease := redisync.WithLease(time.Minute) // a LockOption
+	m := c.Mutex("report:daily", lease)
+	s := c.Semaphore("exports", lease, redisync.WithPermits(2))
+
+	queue := []redisync.FairOption{lease, redisync.WithFencing(), redisync.WithWaiterTimeout(2 * time.Second)}
+	f := c.FairMutex("queue:payments", queue...)
+
+	mctx, _ := m.Lock(ctx)
+	sctx, _ := s.Acquire(ctx, 1)
+	fctx, _ := f.Lock(ctx)
+	token, fenced := f.Token(fctx)
+	ttl, _ := m.TTL(ctx)
+	fmt.Println("fixed lease:", ttl, "- fenced:", fenced && token > 0)
+	f.Unlock(fctx)
+	s.Release(sctx, 1)
+	m.Unlock(mctx)
+	// Output:
+	// fixed lease: 1m0s - fenced: true
+}

@@ -20,9 +20,9 @@ const DefaultWaiterTimeout = 5 * time.Second
 // an RWMutex keeps new readers out, by refreshing a deadline of d (counted on
 // Redis's clock) every d/3 while it waits; a waiter whose process dies is
 // dropped at most d after it died. The default is DefaultWaiterTimeout (5s).
-// Mutex and Semaphore refuse it with ErrInvalid.
-func WithWaiterTimeout(d time.Duration) LockOption {
-	return func(lc *lockConfig) error {
+// It applies to FairMutex and RWMutex (a WaiterOption).
+func WithWaiterTimeout(d time.Duration) WaiterOption {
+	return waiterOpt(func(lc *lockConfig) error {
 		if d <= 0 {
 			return fmt.Errorf("%w: waiter timeout %v is not positive", ErrInvalid, d)
 		}
@@ -31,7 +31,7 @@ func WithWaiterTimeout(d time.Duration) LockOption {
 		}
 		lc.waiter = wholeMs(d)
 		return nil
-	}
+	})
 }
 
 // FairMutex is a reentrant distributed lock granted strictly in arrival order
@@ -66,10 +66,9 @@ type FairMutex struct {
 // a name whose companion keys cannot share its Cluster slot, a bad option) is
 // reported by every method of the handle.
 //
-// Options: WithLease or WithRenewedLease, WithFencing and
-// WithWaiterTimeout. WithPermits does not apply to a FairMutex and is
-// refused (ErrInvalid).
-func (c *Client) FairMutex(name string, opts ...LockOption) *FairMutex {
+// Options (FairOption): WithLease or WithRenewedLease, WithFencing and
+// WithWaiterTimeout.
+func (c *Client) FairMutex(name string, opts ...FairOption) *FairMutex {
 	f := &FairMutex{c: c, name: name, waiter: DefaultWaiterTimeout}
 	if keys.Taggable(name) {
 		f.queue = keys.Companion(name, "fair-queue")
@@ -81,7 +80,7 @@ func (c *Client) FairMutex(name string, opts ...LockOption) *FairMutex {
 		f.err = f.spec.wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
 		return f
 	}
-	lc, err := lockSetup(name, opts, primFair)
+	lc, err := lockSetup(name, opts)
 	if err == nil && !keys.Taggable(name) {
 		err = fmt.Errorf("%w: lock name %q has a \"}\" outside a hash tag", ErrInvalid, name)
 	}

@@ -137,16 +137,16 @@ func TestFairMutexBadInput(t *testing.T) {
 	c := newClient(t, miniEnv(t).rdb(t))
 	for _, tc := range []struct {
 		name string
-		opts []LockOption
+		opts []FairOption
 	}{
 		{"", nil},
 		{"a}b", nil},
 		{"a{}b", nil},
-		{"ok", []LockOption{nil}},
-		{"ok", []LockOption{WithWaiterTimeout(0)}},
-		{"ok", []LockOption{WithWaiterTimeout(-time.Second)}},
-		{"ok", []LockOption{WithWaiterTimeout(time.Millisecond)}},
-		{"ok", []LockOption{WithLease(0)}},
+		{"ok", []FairOption{nil}},
+		{"ok", []FairOption{WithWaiterTimeout(0)}},
+		{"ok", []FairOption{WithWaiterTimeout(-time.Second)}},
+		{"ok", []FairOption{WithWaiterTimeout(time.Millisecond)}},
+		{"ok", []FairOption{WithLease(0)}},
 	} {
 		f := c.FairMutex(tc.name, tc.opts...)
 		_, err := f.Lock(context.Background())

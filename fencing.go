@@ -40,19 +40,20 @@ import (
 // It applies to Mutex, FairMutex, the write holds of RWMutex (its read
 // holds get no token) and MultiLock, whose first acquisition gives each
 // name a token from that name's counter, the one a fenced Mutex of the
-// name uses (see MultiLock.Token); a Semaphore refuses it, and so does a
-// lock whose name cannot have companion keys (a "}" outside a hash tag),
-// with ErrInvalid from every method of the handle. A hold keeps the fencing it
+// name uses (see MultiLock.Token); it is a FencingOption, which a
+// Semaphore does not take (it does not compile). A lock whose name cannot
+// have companion keys (a "}" outside a hash tag) refuses it, with
+// ErrInvalid from every method of the handle. A hold keeps the fencing it
 // was taken with: a re-entry through a handle that differs is refused
 // (ErrInvalid). Tokens order the fenced holders of redisync only: a holder
 // without WithFencing, or a Redisson client on the same Mutex, takes the
 // lock without a token, so every writer of a fenced resource must hold the
 // lock with WithFencing.
-func WithFencing() LockOption {
-	return func(lc *lockConfig) error {
+func WithFencing() FencingOption {
+	return fencingOpt(func(lc *lockConfig) error {
 		lc.fence = true
 		return nil
-	}
+	})
 }
 
 // fenceKey is the key of the fencing counter of the lock name.

@@ -62,10 +62,9 @@ type multiGroup struct {
 // type). The order of names does not matter. Bad input (no names, an
 // empty or duplicated name, a name whose unlock channel is in another
 // Cluster slot, a bad option) is reported by every method of the handle,
-// as an error wrapping ErrInvalid. WithLease and WithRenewedLease apply,
-// and WithFencing (see MultiLock.Token); WithWaiterTimeout and
-// WithPermits do not, and are refused.
-func (c *Client) MultiLock(names []string, opts ...LockOption) *MultiLock {
+// as an error wrapping ErrInvalid. Options (MultiLockOption): WithLease or
+// WithRenewedLease, and WithFencing (see MultiLock.Token).
+func (c *Client) MultiLock(names []string, opts ...MultiLockOption) *MultiLock {
 	sorted := slices.Clone(names)
 	slices.Sort(sorted)
 	m := &MultiLock{c: c, names: sorted}
@@ -98,7 +97,7 @@ func (c *Client) MultiLock(names []string, opts ...LockOption) *MultiLock {
 }
 
 // setup validates the names and options and groups the names by slot.
-func (m *MultiLock) setup(opts []LockOption) (lockConfig, error) {
+func (m *MultiLock) setup(opts []MultiLockOption) (lockConfig, error) {
 	if len(m.names) == 0 {
 		return lockConfig{}, fmt.Errorf("%w: no names", ErrInvalid)
 	}
@@ -110,7 +109,7 @@ func (m *MultiLock) setup(opts []LockOption) (lockConfig, error) {
 			return lockConfig{}, fmt.Errorf("%w: name %q is given twice", ErrInvalid, name)
 		}
 	}
-	lc, err := lockSetup(m.names[0], opts, primMultiLock)
+	lc, err := lockSetup(m.names[0], opts)
 	if err != nil {
 		return lc, err
 	}

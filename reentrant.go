@@ -38,16 +38,15 @@ type Mutex struct {
 // Mutex returns a handle on the reentrant lock name. Bad input (an empty
 // name, a bad option) is reported by every method of the handle.
 //
-// Options: WithLease or WithRenewedLease, and WithFencing. WithWaiterTimeout
-// and WithPermits do not apply to a Mutex and are refused (ErrInvalid).
-func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
+// Options (MutexOption): WithLease or WithRenewedLease, and WithFencing.
+func (c *Client) Mutex(name string, opts ...MutexOption) *Mutex {
 	m := &Mutex{c: c, name: name, channel: redissonName("redisson_lock__channel", name)}
 	m.spec.wrap = wrapFor(c, "lock", name, keyType{name, "hash"})
 	if c == nil {
 		m.err = m.spec.wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
 		return m
 	}
-	lc, err := lockSetup(name, opts, primMutex)
+	lc, err := lockSetup(name, opts)
 	if err = fencingSetup(name, lc, err); err == nil && lc.fence {
 		m.fence, m.spec.fenced = fenceKey(name), true
 		m.spec.wrap = wrapFor(c, "lock", name, keyType{name, "hash"}, keyType{m.fence, "string"})

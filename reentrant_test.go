@@ -153,7 +153,7 @@ func TestMutexBadInput(t *testing.T) {
 		}
 		c := e.client(t)
 		ctx := context.Background()
-		for _, m := range []*Mutex{c.Mutex(""), c.Mutex("x", WithLease(0)), c.Mutex("x", WithLease(-time.Second)), c.Mutex("x", nil), (*Client)(nil).Mutex("x"), c.Mutex("x", WithWaiterTimeout(time.Second))} {
+		for _, m := range []*Mutex{c.Mutex(""), c.Mutex("x", WithLease(0)), c.Mutex("x", WithLease(-time.Second)), c.Mutex("x", nil), (*Client)(nil).Mutex("x")} {
 			_, err := m.Lock(ctx)
 			assert.ErrorIs(t, err, ErrInvalid)
 			_, err = m.TryLock(ctx)

@@ -123,7 +123,7 @@ func TestRenewedLeaseStaysHeld(t *testing.T) {
 	require.NoError(t, c.Mutex("rl:m", WithRenewedLease(d)).Unlock(rctx))
 
 	// WithLease and WithRenewedLease together, and bad leases, are refused.
-	for _, opts := range [][]LockOption{
+	for _, opts := range [][]MutexOption{
 		{WithLease(time.Second), WithRenewedLease(time.Second)},
 		{WithRenewedLease(0)}, {WithRenewedLease(time.Millisecond)}, {WithRenewedLease(2 * MaxLease)},
 	} {

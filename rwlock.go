@@ -55,11 +55,10 @@ var errUpgrade = fmt.Errorf("%w: the context holds the read lock, and a reader c
 // name, a name whose companion keys cannot share its Cluster slot, a bad
 // option) is reported by every method of the handle.
 //
-// Options: WithLease or WithRenewedLease (read and write holds),
-// WithFencing (write holds get tokens) and WithWaiterTimeout (waiting
-// writers). WithPermits does not apply to an RWMutex and is refused
-// (ErrInvalid).
-func (c *Client) RWMutex(name string, opts ...LockOption) *RWMutex {
+// Options (RWOption): WithLease or WithRenewedLease (read and write
+// holds), WithFencing (write holds get tokens) and WithWaiterTimeout
+// (waiting writers).
+func (c *Client) RWMutex(name string, opts ...RWOption) *RWMutex {
 	r := &RWMutex{c: c, name: name, waiter: DefaultWaiterTimeout}
 	layout := []keyType{{name, "hash"}}
 	if keys.Taggable(name) {
@@ -82,7 +81,7 @@ func (c *Client) RWMutex(name string, opts ...LockOption) *RWMutex {
 		r.err = wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
 		return r
 	}
-	lc, err := lockSetup(name, opts, primRW)
+	lc, err := lockSetup(name, opts)
 	if err == nil && !keys.Taggable(name) {
 		err = fmt.Errorf("%w: lock name %q has a \"}\" outside a hash tag", ErrInvalid, name)
 	}

@@ -426,13 +426,13 @@ func TestRWMutexBadInput(t *testing.T) {
 	c := newClient(t, miniEnv(t).rdb(t))
 	for _, tc := range []struct {
 		name string
-		opts []LockOption
+		opts []RWOption
 	}{
 		{"", nil},
 		{"a}b", nil},
-		{"ok", []LockOption{nil}},
-		{"ok", []LockOption{WithWaiterTimeout(0)}},
-		{"ok", []LockOption{WithLease(-time.Second)}},
+		{"ok", []RWOption{nil}},
+		{"ok", []RWOption{WithWaiterTimeout(0)}},
+		{"ok", []RWOption{WithLease(-time.Second)}},
 	} {
 		r := c.RWMutex(tc.name, tc.opts...)
 		ctx := context.Background()

@@ -74,10 +74,9 @@ type Semaphore struct {
 // not renew (they come free that long after the owner's latest Acquire),
 // WithRenewedLease a lease of its own that the watchdog renews;
 // WithPermits states the total, which acquisitions then create whenever it
-// is missing (before anyone set it, after Redis lost its data). WithFencing
-// and WithWaiterTimeout do not apply to a Semaphore and are refused
-// (ErrInvalid).
-func (c *Client) Semaphore(name string, opts ...LockOption) *Semaphore {
+// is missing (before anyone set it, after Redis lost its data). These are
+// its options (SemaphoreOption).
+func (c *Client) Semaphore(name string, opts ...SemaphoreOption) *Semaphore {
 	s := &Semaphore{c: c, name: name, keys: []string{name, "", ""}}
 	if keys.Taggable(name) {
 		s.channel = keys.Companion(name, "sem-wake")
@@ -88,7 +87,7 @@ func (c *Client) Semaphore(name string, opts ...LockOption) *Semaphore {
 		s.err = s.spec.wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
 		return s
 	}
-	lc, err := lockSetup(name, opts, primSemaphore)
+	lc, err := lockSetup(name, opts)
 	if err == nil && !keys.Taggable(name) {
 		err = fmt.Errorf("%w: semaphore name %q contains \"}\" without a hash tag", ErrInvalid, name)
 	}

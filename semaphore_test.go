@@ -187,7 +187,6 @@ func TestSemaphoreBadInput(t *testing.T) {
 			c.Semaphore(""),
 			c.Semaphore("a{}b"),
 			c.Semaphore("x", WithLease(0)),
-			c.Semaphore("x", WithWaiterTimeout(time.Second)),
 			c.Semaphore("x", nil),
 			(*Client)(nil).Semaphore("x"),
 		} {
