@@ -111,6 +111,10 @@ type swRow struct {
 	release bool
 	// through: the call goes through a hold (the lease-lost mode applies).
 	through bool
+	// forces: the call is a ForceUnlock, whose script, left on its way,
+	// frees whoever holds the lock when it runs (B too: B's release then
+	// says its lease was lost, as documented).
+	forces bool
 	want    swWant
 	// atReturn checks what must hold when the call returns; after, what
 	// must hold once the fault is over (when the fault was short).
@@ -273,7 +277,13 @@ func swAfterWait(name string, p *swPrim) swRow {
 // (cohort handoff), whose context ends while the handoff is held up.
 func swHandedOver(name string, p *swPrim) swRow {
 	return swRow{name: name, prim: p, scripts: []*lua.Script{lua.Handoff}, want: wantWait,
-		setup: func(r *swRun) { r.main = r.holdA("A's hold in the setup") },
+		setup: func(r *swRun) {
+			// The handoff script (a hand-over in memory sends nothing
+			// to hold up): what a run's last handoff, a fenced lock,
+			// WithReplicaAck and WithLease use.
+			r.a.scriptHandoff = true
+			r.main = r.holdA("A's hold in the setup")
+		},
 		call: func(r *swRun) (context.Context, error) {
 			return r.mine().lock(r.cut(context.Background()))
 		},
@@ -374,7 +384,7 @@ func swUnlockEnded(name string, p *swPrim) swRow {
 
 // swForce: ForceUnlock, of a lock A holds (held) or of a free one.
 func swForce(name string, p *swPrim, held bool) swRow {
-	row := swRow{name: name, prim: p, scripts: []*lua.Script{p.forceScript}, want: wantCtx,
+	row := swRow{name: name, prim: p, scripts: []*lua.Script{p.forceScript}, want: wantCtx, forces: true,
 		call: func(r *swRun) (context.Context, error) {
 			_, err := p.force(r.cut(context.Background()), r.a, swName)
 			return nil, err
