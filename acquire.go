@@ -110,10 +110,10 @@ func (a *acquisition) grant(field string, count int, renew call, ends ...func() 
 }
 
 // grantAll is grant for a hold on several slots (see Client.grantAll),
-// with one renew call per slot; a.st must be the stamp of the attempt's
-// first script.
-func (a *acquisition) grantAll(field string, count int, renew []call) (bool, time.Duration, error) {
-	hctx, err := a.c.grantAll(a.s, a.hparent, field, count, a.token, a.start, a.st, renew, a.gives(field))
+// with one renew call per slot and a fenced MultiLock's tokens by name;
+// a.st must be the stamp of the attempt's first script.
+func (a *acquisition) grantAll(field string, count int, tokens map[string]int64, renew []call) (bool, time.Duration, error) {
+	hctx, err := a.c.grantAll(a.s, a.hparent, field, count, a.token, tokens, a.start, a.st, renew, a.gives(field))
 	return a.granted(field, hctx, err)
 }
 

@@ -234,32 +234,6 @@ func (c *Client) checkOpen() error {
 	}
 }
 
-// LockOption configures a lock made by a Client.
-type LockOption func(*lockConfig) error
-
-type lockConfig struct {
-	lease   time.Duration // 0: kept alive by the watchdog
-	waiter  time.Duration // 0: DefaultWaiterTimeout (FairMutex, RWMutex)
-	fence   bool          // WithFencing (Mutex, FairMutex, RWMutex)
-	permits int           // WithPermits (Semaphore); 0: none stated
-}
-
-// WithLease gives every hold of the lock a fixed lease of d that the watchdog
-// does not renew (Redisson's lock(leaseTime)): Redis frees the lock d after
-// its last acquisition or re-entry, and the hold's context is cancelled with
-// ErrLeaseLost shortly before. Redis counts leases in whole milliseconds: d
-// is rounded up to one; d below MinLease or above MaxLease is refused. A hold keeps the lease it was taken with: a
-// re-entry through a handle with another lease is refused (ErrInvalid).
-func WithLease(d time.Duration) LockOption {
-	return func(lc *lockConfig) error {
-		if err := checkLease("lease", d); err != nil {
-			return err
-		}
-		lc.lease = wholeMs(d)
-		return nil
-	}
-}
-
 // checkName refuses an empty name, and a name that is the companion key of
 // another lock ("{tag}:<purpose>:<name>"), which would share that key.
 func checkName(name string) error {
@@ -270,47 +244,4 @@ func checkName(name string) error {
 		return fmt.Errorf("%w: name %q has the form of a companion key of another lock", ErrInvalid, name)
 	}
 	return nil
-}
-
-// The primitives that take LockOptions, for lockSetup: each option applies
-// to some of them only.
-type primitive uint8
-
-const (
-	primMutex primitive = iota
-	primFair
-	primRW
-	primSemaphore
-	primMultiLock
-	primElection // WithFencing applies, and changes nothing: terms are tokens
-)
-
-// lockSetup validates a lock's name and options for the primitive p; the
-// error is kept by the lock and returned by each of its methods. An option
-// that does not apply to p is refused, naming the primitives it applies
-// to.
-func lockSetup(name string, opts []LockOption, p primitive) (lockConfig, error) {
-	var lc lockConfig
-	if err := checkName(name); err != nil {
-		return lc, err
-	}
-	for _, opt := range opts {
-		if opt == nil {
-			return lc, fmt.Errorf("%w: nil lock option", ErrInvalid)
-		}
-		if err := opt(&lc); err != nil {
-			return lc, err
-		}
-	}
-	switch {
-	case lc.waiter > 0 && p != primFair && p != primRW:
-		return lc, fmt.Errorf("%w: WithWaiterTimeout applies to FairMutex and RWMutex only", ErrInvalid)
-	case lc.fence && p == primSemaphore:
-		return lc, fmt.Errorf("%w: WithFencing applies to Mutex, FairMutex and RWMutex only, not to a Semaphore", ErrInvalid)
-	case lc.fence && p == primMultiLock:
-		return lc, fmt.Errorf("%w: WithFencing applies to Mutex, FairMutex and RWMutex only, not to a MultiLock", ErrInvalid)
-	case lc.permits > 0 && p != primSemaphore:
-		return lc, fmt.Errorf("%w: WithPermits applies to Semaphore only", ErrInvalid)
-	}
-	return lc, nil
 }

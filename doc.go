@@ -37,7 +37,10 @@
 // hold's: a lock taken with lock A's hold context ends with A's hold (for
 // hand-over-hand locking, take it with the outer context instead). To
 // bound only the wait, use TryLockFor. Unlock works with a cancelled
-// context.
+// context. On error, every call that returns a hold's context (Lock,
+// TryLock, TryLockFor, RLock, Acquire, Campaign...) returns a nil
+// context, so a caller that drops the error holds nothing that looks like
+// a hold.
 //
 // It tells the truth even to a process that was stopped past its lease (a
 // long GC pause, SIGSTOP, a VM paused, a machine suspended) and runs again
@@ -55,6 +58,19 @@
 // a second of the resume); check lctx itself where it matters. Unlock then
 // reports ErrLeaseLost too (see Mutex.Unlock).
 //
+// # Options
+//
+// Each constructor takes options of its own type (MutexOption,
+// FairOption, RWOption, SemaphoreOption, MultiLockOption, ElectionOption),
+// so an option that does not apply to a lock does not compile there:
+// c.Mutex("x", WithPermits(3)) is a compile error. An option that applies
+// to several locks is an option of each: WithLease and WithRenewedLease
+// are LockOptions (every lock), WithFencing a FencingOption (all but the
+// Semaphore), WithWaiterTimeout a WaiterOption (FairMutex, RWMutex),
+// WithPermits a SemaphoreOption. Bad values (a lease that is not
+// positive) are still refused at run time, with ErrInvalid from every
+// method of the handle.
+//
 // # Leases and the watchdog
 //
 // Every hold has a lease in Redis, so a holder that crashes frees its locks
@@ -62,8 +78,10 @@
 // pipelined batches (default lease 30s, renewed every 10s). If a renewal
 // cannot reach Redis, the holder is told before the lease can have run out in
 // Redis, counted from when the last successful renewal was sent; the lease is
-// kept by Redis's clock, never by a client's. WithLease gives a fixed lease
-// that the watchdog does not renew.
+// kept by Redis's clock, never by a client's. WithRenewedLease gives a lock
+// a lease of its own, renewed by the same watchdog every third of it (one
+// Client can keep 2s leases for some locks and 30s ones for others);
+// WithLease gives a fixed lease that the watchdog does not renew.
 //
 // # Waiting
 //
@@ -100,8 +118,9 @@
 // it holds the lock, and code already past its last check writes anyway:
 // only the protected resource can refuse that write. WithFencing gives
 // every first acquisition of a Mutex, FairMutex or RWMutex write lock a
-// token strictly greater than every token given before for the name, read
-// without a round trip with Token; the resource refuses writes whose token
+// token strictly greater than every token given before for the name (and
+// a MultiLock one per name, from the same counters), read without a round
+// trip with Token; the resource refuses writes whose token
 // is lower than the highest it has seen (see ExampleWithFencing). The
 // counter, "{tag}:fence:<name>", never expires and is never reset by an
 // unlock; and as a token is never lower than the Redis server's clock in
@@ -117,7 +136,8 @@
 // exactly while it leads, cancelled before anyone else can lead; its Term
 // is a fencing token greater than every earlier leader's. Resign, or the
 // end of the campaign's context, hands the leadership on at once; a
-// crashed leader is replaced within its lease. Leader reads who leads in
+// crashed leader is replaced within its lease. TryCampaignFor bounds
+// only the wait, as TryLockFor does. Leader reads who leads in
 // one round trip, and Observe reports every change, by pub/sub, in order
 // of terms (see ExampleElection).
 //
@@ -141,7 +161,9 @@
 // hold or a wait get the caller's context. The modules extra/redisyncotel
 // and extra/redisyncprom plug it into OpenTelemetry and Prometheus.
 // Client.ID is the UUID at the start of every Redis owner field of the
-// client.
+// client, and Holders (on Mutex, FairMutex, RWMutex and Semaphore) lists
+// who holds a lock, as Redis has it: each hold's Client ID, count and
+// lease left.
 //
 // # Compatibility with Redisson
 //
@@ -196,7 +218,8 @@
 //
 //	primitives  reentrant.go (Mutex), fair.go, rwlock.go, semaphore.go
 //	            (and semaphore_permits.go), latch.go, election.go,
-//	            multilock.go: what each promises, one file each
+//	            multilock.go (and multilock_state.go): what each promises,
+//	            one file each; holders.go lists who holds them
 //	options     client.go (the Client, New, Close), fencing.go,
 //	            replica_ack.go, observe.go (events and logging), errors.go:
 //	            what the primitives and the layers below them consult

@@ -17,6 +17,13 @@ import (
 type Leadership struct {
 	Value string
 	Term  int64
+	// Err is set by Observe only, on a value that says the observer is
+	// blind: it has been unable to read the election for longer than a
+	// lease (Redis paused or unreachable), and Value and Term are the
+	// last leader it knew, who may no longer lead. It is sent once; a
+	// value without Err follows as soon as the observer reads the
+	// election again, even when nothing changed.
+	Err error
 }
 
 // Election is a leader election among the candidates that campaign on one
@@ -59,10 +66,11 @@ type Election struct {
 // closed channel).
 //
 // WithLease gives each leadership a fixed lease that the watchdog does not
-// renew: a leader leads for that long at most. WithFencing changes
-// nothing: terms are fencing tokens already. WithWaiterTimeout and
-// WithPermits are refused.
-func (c *Client) Election(name string, opts ...LockOption) *Election {
+// renew: a leader leads for that long at most; WithRenewedLease a lease
+// of its own that the watchdog renews (a leader that crashes is replaced
+// within it). WithFencing changes nothing: terms are fencing tokens
+// already. These are its options (ElectionOption).
+func (c *Client) Election(name string, opts ...ElectionOption) *Election {
 	e := &Election{c: c, name: name, keys: []string{name, ""}}
 	if keys.Taggable(name) {
 		e.channel = keys.Companion(name, "elect")
@@ -73,17 +81,14 @@ func (c *Client) Election(name string, opts ...LockOption) *Election {
 		e.err = e.spec.wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
 		return e
 	}
-	lc, err := lockSetup(name, opts, primElection)
+	lc, err := lockSetup(name, opts)
 	if err == nil && !keys.Taggable(name) {
 		err = fmt.Errorf("%w: election name %q contains \"}\" without a hash tag", ErrInvalid, name)
 	}
 	e.err = e.spec.wrap(err)
 	e.spec.ref = lockRef{c, KindElection, name}
 	e.spec.fenced = true // terms are its tokens
-	e.spec.lease, e.spec.renewed = c.lease, true
-	if lc.lease > 0 {
-		e.spec.lease, e.spec.renewed = lc.lease, false
-	}
+	e.spec.lease, e.spec.renewed = lc.leaseOf(c)
 	return e
 }
 
@@ -122,24 +127,51 @@ func (e *Election) wrap(err error) error { return wrapOr(e.spec.wrap, err) }
 // candidate leads at once. Term reads its term. A Campaign through a
 // context that leads this election already is refused (ErrInvalid): the
 // leadership is not counted twice; WithOwner(ctx) campaigns as another
-// candidate. On error, Campaign returns ctx.
-func (e *Election) Campaign(ctx context.Context, value string) (lctx context.Context, err error) {
+// candidate. On error, Campaign returns a nil context.
+//
+// To bound only the wait (a request's deadline that should not end the
+// leadership), use TryCampaignFor.
+func (e *Election) Campaign(ctx context.Context, value string) (context.Context, error) {
+	return e.campaign(ctx, ctx, value, false)
+}
+
+// TryCampaignFor is Campaign waiting at most wait (wait > 0): after it, it
+// returns an error wrapping ErrNotAcquired and a nil context, leaving
+// nothing behind (a candidate whose winning reply comes after the bound
+// gives the leadership back at once). The bound is on the wait only: a
+// leadership it wins lasts as Campaign's does, as long as ctx, as a hold
+// of Mutex.TryLockFor does. When ctx ends first, it returns ctx's error.
+func (e *Election) TryCampaignFor(ctx context.Context, value string, wait time.Duration) (context.Context, error) {
 	if err := e.check(ctx); err != nil {
-		return ctx, err
+		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return ctx, e.wrap(err)
+	if err := checkWait(wait); err != nil {
+		return nil, e.wrap(err)
 	}
-	h, err := entry(ctx, e.spec.ref)
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	return e.campaign(ctx, wctx, value, true)
+}
+
+// campaign campaigns for a leadership bound to parent, waiting as long as
+// wctx lasts; bounded says wctx is TryCampaignFor's.
+func (e *Election) campaign(parent, wctx context.Context, value string, bounded bool) (lctx context.Context, err error) {
+	if err := e.check(parent); err != nil {
+		return nil, err
+	}
+	if err := wctx.Err(); err != nil {
+		return nil, e.wrap(waitError(err, parent, bounded))
+	}
+	h, err := entry(parent, e.spec.ref)
 	if err != nil {
-		return ctx, e.wrap(err)
+		return nil, e.wrap(err)
 	}
 	if h != nil {
-		return ctx, e.wrap(fmt.Errorf("%w: the context leads the election already (term %d): Resign first, or campaign as another candidate with WithOwner", ErrInvalid, h.token))
+		return nil, e.wrap(fmt.Errorf("%w: the context leads the election already (term %d): Resign first, or campaign as another candidate with WithOwner", ErrInvalid, h.token))
 	}
 	leaseMs := e.spec.lease.Milliseconds()
 	var term atomic.Int64 // of the latest win, for its give-back
-	a := e.c.acquisition(&e.spec, ctx, ctx, true, nil, func(field string) call {
+	a := e.c.acquisition(&e.spec, parent, wctx, true, nil, func(field string) call {
 		return e.resign(field, term.Load())
 	})
 	defer func() { a.finish(err) }()
@@ -158,10 +190,10 @@ func (e *Election) Campaign(ctx context.Context, value string) (lctx context.Con
 	}
 	done, next, err := try()
 	if err == nil && !done {
-		err = e.c.await(ctx, e.channel, wakeEnded, next, try)
+		err = e.c.await(wctx, e.channel, wakeEnded, next, try)
 	}
 	if err != nil {
-		return ctx, e.wrap(err)
+		return nil, e.wrap(waitError(err, parent, bounded))
 	}
 	return a.hctx, nil
 }
@@ -265,6 +297,15 @@ func (e *Election) read(ctx context.Context) (electState, error) {
 // meanwhile is not seen. The observer takes a
 // change only when the previous one has been received from the channel:
 // a reader that falls behind sees the latest state, not every step.
+//
+// An observer that cannot read the election (Redis paused, unreachable)
+// says so rather than go on reporting a leader it cannot see: once it has
+// been unable to read it, and has had no message, for longer than its
+// handle's lease, it sends the last leader it told with Err set (once),
+// and as soon as it reads the election again a value without Err, even
+// when nothing changed (with the leader's term, which may then be the
+// one of the value with Err). Its reads are bounded so that a read
+// hanging on a silent Redis does not delay that.
 func (e *Election) Observe(ctx context.Context) <-chan Leadership {
 	out := make(chan Leadership)
 	if e.check(ctx) != nil || !e.c.bgStart() {
@@ -304,7 +345,8 @@ func (e *Election) observe(ctx context.Context, w *waiter, out chan<- Leadership
 		}
 	}
 	var seen watched
-	every := e.spec.lease / 3
+	lease := e.spec.lease
+	every := lease / 3
 	// Subscribed first, so that no change after the first read is missed:
 	// what came before the read, the read has.
 	if w.ready(ctx, every) != nil {
@@ -313,19 +355,35 @@ func (e *Election) observe(ctx context.Context, w *waiter, out chan<- Leadership
 	w.take()
 	reread := true
 	backoff := retryAfter // after a read that failed, doubled up to every
+	read := time.Now()    // when it last read the election (or had news of it)
+	blind := false        // it told that it cannot read the election
 	for {
 		next := every
 		if reread {
-			st, err := e.read(ctx)
+			st, err := e.readWithin(ctx, e.readBound(read, blind))
 			switch {
 			case ctx.Err() != nil:
 				return
 			case err != nil:
 				e.c.log.Warn("redisync: an election's observer cannot read it; retrying", "name", e.name, "error", err)
 				next, backoff = min(every, backoff), min(every, 2*backoff)
+				if !blind && time.Since(read) >= lease {
+					blind = true
+					if !emit(seen.blind(e.wrap(fmt.Errorf("the observer could not read the election for %v: %w", time.Since(read).Round(time.Millisecond), err)))) {
+						return
+					}
+				} else if !blind {
+					// Tell it on time: read again when a lease has passed.
+					next = min(next, max(time.Until(read.Add(lease)), time.Millisecond))
+				}
 			default:
-				backoff = retryAfter
-				if l, ok := seen.state(st); ok && !emit(l) {
+				read, backoff = time.Now(), retryAfter
+				l, ok := seen.state(st)
+				if blind {
+					// It sees again: said even when nothing changed.
+					l, ok, blind = seen.cur, true, false
+				}
+				if ok && !emit(l) {
 					return
 				}
 				if st.Term > 0 && st.pttl > 0 {
@@ -334,13 +392,19 @@ func (e *Election) observe(ctx context.Context, w *waiter, out chan<- Leadership
 			}
 		}
 		msgs, missed := w.take()
+		if len(msgs) > 0 {
+			read = time.Now()
+		}
 		for _, m := range msgs {
 			l, ok, bad := seen.message(m)
 			if bad {
 				missed = true
 			}
-			if ok && !emit(l) {
-				return
+			if ok {
+				blind = false
+				if !emit(l) {
+					return
+				}
 			}
 		}
 		if reread = missed; reread {
@@ -354,12 +418,32 @@ func (e *Election) observe(ctx context.Context, w *waiter, out chan<- Leadership
 	}
 }
 
+// readBound is how long an observer's read may take: a third of the
+// lease, and no longer than until a lease has passed since it last read
+// (read), so that a read hanging on a paused Redis does not keep it from
+// telling that it is blind.
+func (e *Election) readBound(read time.Time, blind bool) time.Duration {
+	d := e.spec.lease / 3
+	if !blind {
+		d = min(d, max(time.Until(read.Add(e.spec.lease)), time.Millisecond))
+	}
+	return d
+}
+
+// readWithin is read bounded by d.
+func (e *Election) readWithin(ctx context.Context, d time.Duration) (electState, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return e.read(ctx)
+}
+
 // watched is what an observer has told, to drop what it has told already
 // and what comes late.
 type watched struct {
-	last int64 // the highest term known to have begun or ended
-	none bool  // the latest change told was that nobody leads
-	told bool  // something has been told
+	last int64      // the highest term known to have begun or ended
+	none bool       // the latest change told was that nobody leads
+	told bool       // something has been told
+	cur  Leadership // the latest change told
 }
 
 // lead takes the news that the leader of term t, with value v, won.
@@ -368,7 +452,16 @@ func (s *watched) lead(t int64, v string) (Leadership, bool) {
 		return Leadership{}, false
 	}
 	s.last, s.none, s.told = t, false, true
-	return Leadership{Value: v, Term: t}, true
+	s.cur = Leadership{Value: v, Term: t}
+	return s.cur, true
+}
+
+// blind is the value that tells that the observer cannot read the
+// election, with err: the latest change told.
+func (s *watched) blind(err error) Leadership {
+	l := s.cur
+	l.Err = err
+	return l
 }
 
 // ended takes the news that term t ended, and nobody leads after it.
@@ -380,7 +473,7 @@ func (s *watched) ended(t int64) (Leadership, bool) {
 	if s.told && s.none {
 		return Leadership{}, false
 	}
-	s.none, s.told = true, true
+	s.none, s.told, s.cur = true, true, Leadership{}
 	return Leadership{}, true
 }
 

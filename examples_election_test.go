@@ -2,6 +2,7 @@ package redisync_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -138,4 +139,70 @@ func ExampleElection_Resign() {
 	// leader: worker-b
 	// worker-b's term is greater: true
 	// nobody leads: true
+}
+
+// TryCampaignFor bounds only the wait: a node that starts with a deadline
+// for becoming leader (here, 100ms) gives up after it, leaving nothing
+// behind; a leadership it wins lasts as long as the context it campaigned
+// with (the node's life), not the bound.
+func ExampleElection_TryCampaignFor() {
+	c, done := exampleClient()
+	defer done()
+	node, stop := context.WithCancel(context.Background()) // the node's life
+	defer stop()
+	e := c.Election("compactor")
+
+	lctx, err := e.TryCampaignFor(node, "node-a", 100*time.Millisecond)
+	fmt.Println("node-a leads:", err == nil)
+
+	_, err = e.TryCampaignFor(node, "node-b", 100*time.Millisecond)
+	fmt.Println("node-b gave up:", errors.Is(err, redisync.ErrNotAcquired))
+
+	time.Sleep(200 * time.Millisecond) // past both bounds
+	l, _ := e.Leader(node)
+	fmt.Println("leader:", l.Value, "- its context:", lctx.Err())
+
+	stop() // the node shuts down: its leadership ends with it
+	<-lctx.Done()
+	// Output:
+	// node-a leads: true
+	// node-b gave up: true
+	// leader: node-a - its context: <nil>
+}
+
+// An observer that cannot read the election says so: once it has been
+// blind for longer than its lease (here 300ms; Redis is down), it sends
+// the last leader it knew with Err set, and a value without Err as soon
+// as it sees again. A router that sends writes to the leader can stop
+// trusting its routing meanwhile.
+func ExampleElection_Observe() {
+	mr, _ := miniredis.Run()
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	ctx := context.Background()
+
+	node, _ := redisync.New(rdb)
+	defer node.Close()
+	lctx, _ := node.Election("primary").Campaign(ctx, "db-1")
+	defer node.Election("primary").Resign(lctx)
+
+	router, _ := redisync.New(rdb, redisync.WithWatchdogTimeout(300*time.Millisecond))
+	defer router.Close()
+	octx, stop := context.WithCancel(ctx)
+	defer stop()
+	changes := router.Election("primary").Observe(octx)
+
+	l := <-changes
+	fmt.Println("route writes to", l.Value)
+	mr.Close() // Redis goes down
+	l = <-changes
+	fmt.Println("blind:", l.Err != nil, "- last known leader:", l.Value)
+	mr.Restart() // and comes back
+	l = <-changes
+	fmt.Println("sees again:", l.Err == nil, "- route writes to", l.Value)
+	// Output:
+	// route writes to db-1
+	// blind: true - last known leader: db-1
+	// sees again: true - route writes to db-1
 }

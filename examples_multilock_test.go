@@ -57,3 +57,44 @@ func ExampleMultiLock() {
 	// alice: 80 bob: 120
 	// a Mutex of bob's account: true
 }
+
+// A fenced transfer: each account's row keeps the highest token that wrote
+// it and refuses lower ones. The MultiLock's token for each account comes
+// from the counter a fenced Mutex of that account uses, so a stale holder
+// is refused whichever kind it held the account with.
+func ExampleMultiLock_Token() {
+	c, done := exampleClient()
+	defer done()
+	ctx := context.Background()
+	rows := map[string]int64{} // account -> highest token seen: stands for a database
+	write := func(account string, token int64) bool {
+		if token < rows[account] {
+			return false // a stale holder
+		}
+		rows[account] = token
+		return true
+	}
+
+	accounts := []string{"lock:account:alice", "lock:account:bob"}
+	m := c.MultiLock(accounts, redisync.WithFencing())
+	lctx, _ := m.Lock(ctx)
+	for _, a := range accounts {
+		token, _ := m.Token(lctx, a)
+		fmt.Println("transfer writes", a, write(a, token))
+	}
+	stale, _ := m.Token(lctx, "lock:account:bob")
+	m.Unlock(lctx)
+
+	// A later holder of bob's account alone, through a Mutex.
+	b := c.Mutex("lock:account:bob", redisync.WithFencing())
+	bctx, _ := b.Lock(ctx)
+	token, _ := b.Token(bctx)
+	fmt.Println("a later Mutex holder writes bob:", write("lock:account:bob", token))
+	b.Unlock(bctx)
+	fmt.Println("the transfer's stale write to bob:", write("lock:account:bob", stale))
+	// Output:
+	// transfer writes lock:account:alice true
+	// transfer writes lock:account:bob true
+	// a later Mutex holder writes bob: true
+	// the transfer's stale write to bob: false
+}

@@ -20,9 +20,9 @@ const DefaultWaiterTimeout = 5 * time.Second
 // an RWMutex keeps new readers out, by refreshing a deadline of d (counted on
 // Redis's clock) every d/3 while it waits; a waiter whose process dies is
 // dropped at most d after it died. The default is DefaultWaiterTimeout (5s).
-// Mutex and Semaphore refuse it with ErrInvalid.
-func WithWaiterTimeout(d time.Duration) LockOption {
-	return func(lc *lockConfig) error {
+// It applies to FairMutex and RWMutex (a WaiterOption).
+func WithWaiterTimeout(d time.Duration) WaiterOption {
+	return waiterOpt(func(lc *lockConfig) error {
 		if d <= 0 {
 			return fmt.Errorf("%w: waiter timeout %v is not positive", ErrInvalid, d)
 		}
@@ -31,7 +31,7 @@ func WithWaiterTimeout(d time.Duration) LockOption {
 		}
 		lc.waiter = wholeMs(d)
 		return nil
-	}
+	})
 }
 
 // FairMutex is a reentrant distributed lock granted strictly in arrival order
@@ -66,9 +66,9 @@ type FairMutex struct {
 // a name whose companion keys cannot share its Cluster slot, a bad option) is
 // reported by every method of the handle.
 //
-// Options: WithLease, WithFencing and WithWaiterTimeout. WithPermits does
-// not apply to a FairMutex and is refused (ErrInvalid).
-func (c *Client) FairMutex(name string, opts ...LockOption) *FairMutex {
+// Options (FairOption): WithLease or WithRenewedLease, WithFencing and
+// WithWaiterTimeout.
+func (c *Client) FairMutex(name string, opts ...FairOption) *FairMutex {
 	f := &FairMutex{c: c, name: name, waiter: DefaultWaiterTimeout}
 	if keys.Taggable(name) {
 		f.queue = keys.Companion(name, "fair-queue")
@@ -80,7 +80,7 @@ func (c *Client) FairMutex(name string, opts ...LockOption) *FairMutex {
 		f.err = f.spec.wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
 		return f
 	}
-	lc, err := lockSetup(name, opts, primFair)
+	lc, err := lockSetup(name, opts)
 	if err == nil && !keys.Taggable(name) {
 		err = fmt.Errorf("%w: lock name %q has a \"}\" outside a hash tag", ErrInvalid, name)
 	}
@@ -90,10 +90,7 @@ func (c *Client) FairMutex(name string, opts ...LockOption) *FairMutex {
 	}
 	f.err = f.spec.wrap(err)
 	f.spec.ref = lockRef{c, KindFairMutex, name}
-	f.spec.lease, f.spec.renewed = c.lease, true
-	if lc.lease > 0 {
-		f.spec.lease, f.spec.renewed = lc.lease, false
-	}
+	f.spec.lease, f.spec.renewed = lc.leaseOf(c)
 	if lc.waiter > 0 {
 		f.waiter = lc.waiter
 	}
@@ -140,10 +137,10 @@ func (f *FairMutex) TryLock(ctx context.Context) (context.Context, error) {
 // wait only: a hold it gets lasts as long as ctx.
 func (f *FairMutex) TryLockFor(ctx context.Context, wait time.Duration) (context.Context, error) {
 	if err := f.check(ctx); err != nil {
-		return ctx, err
+		return nil, err
 	}
 	if err := checkWait(wait); err != nil {
-		return ctx, f.wrap(err)
+		return nil, f.wrap(err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
@@ -152,14 +149,14 @@ func (f *FairMutex) TryLockFor(ctx context.Context, wait time.Duration) (context
 
 func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx context.Context, err error) {
 	if err := f.check(parent); err != nil {
-		return parent, err
+		return nil, err
 	}
 	if err := wctx.Err(); err != nil {
-		return parent, f.wrap(waitError(err, parent, bounded))
+		return nil, f.wrap(waitError(err, parent, bounded))
 	}
 	h, err := entry(parent, f.spec.ref)
 	if err != nil {
-		return parent, f.wrap(err)
+		return nil, f.wrap(err)
 	}
 	if h != nil {
 		hctx, err := f.c.reenter(parent, wctx, wait, &f.spec, h, func(count int) call {
@@ -170,7 +167,7 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 			return script(lua.FairUnlock, f.keys(), h.field, n, h.lease.Milliseconds(), f.prefix, publish)
 		})
 		if err != nil {
-			return parent, err
+			return nil, err
 		}
 		return hctx, nil
 	}
@@ -208,10 +205,10 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 			if wait {
 				f.leave(a.owner)
 			}
-			return parent, f.wrap(waitError(err, parent, bounded))
+			return nil, f.wrap(waitError(err, parent, bounded))
 		}
 		if !a.won {
-			return parent, f.wrap(ErrNotAcquired)
+			return nil, f.wrap(ErrNotAcquired)
 		}
 		return a.hctx, nil
 	}

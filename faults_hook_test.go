@@ -904,45 +904,45 @@ func TestLostLastUnlockReportsLeaseLost(t *testing.T) {
 		const lease = 100 * time.Millisecond
 		type kind struct {
 			name   string
-			lock   func(c *Client, name string, opts ...LockOption) (context.Context, error)
-			unlock func(c *Client, ctx context.Context, name string, opts ...LockOption) error
+			lock   func(c *Client, name string, opts ...anyOpt) (context.Context, error)
+			unlock func(c *Client, ctx context.Context, name string, opts ...anyOpt) error
 		}
 		kinds := []kind{
 			{"mutex",
-				func(c *Client, name string, o ...LockOption) (context.Context, error) {
-					return c.Mutex(name, o...).Lock(ctx)
+				func(c *Client, name string, o ...anyOpt) (context.Context, error) {
+					return c.Mutex(name, as[MutexOption](o)...).Lock(ctx)
 				},
-				func(c *Client, hctx context.Context, name string, o ...LockOption) error {
-					return c.Mutex(name, o...).Unlock(hctx)
+				func(c *Client, hctx context.Context, name string, o ...anyOpt) error {
+					return c.Mutex(name, as[MutexOption](o)...).Unlock(hctx)
 				}},
 			{"fair",
-				func(c *Client, name string, o ...LockOption) (context.Context, error) {
-					return c.FairMutex(name, o...).Lock(ctx)
+				func(c *Client, name string, o ...anyOpt) (context.Context, error) {
+					return c.FairMutex(name, as[FairOption](o)...).Lock(ctx)
 				},
-				func(c *Client, hctx context.Context, name string, o ...LockOption) error {
-					return c.FairMutex(name, o...).Unlock(hctx)
+				func(c *Client, hctx context.Context, name string, o ...anyOpt) error {
+					return c.FairMutex(name, as[FairOption](o)...).Unlock(hctx)
 				}},
 			{"rw write",
-				func(c *Client, name string, o ...LockOption) (context.Context, error) {
-					return c.RWMutex(name, o...).Lock(ctx)
+				func(c *Client, name string, o ...anyOpt) (context.Context, error) {
+					return c.RWMutex(name, as[RWOption](o)...).Lock(ctx)
 				},
-				func(c *Client, hctx context.Context, name string, o ...LockOption) error {
-					return c.RWMutex(name, o...).Unlock(hctx)
+				func(c *Client, hctx context.Context, name string, o ...anyOpt) error {
+					return c.RWMutex(name, as[RWOption](o)...).Unlock(hctx)
 				}},
 			{"rw read",
-				func(c *Client, name string, o ...LockOption) (context.Context, error) {
-					return c.RWMutex(name, o...).RLock(ctx)
+				func(c *Client, name string, o ...anyOpt) (context.Context, error) {
+					return c.RWMutex(name, as[RWOption](o)...).RLock(ctx)
 				},
-				func(c *Client, hctx context.Context, name string, o ...LockOption) error {
-					return c.RWMutex(name, o...).RUnlock(hctx)
+				func(c *Client, hctx context.Context, name string, o ...anyOpt) error {
+					return c.RWMutex(name, as[RWOption](o)...).RUnlock(hctx)
 				}},
 			{"semaphore",
-				func(c *Client, name string, o ...LockOption) (context.Context, error) {
-					s := c.Semaphore(name, append(o, WithPermits(1))...)
+				func(c *Client, name string, o ...anyOpt) (context.Context, error) {
+					s := c.Semaphore(name, as[SemaphoreOption](append(o, WithPermits(1)))...)
 					return s.Acquire(ctx, 1)
 				},
-				func(c *Client, hctx context.Context, name string, o ...LockOption) error {
-					return c.Semaphore(name, append(o, WithPermits(1))...).Release(hctx, 1)
+				func(c *Client, hctx context.Context, name string, o ...anyOpt) error {
+					return c.Semaphore(name, as[SemaphoreOption](append(o, WithPermits(1)))...).Release(hctx, 1)
 				}},
 		}
 		for _, k := range kinds {

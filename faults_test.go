@@ -18,7 +18,7 @@ import (
 // scenario can be run on each: lock takes or re-enters a hold with ctx.
 type faultLock struct {
 	name   string
-	lock   func(c *Client, key string, ctx context.Context, opts ...LockOption) (context.Context, error)
+	lock   func(c *Client, key string, ctx context.Context, opts ...anyOpt) (context.Context, error)
 	unlock func(c *Client, key string, ctx context.Context) error
 	// try is another owner's TryLock, which any hold excludes; untry
 	// releases what it took.
@@ -31,8 +31,8 @@ type faultLock struct {
 var faultLocks = []faultLock{
 	{
 		name: "Mutex",
-		lock: func(c *Client, k string, ctx context.Context, opts ...LockOption) (context.Context, error) {
-			return c.Mutex(k, opts...).Lock(ctx)
+		lock: func(c *Client, k string, ctx context.Context, opts ...anyOpt) (context.Context, error) {
+			return c.Mutex(k, as[MutexOption](opts)...).Lock(ctx)
 		},
 		try: func(c *Client, k string, ctx context.Context) (context.Context, error) {
 			return c.Mutex(k).TryLock(ctx)
@@ -47,8 +47,8 @@ var faultLocks = []faultLock{
 	},
 	{
 		name: "FairMutex",
-		lock: func(c *Client, k string, ctx context.Context, opts ...LockOption) (context.Context, error) {
-			return c.FairMutex(k, opts...).Lock(ctx)
+		lock: func(c *Client, k string, ctx context.Context, opts ...anyOpt) (context.Context, error) {
+			return c.FairMutex(k, as[FairOption](opts)...).Lock(ctx)
 		},
 		try: func(c *Client, k string, ctx context.Context) (context.Context, error) {
 			return c.FairMutex(k).TryLock(ctx)
@@ -65,8 +65,8 @@ var faultLocks = []faultLock{
 		// The read lock; other owners' tries take the write lock, which any
 		// read hold excludes.
 		name: "RWMutex-read",
-		lock: func(c *Client, k string, ctx context.Context, opts ...LockOption) (context.Context, error) {
-			return c.RWMutex(k, opts...).RLock(ctx)
+		lock: func(c *Client, k string, ctx context.Context, opts ...anyOpt) (context.Context, error) {
+			return c.RWMutex(k, as[RWOption](opts)...).RLock(ctx)
 		},
 		try: func(c *Client, k string, ctx context.Context) (context.Context, error) {
 			return c.RWMutex(k).TryLock(ctx)
@@ -81,8 +81,8 @@ var faultLocks = []faultLock{
 	},
 	{
 		name: "RWMutex-write",
-		lock: func(c *Client, k string, ctx context.Context, opts ...LockOption) (context.Context, error) {
-			return c.RWMutex(k, opts...).Lock(ctx)
+		lock: func(c *Client, k string, ctx context.Context, opts ...anyOpt) (context.Context, error) {
+			return c.RWMutex(k, as[RWOption](opts)...).Lock(ctx)
 		},
 		try: func(c *Client, k string, ctx context.Context) (context.Context, error) {
 			return c.RWMutex(k).TryLock(ctx)

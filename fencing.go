@@ -37,20 +37,23 @@ import (
 // one; and tokens given faster than one per microsecond run ahead of the
 // clock by that excess, which a loss within that lead could repeat.
 //
-// It applies to Mutex, FairMutex and the write holds of RWMutex (its read
-// holds get no token); a Semaphore refuses it, and so does a lock whose
-// name cannot have companion keys (a "}" outside a hash tag), with
+// It applies to Mutex, FairMutex, the write holds of RWMutex (its read
+// holds get no token) and MultiLock, whose first acquisition gives each
+// name a token from that name's counter, the one a fenced Mutex of the
+// name uses (see MultiLock.Token); it is a FencingOption, which a
+// Semaphore does not take (it does not compile). A lock whose name cannot
+// have companion keys (a "}" outside a hash tag) refuses it, with
 // ErrInvalid from every method of the handle. A hold keeps the fencing it
 // was taken with: a re-entry through a handle that differs is refused
 // (ErrInvalid). Tokens order the fenced holders of redisync only: a holder
 // without WithFencing, or a Redisson client on the same Mutex, takes the
 // lock without a token, so every writer of a fenced resource must hold the
 // lock with WithFencing.
-func WithFencing() LockOption {
-	return func(lc *lockConfig) error {
+func WithFencing() FencingOption {
+	return fencingOpt(func(lc *lockConfig) error {
 		lc.fence = true
 		return nil
-	}
+	})
 }
 
 // fenceKey is the key of the fencing counter of the lock name.
@@ -129,4 +132,25 @@ func (r *RWMutex) Token(ctx context.Context) (int64, bool) {
 		return 0, false
 	}
 	return tokenOf(ctx, r.wspec.ref)
+}
+
+// Token returns the fencing token of name in the hold ctx carries (see
+// WithFencing), without a round trip: ok is false when ctx carries no hold
+// of this MultiLock taken with WithFencing, or name is not one of its
+// names. Each name's token comes from the counter of a fenced Mutex of
+// that name ("{tag}:fence:<name>"), by the same rule, so a resource
+// guarded per name refuses a stale holder whether it held the name
+// through a Mutex or a MultiLock: pass each name's token with the writes
+// that name guards. Re-entries share their hold's tokens; they stay ctx's
+// after the hold ends, as Mutex.Token's do.
+func (m *MultiLock) Token(ctx context.Context, name string) (int64, bool) {
+	if m == nil || ctx == nil {
+		return 0, false
+	}
+	h := carried(ctx, m.spec.ref)
+	if h == nil {
+		return 0, false
+	}
+	t, ok := h.tokens[name]
+	return t, ok && t != 0
 }

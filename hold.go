@@ -62,8 +62,9 @@ type hold struct {
 	count    int
 	lastSent time.Time // when the newest script under mu was sent
 
-	taken time.Time // when it was granted
-	token int64     // fencing token (WithFencing); 0: none, and re-entries share it
+	taken  time.Time        // when it was granted
+	token  int64            // fencing token (WithFencing); 0: none, and re-entries share it
+	tokens map[string]int64 // a fenced MultiLock's: each name's token (token is one of them)
 
 	dl   dlStore       // the local deadline while live, for the hold's contexts (holdctx.go)
 	over chan struct{} // closed once the hold has ended and its contexts are cancelled
@@ -223,10 +224,11 @@ func (c *Client) grant(s *spec, parent context.Context, field string, count int,
 
 // grantAll is grant for a hold on several slots: renew and release have
 // one call per slot, and st is the stamp of the attempt's first script
-// (its leases count from then).
-func (c *Client) grantAll(s *spec, parent context.Context, field string, count int, token int64, start time.Time, st stamp,
-	renew, release []call, ends ...func() bool) (context.Context, error) {
+// (its leases count from then). tokens are a fenced MultiLock's, by name.
+func (c *Client) grantAll(s *spec, parent context.Context, field string, count int, token int64, tokens map[string]int64,
+	start time.Time, st stamp, renew, release []call, ends ...func() bool) (context.Context, error) {
 	h := c.newHold(s, parent, field, count, token, ends)
+	h.tokens = tokens
 	h.renew, h.release = renew, release
 	return c.grantHold(s, h, start, st)
 }

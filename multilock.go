@@ -57,15 +57,16 @@ type multiGroup struct {
 	slot     int
 	keys     []string // its names, sorted
 	channels []string // their unlock channels, in the same order
+	fences   []string // their fencing counters (WithFencing), in the same order
 }
 
 // MultiLock returns a handle on the locks names taken as one (see the
 // type). The order of names does not matter. Bad input (no names, an
 // empty or duplicated name, a name whose unlock channel is in another
 // Cluster slot, a bad option) is reported by every method of the handle,
-// as an error wrapping ErrInvalid. WithLease applies; WithFencing,
-// WithWaiterTimeout and WithPermits do not, and are refused.
-func (c *Client) MultiLock(names []string, opts ...LockOption) *MultiLock {
+// as an error wrapping ErrInvalid. Options (MultiLockOption): WithLease or
+// WithRenewedLease, and WithFencing (see MultiLock.Token).
+func (c *Client) MultiLock(names []string, opts ...MultiLockOption) *MultiLock {
 	sorted := slices.Clone(names)
 	slices.Sort(sorted)
 	m := &MultiLock{c: c, names: sorted}
@@ -80,21 +81,25 @@ func (c *Client) MultiLock(names []string, opts ...LockOption) *MultiLock {
 		return m
 	}
 	lc, err := m.setup(opts)
+	if err == nil && lc.fence {
+		m.spec.fenced = true
+		for _, n := range sorted {
+			layout = append(layout, keyType{fenceKey(n), "string"})
+		}
+		m.spec.wrap = wrapLabelled(c, "multilock", ref, ref, layout...)
+	}
 	m.err = m.spec.wrap(err)
 	m.spec.ref = lockRef{c, KindMultiLock, ref}
 	m.spec.parts = true
 	for _, n := range sorted {
 		m.spec.covers = append(m.spec.covers, lockRef{c, KindMutex, n})
 	}
-	m.spec.lease, m.spec.renewed = c.lease, true
-	if lc.lease > 0 {
-		m.spec.lease, m.spec.renewed = lc.lease, false
-	}
+	m.spec.lease, m.spec.renewed = lc.leaseOf(c)
 	return m
 }
 
 // setup validates the names and options and groups the names by slot.
-func (m *MultiLock) setup(opts []LockOption) (lockConfig, error) {
+func (m *MultiLock) setup(opts []MultiLockOption) (lockConfig, error) {
 	if len(m.names) == 0 {
 		return lockConfig{}, fmt.Errorf("%w: no names", ErrInvalid)
 	}
@@ -106,7 +111,7 @@ func (m *MultiLock) setup(opts []LockOption) (lockConfig, error) {
 			return lockConfig{}, fmt.Errorf("%w: name %q is given twice", ErrInvalid, name)
 		}
 	}
-	lc, err := lockSetup(m.names[0], opts, primMultiLock)
+	lc, err := lockSetup(m.names[0], opts)
 	if err != nil {
 		return lc, err
 	}
@@ -131,6 +136,12 @@ func (m *MultiLock) setup(opts []LockOption) (lockConfig, error) {
 	for _, g := range bySlot {
 		for _, name := range g.keys {
 			g.channels = append(g.channels, multiChannel(name))
+			if lc.fence {
+				if err := fencingSetup(name, lc, nil); err != nil {
+					return lc, err
+				}
+				g.fences = append(g.fences, fenceKey(name))
+			}
 		}
 		m.groups = append(m.groups, *g)
 	}
@@ -186,7 +197,8 @@ func (m *MultiLock) wrap(err error) error { return wrapOr(m.spec.wrap, err) }
 // names (the context is then cancelled with cause ErrLeaseLost, and the
 // other names are given back), or when ctx ends, and then every name is
 // released in Redis. While the hold's context is live the owner holds
-// every name; once it is done it holds none. On error, Lock returns ctx.
+// every name; once it is done it holds none. On error, Lock returns a nil
+// context.
 func (m *MultiLock) Lock(ctx context.Context) (context.Context, error) {
 	return m.lock(ctx, ctx, true, false)
 }
@@ -203,10 +215,10 @@ func (m *MultiLock) TryLock(ctx context.Context) (context.Context, error) {
 // on the wait only: a hold it gets lasts as Lock's does.
 func (m *MultiLock) TryLockFor(ctx context.Context, wait time.Duration) (context.Context, error) {
 	if err := m.check(ctx); err != nil {
-		return ctx, err
+		return nil, err
 	}
 	if err := checkWait(wait); err != nil {
-		return ctx, m.wrap(err)
+		return nil, m.wrap(err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
@@ -221,14 +233,14 @@ var errBlockerMoved = errors.New("redisync: another name of the MultiLock is hel
 // wctx lasts; bounded says wctx is TryLockFor's.
 func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (hctx context.Context, err error) {
 	if err := m.check(parent); err != nil {
-		return parent, err
+		return nil, err
 	}
 	if err := wctx.Err(); err != nil {
-		return parent, m.wrap(waitError(err, parent, bounded))
+		return nil, m.wrap(waitError(err, parent, bounded))
 	}
 	h, err := entry(parent, m.spec.ref)
 	if err != nil {
-		return parent, m.wrap(err)
+		return nil, m.wrap(err)
 	}
 	leaseMs := m.spec.lease.Milliseconds()
 	if h != nil {
@@ -246,7 +258,7 @@ func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 			return m.c.undoUnder(wctx, h, m.unlockCalls(h.field, n)...)
 		})
 		if err != nil {
-			return parent, err
+			return nil, err
 		}
 		return hctx, nil
 	}
@@ -258,9 +270,10 @@ func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 	try := func() (bool, time.Duration, error) {
 		field := a.owner
 		var first stamp
+		var tokens map[string]int64 // WithFencing: by name
 		for i := range m.groups {
 			g := &m.groups[i]
-			_, r, d, err := a.send(func(field string) call { return script(lua.MultiLock, g.keys, leaseMs, field, 0) })
+			_, r, d, err := a.send(func(field string) call { return g.first(leaseMs, field) })
 			if r == nil || r[0] != 1 {
 				// Not taken (or not known to be): what the attempt
 				// took in the slots before is given back first.
@@ -284,24 +297,35 @@ func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 			if i == 0 {
 				first = a.st // its lease counts from the first slot's script
 			}
+			if m.spec.fenced {
+				if len(r) != 2+len(g.keys) {
+					return false, 0, fmt.Errorf("redisync: unexpected reply %v", r)
+				}
+				if tokens == nil {
+					tokens = make(map[string]int64, len(m.names))
+				}
+				for j, name := range g.keys {
+					tokens[name] = r[2+j]
+				}
+			}
 		}
 		a.st = first
 		renew := make([]call, len(m.groups))
 		for i, g := range m.groups {
 			renew[i] = script(lua.MultiRenew, g.keys, field, leaseMs)
 		}
-		return a.grantAll(field, 1, renew)
+		return a.grantAll(field, 1, tokens, renew)
 	}
 
 	done, next, err := try()
 	if err != nil {
-		return parent, m.wrap(waitError(err, parent, bounded))
+		return nil, m.wrap(waitError(err, parent, bounded))
 	}
 	if done {
 		return a.hctx, nil
 	}
 	if !wait {
-		return parent, m.wrap(ErrNotAcquired)
+		return nil, m.wrap(ErrNotAcquired)
 	}
 	for {
 		on := blocker
@@ -324,9 +348,19 @@ func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 		m.c.ps.nudge(channel)
 	}
 	if err != nil {
-		return parent, m.wrap(waitError(err, parent, bounded))
+		return nil, m.wrap(waitError(err, parent, bounded))
 	}
 	return a.hctx, nil
+}
+
+// first is the lock script's call for a first hold of g's names by
+// field: with their fencing counters when fenced (each gets its token).
+func (g *multiGroup) first(leaseMs int64, field string) call {
+	if len(g.fences) == 0 {
+		return script(lua.MultiLock, g.keys, leaseMs, field, 0)
+	}
+	keys := append(slices.Clip(g.keys), g.fences...)
+	return script(lua.MultiLock, keys, leaseMs, field, 0, len(g.keys))
 }
 
 // takeBack gives back what an attempt of field took in the slots before

@@ -158,15 +158,15 @@ func TestMultiLockInvalid(t *testing.T) {
 	c := e.client(t)
 	bg := context.Background()
 	for name, m := range map[string]*MultiLock{
-		"nil names":       c.MultiLock(nil),
-		"no names":        c.MultiLock([]string{}),
-		"an empty name":   c.MultiLock([]string{"a", ""}),
-		"a name twice":    c.MultiLock([]string{"a", "b", "a"}),
-		"WithFencing":     c.MultiLock([]string{"a"}, WithFencing()),
-		"a bad lease":     c.MultiLock([]string{"a"}, WithLease(-1)),
-		"a nil option":    c.MultiLock([]string{"a"}, nil),
-		"a companion key": c.MultiLock([]string{"a", fenceKey("b")}),
-		"a nil Client":    (*Client)(nil).MultiLock([]string{"a"}),
+		"nil names":                             c.MultiLock(nil),
+		"no names":                              c.MultiLock([]string{}),
+		"an empty name":                         c.MultiLock([]string{"a", ""}),
+		"a name twice":                          c.MultiLock([]string{"a", "b", "a"}),
+		"WithFencing, a name without a counter": c.MultiLock([]string{"a", "b}c"}, WithFencing()),
+		"a bad lease":                           c.MultiLock([]string{"a"}, WithLease(-1)),
+		"a nil option":                          c.MultiLock([]string{"a"}, nil),
+		"a companion key":                       c.MultiLock([]string{"a", fenceKey("b")}),
+		"a nil Client":                          (*Client)(nil).MultiLock([]string{"a"}),
 	} {
 		_, err := m.Lock(bg)
 		assert.ErrorIs(t, err, ErrInvalid, name)

@@ -287,7 +287,7 @@ func TestElectionLeaderProcess(t *testing.T) {
 				leaders = append(leaders, l)
 			}
 		}
-		assert.Equal(t, []Leadership{{"child-a", ta}, {"parent-1", t1}, {"child-b", tb}, {"parent-2", t2}}, leaders)
+		assert.Equal(t, []Leadership{{Value: "child-a", Term: ta}, {Value: "parent-1", Term: t1}, {Value: "child-b", Term: tb}, {Value: "parent-2", Term: t2}}, leaders)
 	}
 }
 

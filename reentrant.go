@@ -40,16 +40,15 @@ type Mutex struct {
 // Mutex returns a handle on the reentrant lock name. Bad input (an empty
 // name, a bad option) is reported by every method of the handle.
 //
-// Options: WithLease and WithFencing. WithWaiterTimeout and WithPermits do
-// not apply to a Mutex and are refused (ErrInvalid).
-func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
+// Options (MutexOption): WithLease or WithRenewedLease, and WithFencing.
+func (c *Client) Mutex(name string, opts ...MutexOption) *Mutex {
 	m := &Mutex{c: c, name: name, channel: redissonName("redisson_lock__channel", name)}
 	m.spec.wrap = wrapFor(c, "lock", name, keyType{name, "hash"})
 	if c == nil {
 		m.err = m.spec.wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
 		return m
 	}
-	lc, err := lockSetup(name, opts, primMutex)
+	lc, err := lockSetup(name, opts)
 	if err = fencingSetup(name, lc, err); err == nil && lc.fence {
 		m.fence, m.spec.fenced = fenceKey(name), true
 		m.spec.wrap = wrapFor(c, "lock", name, keyType{name, "hash"}, keyType{m.fence, "string"})
@@ -59,10 +58,7 @@ func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
 	}
 	m.err = m.spec.wrap(err)
 	m.spec.ref = lockRef{c, KindMutex, name}
-	m.spec.lease, m.spec.renewed = c.lease, true
-	if lc.lease > 0 {
-		m.spec.lease, m.spec.renewed = lc.lease, false
-	}
+	m.spec.lease, m.spec.renewed = lc.leaseOf(c)
 	return m
 }
 
@@ -98,7 +94,11 @@ func (m *Mutex) wrap(err error) error { return wrapOr(m.spec.wrap, err) }
 // documentation). A re-entry's context also ends with the context given to
 // it, but the re-entry counts until its Unlock. To bound only the wait,
 // use TryLockFor.
-// On error, Lock returns ctx.
+//
+// On error, Lock returns a nil context, never ctx: a caller that drops
+// the error holds nothing that looks like a hold. So do TryLock and
+// TryLockFor, and every call of the package that returns a hold's
+// context.
 func (m *Mutex) Lock(ctx context.Context) (context.Context, error) {
 	return m.lock(ctx, ctx, true, false)
 }
@@ -114,10 +114,10 @@ func (m *Mutex) TryLock(ctx context.Context) (context.Context, error) {
 // wait only: a hold it gets lasts as Lock's does, as long as ctx.
 func (m *Mutex) TryLockFor(ctx context.Context, wait time.Duration) (context.Context, error) {
 	if err := m.check(ctx); err != nil {
-		return ctx, err
+		return nil, err
 	}
 	if err := checkWait(wait); err != nil {
-		return ctx, m.wrap(err)
+		return nil, m.wrap(err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
@@ -136,14 +136,14 @@ func checkWait(wait time.Duration) error {
 // wctx lasts; bounded says wctx is TryLockFor's.
 func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx context.Context, err error) {
 	if err := m.check(parent); err != nil {
-		return parent, err
+		return nil, err
 	}
 	if err := wctx.Err(); err != nil {
-		return parent, m.wrap(waitError(err, parent, bounded))
+		return nil, m.wrap(waitError(err, parent, bounded))
 	}
 	h, err := entry(parent, m.spec.ref)
 	if err != nil {
-		return parent, m.wrap(err)
+		return nil, m.wrap(err)
 	}
 	if h != nil {
 		hctx, err := m.c.reenter(parent, wctx, wait, &m.spec, h, func(count int) call {
@@ -154,7 +154,7 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx con
 			return script(lua.Unlock, []string{m.name}, h.field, n, h.lease.Milliseconds(), publish, unlockMessage, m.channel)
 		})
 		if err != nil {
-			return parent, err
+			return nil, err
 		}
 		return hctx, nil
 	}
@@ -197,13 +197,13 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx con
 	if !queued {
 		done, n, err := try()
 		if err != nil {
-			return parent, m.wrap(waitError(err, parent, bounded))
+			return nil, m.wrap(waitError(err, parent, bounded))
 		}
 		if done {
 			return a.hctx, nil
 		}
 		if !wait {
-			return parent, m.wrap(ErrNotAcquired)
+			return nil, m.wrap(ErrNotAcquired)
 		}
 		next = n
 	}
@@ -239,7 +239,7 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx con
 		},
 	}
 	if err := m.c.awaitFrom(wctx, mk, m.channel, wakeOne, next, try, false, acc); err != nil {
-		return parent, m.wrap(waitError(err, parent, bounded))
+		return nil, m.wrap(waitError(err, parent, bounded))
 	}
 	if !handed {
 		m.c.ps.rotate(m.channel)

@@ -55,10 +55,10 @@ var errUpgrade = fmt.Errorf("%w: the context holds the read lock, and a reader c
 // name, a name whose companion keys cannot share its Cluster slot, a bad
 // option) is reported by every method of the handle.
 //
-// Options: WithLease (read and write holds), WithFencing (write holds get
-// tokens) and WithWaiterTimeout (waiting writers). WithPermits does not
-// apply to an RWMutex and is refused (ErrInvalid).
-func (c *Client) RWMutex(name string, opts ...LockOption) *RWMutex {
+// Options (RWOption): WithLease or WithRenewedLease (read and write
+// holds), WithFencing (write holds get tokens) and WithWaiterTimeout
+// (waiting writers).
+func (c *Client) RWMutex(name string, opts ...RWOption) *RWMutex {
 	r := &RWMutex{c: c, name: name, waiter: DefaultWaiterTimeout}
 	layout := []keyType{{name, "hash"}}
 	if keys.Taggable(name) {
@@ -81,15 +81,12 @@ func (c *Client) RWMutex(name string, opts ...LockOption) *RWMutex {
 		r.err = wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
 		return r
 	}
-	lc, err := lockSetup(name, opts, primRW)
+	lc, err := lockSetup(name, opts)
 	if err == nil && !keys.Taggable(name) {
 		err = fmt.Errorf("%w: lock name %q has a \"}\" outside a hash tag", ErrInvalid, name)
 	}
 	r.err = wrap(err)
-	lease, renewed := c.lease, true
-	if lc.lease > 0 {
-		lease, renewed = lc.lease, false
-	}
+	lease, renewed := lc.leaseOf(c)
 	if lc.waiter > 0 {
 		r.waiter = lc.waiter
 	}
@@ -170,10 +167,10 @@ func (r *RWMutex) TryLockFor(ctx context.Context, wait time.Duration) (context.C
 
 func (r *RWMutex) lockFor(ctx context.Context, read bool, wait time.Duration) (context.Context, error) {
 	if err := r.check(ctx); err != nil {
-		return ctx, err
+		return nil, err
 	}
 	if err := checkWait(wait); err != nil {
-		return ctx, r.wrap(err)
+		return nil, r.wrap(err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
@@ -182,10 +179,10 @@ func (r *RWMutex) lockFor(ctx context.Context, read bool, wait time.Duration) (c
 
 func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (hctx context.Context, err error) {
 	if err := r.check(parent); err != nil {
-		return parent, err
+		return nil, err
 	}
 	if err := wctx.Err(); err != nil {
-		return parent, r.wrap(waitError(err, parent, bounded))
+		return nil, r.wrap(waitError(err, parent, bounded))
 	}
 	s, other := &r.wspec, &r.rspec
 	script := lua.RWLock
@@ -194,7 +191,7 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 	}
 	h, err := entry(parent, s.ref)
 	if err != nil {
-		return parent, r.wrap(err)
+		return nil, r.wrap(err)
 	}
 	if h != nil {
 		unlock := lua.RWUnlock
@@ -209,16 +206,16 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 			return call{Script: unlock, Keys: r.keys, Args: []any{h.field, n, h.lease.Milliseconds(), publish, r.rchan, r.wchan}}
 		})
 		if err != nil {
-			return parent, err
+			return nil, err
 		}
 		return hctx, nil
 	}
 	oh, err := entry(parent, other.ref)
 	if err != nil && read {
-		return parent, r.wrap(err) // a downgrade of a write hold that ended
+		return nil, r.wrap(err) // a downgrade of a write hold that ended
 	}
 	if oh != nil && !read {
-		return parent, r.wrap(errUpgrade)
+		return nil, r.wrap(errUpgrade)
 	}
 
 	a := r.c.acquisition(s, parent, wctx, wait, func(field string) []call { return []call{r.leaveCall(field)} }, nil)
@@ -322,10 +319,10 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		if wait {
 			r.leave(a.owner)
 		}
-		return parent, r.wrap(waitError(err, parent, bounded))
+		return nil, r.wrap(waitError(err, parent, bounded))
 	}
 	if !a.won {
-		return parent, r.wrap(ErrNotAcquired)
+		return nil, r.wrap(ErrNotAcquired)
 	}
 	return a.hctx, nil
 }

@@ -71,12 +71,12 @@ type Semaphore struct {
 // option) is reported by every method of the handle.
 //
 // Options: WithLease gives the permits a fixed lease that the watchdog does
-// not renew (they come free that long after the owner's latest Acquire);
+// not renew (they come free that long after the owner's latest Acquire),
+// WithRenewedLease a lease of its own that the watchdog renews;
 // WithPermits states the total, which acquisitions then create whenever it
-// is missing (before anyone set it, after Redis lost its data). WithFencing
-// and WithWaiterTimeout do not apply to a Semaphore and are refused
-// (ErrInvalid).
-func (c *Client) Semaphore(name string, opts ...LockOption) *Semaphore {
+// is missing (before anyone set it, after Redis lost its data). These are
+// its options (SemaphoreOption).
+func (c *Client) Semaphore(name string, opts ...SemaphoreOption) *Semaphore {
 	s := &Semaphore{c: c, name: name, keys: []string{name, "", ""}}
 	if keys.Taggable(name) {
 		s.channel = keys.Companion(name, "sem-wake")
@@ -87,16 +87,13 @@ func (c *Client) Semaphore(name string, opts ...LockOption) *Semaphore {
 		s.err = s.spec.wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
 		return s
 	}
-	lc, err := lockSetup(name, opts, primSemaphore)
+	lc, err := lockSetup(name, opts)
 	if err == nil && !keys.Taggable(name) {
 		err = fmt.Errorf("%w: semaphore name %q contains \"}\" without a hash tag", ErrInvalid, name)
 	}
 	s.err = s.spec.wrap(err)
 	s.spec.ref = lockRef{c, KindSemaphore, name}
-	s.spec.lease, s.spec.renewed = c.lease, true
-	if lc.lease > 0 {
-		s.spec.lease, s.spec.renewed = lc.lease, false
-	}
+	s.spec.lease, s.spec.renewed = lc.leaseOf(c)
 	s.permits = lc.permits
 	return s
 }
@@ -223,7 +220,7 @@ func (s *Semaphore) Available(ctx context.Context) (int, error) {
 // plainly when the hold's last permit is released. Waits are woken by
 // releases (one waiter per permit freed) and look again at least every
 // couple of seconds and when the nearest lease ends, so a lost message
-// costs a delay, never a hang. On error, Acquire returns ctx.
+// costs a delay, never a hang. On error, Acquire returns a nil context.
 func (s *Semaphore) Acquire(ctx context.Context, n int) (context.Context, error) {
 	return s.acquire(ctx, ctx, n, true, false)
 }
@@ -240,10 +237,10 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int) (context.Context, err
 // it gets are held as long as ctx lasts.
 func (s *Semaphore) TryAcquireFor(ctx context.Context, n int, wait time.Duration) (context.Context, error) {
 	if err := s.check(ctx); err != nil {
-		return ctx, err
+		return nil, err
 	}
 	if err := checkWait(wait); err != nil {
-		return ctx, s.wrap(err)
+		return nil, s.wrap(err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
@@ -255,20 +252,20 @@ var errNeverSet = fmt.Errorf("%w: its permits were never set (SetPermits or TryS
 
 func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded bool) (_ context.Context, err error) {
 	if err := s.check(parent); err != nil {
-		return parent, err
+		return nil, err
 	}
 	if err := s.checkN("acquire", n); err != nil {
-		return parent, err
+		return nil, err
 	}
 	if err := wctx.Err(); err != nil {
-		return parent, s.wrap(waitError(err, parent, bounded))
+		return nil, s.wrap(waitError(err, parent, bounded))
 	}
 	h, err := entry(parent, s.spec.ref)
 	if err != nil {
-		return parent, s.wrap(err)
+		return nil, s.wrap(err)
 	}
 	if h != nil && (h.lease != s.spec.lease || h.renewed != s.spec.renewed) {
-		return parent, s.wrap(fmt.Errorf("%w: the context holds permits with a %s, this handle asks for a %s",
+		return nil, s.wrap(fmt.Errorf("%w: the context holds permits with a %s, this handle asks for a %s",
 			ErrInvalid, leaseText(h.lease, h.renewed), leaseText(s.spec.lease, s.spec.renewed)))
 	}
 	leaseMs := s.spec.lease.Milliseconds()
@@ -359,16 +356,16 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 	}
 	done, next, err := try()
 	if err != nil {
-		return parent, s.wrap(waitError(err, parent, bounded))
+		return nil, s.wrap(waitError(err, parent, bounded))
 	}
 	if done {
 		return result(), nil
 	}
 	if !wait {
 		if neverSet {
-			return parent, s.wrap(errNeverSet)
+			return nil, s.wrap(errNeverSet)
 		}
-		return parent, s.wrap(ErrNotAcquired)
+		return nil, s.wrap(ErrNotAcquired)
 	}
 	if neverSet {
 		s.c.log.Warn("redisync: waiting on a semaphore whose permits were never set", "name", s.name)
@@ -378,7 +375,7 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 		if neverSet && (errors.Is(err, ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
 			err = fmt.Errorf("%w (its permits were never set)", err)
 		}
-		return parent, s.wrap(err)
+		return nil, s.wrap(err)
 	}
 	return result(), nil
 }

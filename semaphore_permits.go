@@ -21,14 +21,14 @@ import "fmt"
 // the same n, and change it with SetPermits as well when the
 // configuration changes.
 //
-// n must be positive and at most 2^50; Mutex, FairMutex and RWMutex refuse
-// the option with ErrInvalid from every method of the handle.
-func WithPermits(n int) LockOption {
-	return func(lc *lockConfig) error {
+// n must be positive and at most 2^50. It applies to the Semaphore only
+// (a SemaphoreOption).
+func WithPermits(n int) SemaphoreOption {
+	return permitsOpt(func(lc *lockConfig) error {
 		if n <= 0 || n > maxPermits {
 			return fmt.Errorf("%w: WithPermits(%d): the total must be 1 to %d", ErrInvalid, n, maxPermits)
 		}
 		lc.permits = n
 		return nil
-	}
+	})
 }

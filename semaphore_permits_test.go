@@ -95,11 +95,6 @@ func TestWithPermitsRefused(t *testing.T) {
 		_, err := c.Semaphore("s", WithPermits(n)).TryAcquire(bg, 1)
 		assert.ErrorIs(t, err, ErrInvalid, "WithPermits(%d)", n)
 	}
-	_, err := c.Mutex("m", WithPermits(1)).TryLock(bg)
-	assert.ErrorIs(t, err, ErrInvalid)
-	assert.ErrorContains(t, err, "WithPermits")
-	_, err = c.FairMutex("f", WithPermits(1)).TryLock(bg)
-	assert.ErrorIs(t, err, ErrInvalid)
-	_, err = c.RWMutex("r", WithPermits(1)).TryRLock(bg)
-	assert.ErrorIs(t, err, ErrInvalid)
+	// On a Mutex, a FairMutex or an RWMutex it does not compile
+	// (TestOptionsTyped).
 }

@@ -174,18 +174,18 @@ func TestSilentQueueWaitsEndAtTheirContext(t *testing.T) {
 	bg := context.Background()
 	rows := []struct {
 		name   string
-		lock   func(c *Client, ctx context.Context, opts ...LockOption) (context.Context, error)
+		lock   func(c *Client, ctx context.Context, opts ...anyOpt) (context.Context, error)
 		unlock func(c *Client, ctx context.Context) error
 	}{{
 		name: "FairMutex",
-		lock: func(c *Client, ctx context.Context, opts ...LockOption) (context.Context, error) {
-			return c.FairMutex("q", opts...).Lock(ctx)
+		lock: func(c *Client, ctx context.Context, opts ...anyOpt) (context.Context, error) {
+			return c.FairMutex("q", as[FairOption](opts)...).Lock(ctx)
 		},
 		unlock: func(c *Client, ctx context.Context) error { return c.FairMutex("q").Unlock(ctx) },
 	}, {
 		name: "RWMutex",
-		lock: func(c *Client, ctx context.Context, opts ...LockOption) (context.Context, error) {
-			return c.RWMutex("q", opts...).Lock(ctx)
+		lock: func(c *Client, ctx context.Context, opts ...anyOpt) (context.Context, error) {
+			return c.RWMutex("q", as[RWOption](opts)...).Lock(ctx)
 		},
 		unlock: func(c *Client, ctx context.Context) error { return c.RWMutex("q").Unlock(ctx) },
 	}}

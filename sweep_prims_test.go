@@ -34,7 +34,7 @@ type swPrim struct {
 	// mine is how the rows hold it; rival a way of holding it that
 	// excludes every hold of mine (the second Client takes it this way).
 	// Both nil for a primitive without holds (CountDownLatch).
-	mine  func(c *Client, name string, opts []LockOption) swOps
+	mine  func(c *Client, name string, opts []anyOpt) swOps
 	rival func(c *Client, name string) swOps
 	force func(ctx context.Context, c *Client, name string) (bool, error)
 	// The scripts of mine's first acquisition and re-entry, of its
@@ -57,27 +57,27 @@ type swPrim struct {
 
 // swFairOpts keeps a waiter that could not leave the queue (its link
 // silent) for swWaiters, not DefaultWaiterTimeout.
-func swFairOpts(opts []LockOption) []LockOption {
-	return slices.Concat(opts, []LockOption{WithWaiterTimeout(swWaiters)})
+func swFairOpts[O option](opts []anyOpt) []O {
+	return as[O](slices.Concat(opts, []anyOpt{WithWaiterTimeout(swWaiters)}))
 }
 
-func swMutexOps(c *Client, name string, opts []LockOption) swOps {
-	m := c.Mutex(name, opts...)
+func swMutexOps(c *Client, name string, opts []anyOpt) swOps {
+	m := c.Mutex(name, as[MutexOption](opts)...)
 	return swOps{lock: m.Lock, try: m.TryLock, tryFor: m.TryLockFor, unlock: m.Unlock, count: m.HoldCount}
 }
 
-func swFairOps(c *Client, name string, opts []LockOption) swOps {
-	f := c.FairMutex(name, swFairOpts(opts)...)
+func swFairOps(c *Client, name string, opts []anyOpt) swOps {
+	f := c.FairMutex(name, swFairOpts[FairOption](opts)...)
 	return swOps{lock: f.Lock, try: f.TryLock, tryFor: f.TryLockFor, unlock: f.Unlock, count: f.HoldCount}
 }
 
-func swWriteOps(c *Client, name string, opts []LockOption) swOps {
-	r := c.RWMutex(name, swFairOpts(opts)...)
+func swWriteOps(c *Client, name string, opts []anyOpt) swOps {
+	r := c.RWMutex(name, swFairOpts[RWOption](opts)...)
 	return swOps{lock: r.Lock, try: r.TryLock, tryFor: r.TryLockFor, unlock: r.Unlock, count: r.HoldCount}
 }
 
-func swReadOps(c *Client, name string, opts []LockOption) swOps {
-	r := c.RWMutex(name, swFairOpts(opts)...)
+func swReadOps(c *Client, name string, opts []anyOpt) swOps {
+	r := c.RWMutex(name, swFairOpts[RWOption](opts)...)
 	return swOps{lock: r.RLock, try: r.TryRLock, tryFor: r.TryRLockFor, unlock: r.RUnlock, count: r.RHoldCount}
 }
 
@@ -85,9 +85,9 @@ func swReadOps(c *Client, name string, opts []LockOption) swOps {
 // rival both.
 const swSemTotal = 2
 
-func swSemOps(n int) func(c *Client, name string, opts []LockOption) swOps {
-	return func(c *Client, name string, opts []LockOption) swOps {
-		s := c.Semaphore(name, opts...)
+func swSemOps(n int) func(c *Client, name string, opts []anyOpt) swOps {
+	return func(c *Client, name string, opts []anyOpt) swOps {
+		s := c.Semaphore(name, as[SemaphoreOption](opts)...)
 		return swOps{
 			lock:   func(ctx context.Context) (context.Context, error) { return s.Acquire(ctx, n) },
 			try:    func(ctx context.Context) (context.Context, error) { return s.TryAcquire(ctx, n) },
@@ -108,8 +108,8 @@ func swSemOps(n int) func(c *Client, name string, opts []LockOption) swOps {
 	}
 }
 
-func swMultiOps(c *Client, name string, opts []LockOption) swOps {
-	m := c.MultiLock(multiNames(name), opts...)
+func swMultiOps(c *Client, name string, opts []anyOpt) swOps {
+	m := c.MultiLock(multiNames(name), as[MultiLockOption](opts)...)
 	return swOps{
 		lock: m.Lock, try: m.TryLock, tryFor: m.TryLockFor, unlock: m.Unlock,
 		count: func(ctx context.Context) (int, error) {
@@ -138,8 +138,8 @@ func swMultiOps(c *Client, name string, opts []LockOption) swOps {
 // swElectTry bounds the wait of an Election's "try", which it has not.
 const swElectTry = 50 * time.Millisecond
 
-func swElectOps(c *Client, name string, opts []LockOption) swOps {
-	e := c.Election(name, opts...)
+func swElectOps(c *Client, name string, opts []anyOpt) swOps {
+	e := c.Election(name, as[ElectionOption](opts)...)
 	campaign := func(ctx context.Context) (context.Context, error) { return e.Campaign(ctx, c.ID()) }
 	return swOps{
 		lock: campaign,
@@ -192,7 +192,7 @@ var (
 		rival:      func(c *Client, name string) swOps { return swElectOps(c, name, nil) },
 		lockScript: lua.ElectCampaign, unlockScript: lua.ElectResign, dropScript: lua.ElectResign,
 		residue: func(name string) []string { return []string{keys.Companion(name, "elect-term")} }}
-	swLatch = &swPrim{name: "CountDownLatch", mine: func(c *Client, name string, _ []LockOption) swOps {
+	swLatch = &swPrim{name: "CountDownLatch", mine: func(c *Client, name string, _ []anyOpt) swOps {
 		// A latch has no holds: its "lock" is Wait.
 		l := c.CountDownLatch(name)
 		return swOps{lock: func(ctx context.Context) (context.Context, error) { return nil, l.Wait(ctx) }}

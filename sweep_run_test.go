@@ -54,7 +54,7 @@ type swRun struct {
 	admin *redis.Client
 	hook  *faultproxy.Hook
 	proxy *faultproxy.Proxy
-	opts  []LockOption    // A's handles' options
+	opts  []anyOpt        // A's handles' options
 	base  string          // Redis before the setup, but what stays by design
 	main  context.Context // the hold the call goes through (or ends)
 	bHold context.Context // B's hold in the setup (a call that waits first)
@@ -369,7 +369,7 @@ func newSweepRun(t *testing.T, row *swRow, m swMode) *swRun {
 	w.leave()
 	r.base = r.state()
 	if m.lost {
-		r.opts = []LockOption{WithLease(swLostLease)}
+		r.opts = []anyOpt{WithLease(swLostLease)}
 	}
 	return r
 }

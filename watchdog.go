@@ -12,9 +12,13 @@ import (
 )
 
 // watchdog owns a Client's table of live holds and the one goroutine that
-// renews their leases: every interval (lease/3) it renews all of them in
-// pipelined batches, so 10,000 holds cost a handful of round trips, not
-// 10,000 timers.
+// renews their leases, in pipelined batches, so 10,000 holds cost a
+// handful of round trips, not 10,000 timers. The holds of one lease (the
+// Client's watchdog timeout, or a lock's WithRenewedLease) form a cadence,
+// renewed all together every third of that lease; the loop wakes for the
+// cadence due first, and renews in the same round every cadence due
+// within half the shortest interval, so that slower cadences share the
+// rounds of the fastest.
 //
 // Each hold also has a local deadline, counted from when the newest script
 // that set its lease was sent, a margin before Redis could let the lease
@@ -29,9 +33,11 @@ type watchdog struct {
 
 	mu      sync.Mutex
 	holds   map[*hold]struct{}
-	forced  map[lockRef]uint64        // ForceUnlocks so far, per lock
-	forcing map[lockRef]int           // ForceUnlocks in flight, per lock
-	calm    map[lockRef]chan struct{} // closed when a lock's last one in flight answers
+	cad     map[time.Duration]time.Time // the next round of each cadence (by lease) of renewed holds
+	kick    chan struct{}               // wakes the loop: a new cadence
+	forced  map[lockRef]uint64          // ForceUnlocks so far, per lock
+	forcing map[lockRef]int             // ForceUnlocks in flight, per lock
+	calm    map[lockRef]chan struct{}   // closed when a lock's last one in flight answers
 	closed  bool
 
 	stop chan struct{}
@@ -52,6 +58,8 @@ func newWatchdog(c *Client, lease time.Duration) *watchdog {
 		lease:    lease,
 		interval: lease / 3,
 		holds:    map[*hold]struct{}{},
+		cad:      map[time.Duration]time.Time{},
+		kick:     make(chan struct{}, 1),
 		forced:   map[lockRef]uint64{},
 		forcing:  map[lockRef]int{},
 		calm:     map[lockRef]chan struct{}{},
@@ -77,6 +85,15 @@ func (w *watchdog) add(h *hold, st stamp) error {
 	}
 	sent := st.sent
 	w.holds[h] = struct{}{}
+	if _, ok := w.cad[h.lease]; h.renewed && !ok {
+		// The first hold of its lease: its cadence's first round is a
+		// third of the lease from now; the loop may be asleep for longer.
+		w.cad[h.lease] = time.Now().Add(h.lease / 3)
+		select {
+		case w.kick <- struct{}{}:
+		default:
+		}
+	}
 	h.tmu.Lock()
 	h.sent = sent
 	h.dl.set(deadline(sent, h.lease))
@@ -302,17 +319,84 @@ func (c *Client) forceBy(ctx context.Context, k call, refs ...lockRef) reply {
 	return r
 }
 
-// snapshot returns the holds the watchdog renews.
-func (w *watchdog) snapshot() []*hold {
+// due returns the cadences (by lease) whose round is due at now, or
+// nearly: within half the shortest interval of them all, so that the
+// rounds of the slower cadences join those of the fastest (renewed a
+// little early, never late) instead of adding rounds of their own.
+func (w *watchdog) due(now time.Time) map[time.Duration]bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var due map[time.Duration]bool
+	slack := time.Duration(0)
+	for lease := range w.cad {
+		if slack == 0 || lease/6 < slack {
+			slack = lease / 6
+		}
+	}
+	for lease, next := range w.cad {
+		if !next.After(now.Add(slack)) {
+			if due == nil {
+				due = map[time.Duration]bool{}
+			}
+			due[lease] = true
+		}
+	}
+	return due
+}
+
+// snapshot returns the renewed holds of the cadences due, and forgets
+// those of them that have no hold left (under the same lock as add, which
+// starts a cadence again for its next hold).
+func (w *watchdog) snapshot(due map[time.Duration]bool) []*hold {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	hs := make([]*hold, 0, len(w.holds))
+	live := map[time.Duration]bool{}
 	for h := range w.holds {
-		if h.renewed {
+		if h.renewed && due[h.lease] {
 			hs = append(hs, h)
+			live[h.lease] = true
+		}
+	}
+	for lease := range due {
+		if !live[lease] {
+			delete(w.cad, lease)
 		}
 	}
 	return hs
+}
+
+// schedule sets the next round of the cadences due, which a round started
+// at start renewed: a third of their lease after start (counted from the
+// start of the round, so a slow round does not stretch the time between
+// two renewals), sooner for those with a failed renewal, so a blip costs
+// little of the lease (the deadlines still stand).
+func (w *watchdog) schedule(due, failed map[time.Duration]bool, start time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for lease := range due {
+		if _, ok := w.cad[lease]; !ok {
+			continue // no hold left
+		}
+		next := lease / 3
+		if failed[lease] {
+			next = min(next/3, time.Second)
+		}
+		w.cad[lease] = start.Add(next)
+	}
+}
+
+// wait returns how long the loop may sleep: until the first cadence is
+// due (the default interval when there is none: a new one kicks it).
+func (w *watchdog) wait() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	d := w.interval
+	now := time.Now()
+	for _, next := range w.cad {
+		d = min(d, next.Sub(now))
+	}
+	return max(d, 0)
 }
 
 func (w *watchdog) run() {
@@ -334,32 +418,36 @@ func (w *watchdog) run() {
 				last = min(last, now)
 			}
 			continue
+		case <-w.kick:
 		case <-t.C:
 		}
-		// Ticks are counted from the start of a round, so a slow round
-		// does not stretch the time between two renewals of a lease.
 		start := time.Now()
-		next := w.interval
-		if !w.renewAll() {
-			// Retry failed renewals sooner, so a blip costs little of
-			// the lease; the deadlines still stand.
-			next = min(w.interval/3, time.Second)
+		if due := w.due(start); due != nil {
+			w.schedule(due, w.renewAll(due), start)
 		}
-		t.Reset(max(next-time.Since(start), 0))
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+		t.Reset(w.wait())
 	}
 }
 
-// renewAll renews every renewed hold, reporting false if any renewal failed
-// for a reason other than the hold being gone.
-func (w *watchdog) renewAll() bool {
+// renewAll renews every renewed hold of the cadences due, and returns
+// those of them with a renewal that failed for a reason other than the
+// hold being gone.
+func (w *watchdog) renewAll(due map[time.Duration]bool) map[time.Duration]bool {
 	start := time.Now()
-	hs := w.snapshot()
+	hs := w.snapshot(due)
 	var r RenewalEvent
 	r.Holds = len(hs)
 	var firstErr error
+	failed := map[time.Duration]bool{}
 	for len(hs) > 0 {
 		n := min(len(hs), batchSize)
-		if err := w.renewBatch(hs[:n], &r); err != nil && firstErr == nil {
+		if err := w.renewBatch(hs[:n], &r, failed); err != nil && firstErr == nil {
 			firstErr = err
 		}
 		hs = hs[n:]
@@ -371,17 +459,18 @@ func (w *watchdog) renewAll() bool {
 	if w.c.obs.Renewed != nil && r.Holds > 0 {
 		w.c.obs.Renewed(r)
 	}
-	return r.Failed == 0
+	return failed
 }
 
 // renewBatch renews hs, counting in r, and returns the first error of a
-// renewal that failed for a reason other than the hold being gone. Each
+// renewal that failed for a reason other than the hold being gone; the
+// leases of those holds are set in failed. Each
 // renewal is dated by when its own pipeline was sent: one that Redis
 // answered with NOSCRIPT and that was sent again counts from then. A hold
 // on several slots (a MultiLock) is renewed when every one of its calls
 // renewed, dated by the earliest of their pipelines; it is lost when any
 // found it gone.
-func (w *watchdog) renewBatch(hs []*hold, r *RenewalEvent) error {
+func (w *watchdog) renewBatch(hs []*hold, r *RenewalEvent, failed map[time.Duration]bool) error {
 	calls := make([]call, 0, len(hs))
 	for _, h := range hs {
 		for _, k := range h.renew {
@@ -392,7 +481,7 @@ func (w *watchdog) renewBatch(hs []*hold, r *RenewalEvent) error {
 	}
 	replies := w.c.tr.DoAll(w.rounds, calls)
 	pipes := map[uint64]bool{}
-	var failed error
+	var first error
 	for _, h := range hs {
 		rs := replies[:len(h.renew)]
 		replies = replies[len(h.renew):]
@@ -428,13 +517,14 @@ func (w *watchdog) renewBatch(hs []*hold, r *RenewalEvent) error {
 			w.extend(h, sent)
 		default:
 			r.Failed++ // transient: retried until the deadline fires
-			if failed == nil {
-				failed = err
+			failed[h.lease] = true
+			if first == nil {
+				first = err
 			}
 		}
 	}
 	r.RoundTrips += len(pipes)
-	return failed
+	return first
 }
 
 // isGone reports whether a renewal error means the hold cannot exist any

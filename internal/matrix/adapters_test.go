@@ -13,21 +13,34 @@ import (
 // per primitive. Adding a primitive is adding one value to primitives.
 type primitive struct {
 	name string
-	// fencing says whether the primitive takes WithFencing (its holds then
-	// have tokens); when it does not, WithFencing must be refused with
-	// ErrInvalid (TestMatrixRefusals) and the pair is left out of cells.
+	// fencing says whether the matrix runs the primitive with WithFencing
+	// (its holds then have tokens); when it does not, the pair is left out
+	// of cells. A Semaphore does not take the option (it does not compile:
+	// the root package's TestOptionsTyped); a fenced MultiLock has a token
+	// per name (MultiLock.Token), which the matrix's one token per hold
+	// does not model.
 	fencing bool
 	// setup prepares the lock named name before a cell's run, and again
 	// after a fault that lost Redis's data (a Semaphore's permits).
 	setup func(ctx context.Context, c *redisync.Client, name string) error
 	// contender returns the i-th contender (0, 1, ...) for the lock named
 	// name, through c and with opts.
-	contender func(c *redisync.Client, name string, i int, opts []redisync.LockOption) contender
+	contender func(c *redisync.Client, name string, i int, opts []redisync.FencingOption) contender
 	// residue returns the keys that may stay in Redis once nothing is
 	// held (with WithFencing when fenced), and checks their content.
 	residue func(name string, fenced bool) []string
 	// idle checks, through c, that nothing holds the lock named name.
 	idle func(ctx context.Context, c *redisync.Client, name string) error
+}
+
+// optsOf converts the matrix's lock options (WithFencing, or none) to the
+// option type O of one constructor, with more after them.
+func optsOf[O any](opts []redisync.FencingOption, more ...O) []O {
+	out := make([]O, 0, len(opts)+len(more))
+	for _, o := range opts {
+		out = append(out, any(o).(O))
+	}
+	return append(out, more...)
 }
 
 // contender is one way of holding a primitive: its calls, and what a hold
@@ -72,8 +85,8 @@ const semPermits = 2
 var primitives = []*primitive{
 	{
 		name: "Mutex", fencing: true,
-		contender: func(c *redisync.Client, name string, _ int, opts []redisync.LockOption) contender {
-			m := c.Mutex(name, opts...)
+		contender: func(c *redisync.Client, name string, _ int, opts []redisync.FencingOption) contender {
+			m := c.Mutex(name, optsOf[redisync.MutexOption](opts)...)
 			return contender{acquire: m.Lock, tryFor: m.TryLockFor, release: m.Unlock, reenter: m.Lock, token: m.Token, claims: exclusive(name)}
 		},
 		residue: fenceOnly,
@@ -83,8 +96,8 @@ var primitives = []*primitive{
 	},
 	{
 		name: "FairMutex", fencing: true,
-		contender: func(c *redisync.Client, name string, _ int, opts []redisync.LockOption) contender {
-			f := c.FairMutex(name, append(opts, redisync.WithWaiterTimeout(waiterTimeout))...)
+		contender: func(c *redisync.Client, name string, _ int, opts []redisync.FencingOption) contender {
+			f := c.FairMutex(name, optsOf(opts, redisync.FairOption(redisync.WithWaiterTimeout(waiterTimeout)))...)
 			return contender{acquire: f.Lock, tryFor: f.TryLockFor, release: f.Unlock, reenter: f.Lock, token: f.Token, claims: exclusive(name)}
 		},
 		residue: fenceOnly,
@@ -95,8 +108,8 @@ var primitives = []*primitive{
 	{
 		// Writers (even contenders) and readers (odd ones) of one RWMutex.
 		name: "RWMutex", fencing: true,
-		contender: func(c *redisync.Client, name string, i int, opts []redisync.LockOption) contender {
-			r := c.RWMutex(name, append(opts, redisync.WithWaiterTimeout(waiterTimeout))...)
+		contender: func(c *redisync.Client, name string, i int, opts []redisync.FencingOption) contender {
+			r := c.RWMutex(name, optsOf(opts, redisync.RWOption(redisync.WithWaiterTimeout(waiterTimeout)))...)
 			if i%2 == 0 {
 				return contender{acquire: r.Lock, tryFor: r.TryLockFor, release: r.Unlock, reenter: r.Lock, token: r.Token,
 					claims: []claim{{name, rwCapacity, rwCapacity}}}
@@ -115,8 +128,8 @@ var primitives = []*primitive{
 		setup: func(ctx context.Context, c *redisync.Client, name string) error {
 			return c.Semaphore(name).SetPermits(ctx, semPermits)
 		},
-		contender: func(c *redisync.Client, name string, i int, opts []redisync.LockOption) contender {
-			s := c.Semaphore(name, opts...)
+		contender: func(c *redisync.Client, name string, i int, opts []redisync.FencingOption) contender {
+			s := c.Semaphore(name) // never fenced: opts is empty
 			n := 1
 			if i%3 == 2 {
 				n = 2
@@ -143,8 +156,8 @@ var primitives = []*primitive{
 		// Candidates campaign with their number; a term is a token, with
 		// or without WithFencing (which changes nothing).
 		name: "Election", fencing: true,
-		contender: func(c *redisync.Client, name string, i int, opts []redisync.LockOption) contender {
-			e := c.Election(name, opts...)
+		contender: func(c *redisync.Client, name string, i int, opts []redisync.FencingOption) contender {
+			e := c.Election(name, optsOf[redisync.ElectionOption](opts)...)
 			id := fmt.Sprint(i)
 			return contender{
 				acquire: func(ctx context.Context) (context.Context, error) { return e.Campaign(ctx, id) },
@@ -164,9 +177,9 @@ var primitives = []*primitive{
 		// Contender i locks {name}:i%3 and {name}:(i+1)%3: overlapping
 		// pairs of three names in one slot, so the fault hits them all.
 		name: "MultiLock",
-		contender: func(c *redisync.Client, name string, i int, opts []redisync.LockOption) contender {
+		contender: func(c *redisync.Client, name string, i int, opts []redisync.FencingOption) contender {
 			a, b := multiName(name, i%3), multiName(name, (i+1)%3)
-			m := c.MultiLock([]string{a, b}, opts...)
+			m := c.MultiLock([]string{a, b}, optsOf[redisync.MultiLockOption](opts)...)
 			return contender{acquire: m.Lock, tryFor: m.TryLockFor, release: m.Unlock, reenter: m.Lock,
 				claims: append(exclusive(a), exclusive(b)...)}
 		},

@@ -483,7 +483,7 @@ func runCellWith(t *testing.T, fx fixture, c cell, p *primitive, fail func(msg s
 	if r.ack {
 		copts = append(copts, redisync.WithReplicaAck(1, ackTimeout))
 	}
-	var lockOpts []redisync.LockOption
+	var lockOpts []redisync.FencingOption
 	if r.fenced {
 		lockOpts = append(lockOpts, redisync.WithFencing())
 	}

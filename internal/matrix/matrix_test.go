@@ -1,14 +1,10 @@
 package matrix
 
 import (
-	"context"
-	"errors"
 	"slices"
 	"testing"
 
-	"github.com/redisync-go/redisync"
 	"github.com/redisync-go/redisync/internal/keys"
-	"github.com/redisync-go/redisync/internal/redistest"
 )
 
 // matrixCells is the set of cells TestMatrix runs: a pairwise covering set
@@ -101,43 +97,5 @@ func distinctSlots(t *testing.T, cells []cell) {
 			t.Fatalf("the locks of cells %s and %s share slot %d", other, c, slot)
 		}
 		seen[slot] = c.String()
-	}
-}
-
-// TestMatrixRefusals checks the pairs the matrix leaves out because the
-// library refuses them: WithFencing on a primitive without tokens is
-// refused with ErrInvalid, and nothing is written.
-func TestMatrixRefusals(t *testing.T) {
-	srv := redistest.Start(t)
-	ctx := context.Background()
-	c, err := redisync.New(srv.Client(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	n := 0
-	for _, p := range primitives {
-		if p.fencing {
-			continue
-		}
-		n++
-		name := "refused:" + p.name
-		if p.setup != nil {
-			if err := p.setup(ctx, c, name); err != nil {
-				t.Fatalf("%s: setup: %v", p.name, err)
-			}
-		}
-		before, _ := srv.Client(t).Keys(ctx, "*").Result()
-		ct := p.contender(c, name, 0, []redisync.LockOption{redisync.WithFencing()})
-		if _, err := ct.acquire(ctx); !errors.Is(err, redisync.ErrInvalid) {
-			t.Errorf("%s WithFencing: acquire returned %v, want ErrInvalid", p.name, err)
-		}
-		after, _ := srv.Client(t).Keys(ctx, "*").Result()
-		if len(after) != len(before) {
-			t.Errorf("%s WithFencing: keys %v before, %v after the refusal", p.name, before, after)
-		}
-	}
-	if n == 0 {
-		t.Log("every primitive takes WithFencing")
 	}
 }

@@ -21,16 +21,16 @@ import (
 func broken(leak *redisync.Client) *primitive {
 	return &primitive{
 		name: "Broken", fencing: true,
-		contender: func(c *redisync.Client, name string, i int, opts []redisync.LockOption) contender {
+		contender: func(c *redisync.Client, name string, i int, opts []redisync.FencingOption) contender {
 			switch i {
 			case 0, 1:
 				// Two locks, one resource: both hold it at once.
-				m := c.Mutex(fmt.Sprintf("%s:split%d", name, i), opts...)
+				m := c.Mutex(fmt.Sprintf("%s:split%d", name, i), optsOf[redisync.MutexOption](opts)...)
 				return contender{acquire: m.Lock, release: m.Unlock, claims: exclusive(name + ":split")}
 			case 2:
 				// Takes the lock for good (through a Client that outlives the
 				// cell), releases nothing and says it did.
-				m := leak.Mutex(name, opts...)
+				m := leak.Mutex(name, optsOf[redisync.MutexOption](opts)...)
 				var once atomic.Bool
 				return contender{
 					acquire: func(ctx context.Context) (context.Context, error) {
@@ -45,7 +45,7 @@ func broken(leak *redisync.Client) *primitive {
 				}
 			case 3:
 				// The same token every time.
-				m := c.Mutex(name+":token", opts...)
+				m := c.Mutex(name+":token", optsOf[redisync.MutexOption](opts)...)
 				return contender{acquire: m.Lock, release: m.Unlock, claims: exclusive(name + ":token"),
 					token: func(context.Context) (int64, bool) { return 7, true }}
 			case 4:

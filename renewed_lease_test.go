@@ -1,0 +1,204 @@
+package redisync
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// renewedCase holds a primitive with WithRenewedLease(d) on c, and tries
+// it from another Client (true: it got it, and gave it back).
+type renewedCase struct {
+	name string
+	hold func(c *Client, d time.Duration) (context.Context, error)
+	try  func(c *Client) bool
+	key  string // whose PTTL is the lease
+}
+
+func renewedCases(t *testing.T) []renewedCase {
+	bg := context.Background()
+	tryFn := func(lock func(context.Context) (context.Context, error), unlock func(context.Context) error) bool {
+		ctx, err := lock(bg)
+		if err != nil {
+			require.ErrorIs(t, err, ErrNotAcquired)
+			return false
+		}
+		require.NoError(t, unlock(ctx))
+		return true
+	}
+	return []renewedCase{
+		{"Mutex", func(c *Client, d time.Duration) (context.Context, error) {
+			return c.Mutex("rl:m", WithRenewedLease(d)).Lock(bg)
+		}, func(c *Client) bool { m := c.Mutex("rl:m"); return tryFn(m.TryLock, m.Unlock) }, "rl:m"},
+		{"FairMutex", func(c *Client, d time.Duration) (context.Context, error) {
+			return c.FairMutex("rl:f", WithRenewedLease(d)).Lock(bg)
+		}, func(c *Client) bool { m := c.FairMutex("rl:f"); return tryFn(m.TryLock, m.Unlock) }, "rl:f"},
+		{"RWMutex", func(c *Client, d time.Duration) (context.Context, error) {
+			return c.RWMutex("rl:rw", WithRenewedLease(d)).Lock(bg)
+		}, func(c *Client) bool { m := c.RWMutex("rl:rw"); return tryFn(m.TryRLock, m.RUnlock) }, "rl:rw"},
+		{"RWMutexRead", func(c *Client, d time.Duration) (context.Context, error) {
+			return c.RWMutex("rl:rr", WithRenewedLease(d)).RLock(bg)
+		}, func(c *Client) bool { m := c.RWMutex("rl:rr"); return tryFn(m.TryLock, m.Unlock) }, "rl:rr"},
+		{"Semaphore", func(c *Client, d time.Duration) (context.Context, error) {
+			return c.Semaphore("rl:s", WithRenewedLease(d), WithPermits(1)).Acquire(bg, 1)
+		}, func(c *Client) bool {
+			s := c.Semaphore("rl:s", WithPermits(1))
+			return tryFn(func(ctx context.Context) (context.Context, error) { return s.TryAcquire(ctx, 1) },
+				func(ctx context.Context) error { return s.Release(ctx, 1) })
+		}, "{rl:s}:sem-holders:rl:s"},
+		{"MultiLock", func(c *Client, d time.Duration) (context.Context, error) {
+			return c.MultiLock([]string{"rl:ma", "rl:mb"}, WithRenewedLease(d)).Lock(bg)
+		}, func(c *Client) bool { m := c.Mutex("rl:mb"); return tryFn(m.TryLock, m.Unlock) }, "rl:mb"},
+		{"Election", func(c *Client, d time.Duration) (context.Context, error) {
+			return c.Election("rl:e", WithRenewedLease(d)).Campaign(bg, "a")
+		}, func(c *Client) bool {
+			e := c.Election("rl:e")
+			ctx, err := e.TryCampaignFor(bg, "b", time.Millisecond)
+			if err != nil {
+				require.ErrorIs(t, err, ErrNotAcquired)
+				return false
+			}
+			require.NoError(t, e.Resign(ctx))
+			return true
+		}, "rl:e"},
+	}
+}
+
+// A 300ms renewed lease on a Client whose watchdog timeout is the default
+// 30s: the lease in Redis is 300ms, and the watchdog keeps it past several
+// leases, for every primitive, alongside holds of the default lease and of
+// another renewed lease on the same Client.
+func TestRenewedLeaseStaysHeld(t *testing.T) {
+	t.Parallel()
+	e := realEnv(t)
+	bg := context.Background()
+	c, other := e.client(t), e.client(t)
+	rdb := e.rdb(t)
+	const d = 300 * time.Millisecond
+	long, err := c.Mutex("rl:default").Lock(bg)
+	require.NoError(t, err)
+	mid, err := c.Mutex("rl:1s", WithRenewedLease(time.Second)).Lock(bg)
+	require.NoError(t, err)
+	cases := renewedCases(t)
+	ctxs := make([]context.Context, len(cases))
+	for i, k := range cases {
+		ctxs[i], err = k.hold(c, d)
+		require.NoError(t, err, k.name)
+		ttl, err := rdb.PTTL(bg, k.key).Result()
+		require.NoError(t, err)
+		assert.LessOrEqual(t, ttl, d, "%s: the lease in Redis is d, not the Client's 30s", k.name)
+		assert.Positive(t, ttl, k.name)
+	}
+	time.Sleep(4 * d)
+	for i, k := range cases {
+		require.NoError(t, ctxs[i].Err(), "%s: held past four leases", k.name)
+		assert.False(t, k.try(other), "%s: another Client cannot take it", k.name)
+		ttl, err := rdb.PTTL(bg, k.key).Result()
+		require.NoError(t, err)
+		assert.LessOrEqual(t, ttl, d, k.name)
+		assert.Positive(t, ttl, k.name)
+	}
+	require.NoError(t, long.Err())
+	require.NoError(t, mid.Err())
+	ttl, err := rdb.PTTL(bg, "rl:default").Result()
+	require.NoError(t, err)
+	assert.Greater(t, ttl, 20*time.Second, "the default lease stays the Client's")
+	ttl, err = rdb.PTTL(bg, "rl:1s").Result()
+	require.NoError(t, err)
+	assert.LessOrEqual(t, ttl, time.Second)
+	assert.Positive(t, ttl)
+
+	// A re-entry through a handle with another lease is refused.
+	_, err = c.Mutex("rl:m").Lock(ctxs[0])
+	assert.ErrorIs(t, err, ErrInvalid)
+	_, err = c.Mutex("rl:m", WithRenewedLease(time.Second)).Lock(ctxs[0])
+	assert.ErrorIs(t, err, ErrInvalid)
+	rctx, err := c.Mutex("rl:m", WithRenewedLease(d)).Lock(ctxs[0])
+	require.NoError(t, err)
+	require.NoError(t, c.Mutex("rl:m", WithRenewedLease(d)).Unlock(rctx))
+
+	// WithLease and WithRenewedLease together, and bad leases, are refused.
+	for _, opts := range [][]MutexOption{
+		{WithLease(time.Second), WithRenewedLease(time.Second)},
+		{WithRenewedLease(0)}, {WithRenewedLease(time.Millisecond)}, {WithRenewedLease(2 * MaxLease)},
+	} {
+		_, err := c.Mutex("rl:bad", opts...).TryLock(bg)
+		assert.ErrorIs(t, err, ErrInvalid)
+	}
+}
+
+// Redis silent: a holder with a 300ms renewed lease on a 30s Client is
+// told (ErrLeaseLost) before its 300ms lease can have run out in Redis,
+// not 30s later.
+func TestRenewedLeaseToldWhenSilent(t *testing.T) {
+	t.Parallel()
+	e := realEnv(t)
+	bg := context.Background()
+	p := newProxy(t, e.addr)
+	c := newClient(t, newRDB(t, p.Addr()))
+	const d = 300 * time.Millisecond
+	m := c.Mutex("rl:silent", WithRenewedLease(d))
+	lctx, err := m.Lock(bg)
+	require.NoError(t, err)
+	locked := time.Now()
+	p.Blackhole(true)
+	defer healProxy(p)
+	select {
+	case <-lctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the holder was not told")
+	}
+	took := time.Since(locked)
+	assert.ErrorIs(t, context.Cause(lctx), ErrLeaseLost)
+	assert.Less(t, took, d, "told before the lease can have run out in Redis")
+	// Redis frees it within d of the last renewal.
+	other := e.client(t).Mutex("rl:silent")
+	wctx, cancel := context.WithTimeout(bg, 5*time.Second)
+	defer cancel()
+	octx, err := other.Lock(wctx)
+	require.NoError(t, err)
+	assert.Less(t, time.Since(locked), d+500*time.Millisecond, "free within about d")
+	require.NoError(t, other.Unlock(octx))
+}
+
+// Holds of a renewed lease are renewed in batches, as the Client's
+// default ones: 200 holds of 300ms take one pipeline per round, every
+// round renews all of them, and a hold of another lease joins their
+// rounds rather than adding rounds of its own.
+func TestRenewedLeaseRenewsInBatches(t *testing.T) {
+	t.Parallel()
+	e := realEnv(t)
+	bg := context.Background()
+	var mu sync.Mutex
+	var rounds []RenewalEvent
+	c := e.client(t, WithObserver(&Observer{Renewed: func(r RenewalEvent) {
+		mu.Lock()
+		rounds = append(rounds, r)
+		mu.Unlock()
+	}}))
+	const n, d = 200, 300 * time.Millisecond
+	for i := range n {
+		_, err := c.Mutex(fmt.Sprintf("rl:batch:%d", i), WithRenewedLease(d)).Lock(bg)
+		require.NoError(t, err)
+	}
+	_, err := c.Mutex("rl:batch:long", WithRenewedLease(3*d)).Lock(bg)
+	require.NoError(t, err)
+	time.Sleep(6 * d)
+	mu.Lock()
+	defer mu.Unlock()
+	require.GreaterOrEqual(t, len(rounds), 4, "about one round per d/3: %v", rounds)
+	var joined bool
+	for _, r := range rounds {
+		assert.GreaterOrEqual(t, r.Holds, n, "every round renews all the holds of the lease: %+v", r)
+		assert.Equal(t, 1, r.RoundTrips, "one pipeline per round: %+v", r)
+		assert.Zero(t, r.Failed+r.Lost)
+		joined = joined || r.Holds == n+1
+	}
+	assert.True(t, joined, "the longer lease joins a round of the shorter: %v", rounds)
+	assert.LessOrEqual(t, len(rounds), 24, "no rounds of the longer lease's own: %v", rounds)
+}
