@@ -61,7 +61,7 @@ func sortHolders(hs []Holder) []Holder {
 // hashHolders lists the holders of the reentrant lock at key (Mutex,
 // FairMutex).
 func hashHolders(ctx context.Context, c *Client, key string) ([]Holder, error) {
-	v, err := c.tr.do(ctx, script(lua.Holders, []string{key}), nil).Slice()
+	v, err := c.tr.Do(ctx, script(lua.Holders, []string{key}), nil).Slice()
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +112,7 @@ func (r *RWMutex) Holders(ctx context.Context) ([]Holder, error) {
 	if err := r.check(ctx); err != nil {
 		return nil, err
 	}
-	v, err := r.c.tr.do(ctx, call{script: lua.RWHolders, keys: r.keys[:2]}, nil).Slice()
+	v, err := r.c.tr.Do(ctx, call{Script: lua.RWHolders, Keys: r.keys[:2]}, nil).Slice()
 	if err != nil {
 		return nil, r.wrap(err)
 	}
@@ -136,7 +136,7 @@ func (s *Semaphore) Holders(ctx context.Context) ([]Holder, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
-	v, err := s.c.tr.do(ctx, script(lua.SemHolders, s.keys[:3]), nil).Slice()
+	v, err := s.c.tr.Do(ctx, script(lua.SemHolders, s.keys[:3]), nil).Slice()
 	if err != nil {
 		return nil, s.wrap(err)
 	}

@@ -161,8 +161,8 @@ func (c *Client) forceAllBy(ctx context.Context, calls []call, refs ...lockRef) 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rs[i] = c.tr.do(ctx, k, func(reply) { answered() })
-			if !rs[i].gone {
+			rs[i] = c.tr.Do(ctx, k, func(reply) { answered() })
+			if !rs[i].Gone {
 				answered()
 			}
 		}()
