@@ -25,8 +25,9 @@ import (
 // sent in batches (DoAll, Async: renewals, give-backs, a MultiLock's
 // slots), which would hold the one connection up for everyone behind them.
 
-// fd returns the transport's full-duplex auto-pipeliner, made on first
-// use; nil when the redis client cannot make one.
+// fd returns the redis client's full-duplex auto-pipeliner, made on first
+// use (go-redis keeps one per client, for all its users, closed with the
+// client); nil when the redis client cannot make one.
 func (t *Transport) fd() *redis.AutoPipeliner {
 	t.fdOnce.Do(func() {
 		type fullDuplex interface {

@@ -945,16 +945,8 @@ func (t *Transport) Drain(d time.Duration) {
 	}
 	t.own = nil
 	t.mu.Unlock()
-	t.fdOnce.Do(func() {}) // none made from now on
-	if ap := t.ap; ap != nil {
-		// Its connection goes back to the pool, at most at the deadline.
-		closed := make(chan struct{})
-		go func() { _ = ap.Close(); close(closed) }()
-		select {
-		case <-closed:
-		case <-time.After(time.Until(deadline)):
-		}
-	}
+	// The full-duplex auto-pipeliner is the redis client's (one for all
+	// its users): it lives, and is closed, with it.
 }
 
 // Workers returns how many of the transport's goroutines run: lane
