@@ -171,7 +171,7 @@ func TestAdvCohortCloseDuringHandoffWhoseReplyIsLost(t *testing.T) {
 	e := realEnv(t)
 	rdb, slowHook := faultRDB(t, &redis.Options{Addr: e.srv.Addr()})
 	lossHook := faultproxy.NewHook()
-	rdb.AddHook(lossHook) // runs inside slowHook: delayed, then the reply lost
+	gate(rdb, lossHook) // runs inside slowHook: delayed, then the reply lost
 	c, err := New(rdb)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })

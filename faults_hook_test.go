@@ -31,8 +31,22 @@ func faultRDB(t *testing.T, opt *redis.Options) (*redis.Client, *faultproxy.Hook
 	rdb := redis.NewClient(opt)
 	t.Cleanup(func() { _ = rdb.Close() })
 	h := faultproxy.NewHook()
-	rdb.AddHook(h)
+	gate(rdb, h)
 	return rdb, h
+}
+
+// gated holds the redis clients with a fault hook that must gate the
+// commands it faults (hold one back before it is written, fail one that
+// was never sent): their Clients send every call in pipelines, where a
+// hook runs before the write; on the full-duplex path it runs after.
+// The full-duplex path's own behaviour under faults is tested in
+// internal/transport, with faults on the wire.
+var gated sync.Map
+
+// gate adds h to rdb, and makes rdb's Clients send in pipelines.
+func gate(rdb *redis.Client, h redis.Hook) {
+	rdb.AddHook(h)
+	gated.Store(rdb, true)
 }
 
 // faultMutexChannel is the channel a Mutex's unlocks are published on

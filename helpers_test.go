@@ -136,6 +136,10 @@ func redistestCluster(t *testing.T) *redistest.Cluster { return redistest.StartC
 var lasting = redistest.NewLasting("servers shared by tests")
 
 func TestMain(m *testing.M) {
+	fullDuplexFor = func(rdb redis.UniversalClient) bool {
+		_, g := gated.Load(rdb)
+		return !g
+	}
 	code := m.Run()
 	lasting.Close()
 	os.Exit(code)

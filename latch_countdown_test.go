@@ -50,7 +50,7 @@ func TestLatchCountDownAbandonedCountsAtMostOnce(t *testing.T) {
 		bg := context.Background()
 		hook := faultproxy.NewHook()
 		rdb := e.rdb(t)
-		rdb.AddHook(hook)
+		gate(rdb, hook)
 		l := newClient(t, rdb).CountDownLatch("latch:abandoned")
 		_, err := l.TrySetCount(bg, 3)
 		require.NoError(t, err)

@@ -122,7 +122,7 @@ func TestLatchRoundEndSeenAfterLateLook(t *testing.T) {
 
 				hook := faultproxy.NewHook()
 				rdb := e.rdb(t)
-				rdb.AddHook(hook)
+				gate(rdb, hook)
 				hook.OnCommand(faultproxy.CommandRule{
 					Args:   func(args []any) bool { return slices.Contains(args, any(name)) }, // its looks at the latch
 					Action: faultproxy.DelayBefore(300 * time.Millisecond),

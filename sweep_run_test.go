@@ -351,7 +351,7 @@ func newSweepRun(t *testing.T, row *swRow, m swMode) *swRun {
 	rdbA := redis.NewClient(&redis.Options{Addr: p.Addr()})
 	t.Cleanup(func() { _ = rdbA.Close() })
 	rdbA.AddHook(r.flight) // outside the fault hook: it sees every attempt
-	rdbA.AddHook(r.hook)
+	gate(rdbA, r.hook)
 	r.a = newClient(t, rdbA, WithWatchdogTimeout(swLease))
 	r.b = e.client(t, WithWatchdogTimeout(swLease))
 	bg := context.Background()

@@ -21,15 +21,23 @@ import (
 // connection, so two calls of one Client never overtake each other there.
 //
 // What stays on the pipelined lanes (lane.go): the calls that wait for
-// replicas (WAIT answers for its own connection's writes), and the calls
-// sent in batches (DoAll, Async: renewals, give-backs, a MultiLock's
-// slots), which would hold the one connection up for everyone behind them.
+// replicas (WAIT answers for its own connection's writes), the calls sent
+// in batches (DoAll, Async: renewals, give-backs, a MultiLock's slots),
+// which would hold the one connection up for everyone behind them, and
+// every call on a Cluster (see fd).
 
 // fd returns the redis client's full-duplex auto-pipeliner, made on first
 // use (go-redis keeps one per client, for all its users, closed with the
 // client); nil when the redis client cannot make one.
 func (t *Transport) fd() *redis.AutoPipeliner {
 	t.fdOnce.Do(func() {
+		if t.cc != nil {
+			// On a Cluster, go-redis runs its full-duplex path on each
+			// master's own client: the hooks on the ClusterClient would
+			// see none of its commands. The calls go in the cluster
+			// client's pipelines instead (lane.go).
+			return
+		}
 		type fullDuplex interface {
 			AsyncAutoPipelineWithOptions(*redis.AutoPipelineOptions) (*redis.AutoPipeliner, error)
 		}

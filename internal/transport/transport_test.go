@@ -242,6 +242,7 @@ func TestHooksSeeEveryCommandWithItsCallersValues(t *testing.T) {
 		rdb.AddHook(seen)
 		tr := newT(t, rdb, Options{NoFullDuplex: noFD})
 		bg := context.Background()
+		require.NoError(t, lua.Lock.Load(bg, srv.Client(t)).Err()) // no NOSCRIPT: one command a call
 		for i := range 10 {
 			ctx, cancel := context.WithCancel(context.WithValue(bg, ctxKey{}, "alone"))
 			require.NoError(t, tr.Do(ctx, lockCall("tr:h:"+strconv.Itoa(i)), nil).Err())
@@ -379,4 +380,208 @@ func (v *valueHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 		}
 		return next(ctx, cmds)
 	}
+}
+
+// nameOn returns a key whose slot the master s serves.
+func nameOn(t *testing.T, cc *redis.ClusterClient, s *redistest.Server, prefix string) string {
+	t.Helper()
+	for i := 0; ; i++ {
+		name := prefix + ":" + strconv.Itoa(i)
+		node, err := cc.MasterForKey(context.Background(), name)
+		require.NoError(t, err)
+		if node.Options().Addr == s.Addr() {
+			return name
+		}
+	}
+}
+
+// replyErr is an error reply of Redis's.
+type replyErr string
+
+func (e replyErr) Error() string { return string(e) }
+func (replyErr) RedisError()     {}
+
+// On the lane path, a reply that says "not now" (TRYAGAIN, CLUSTERDOWN,
+// LOADING: Redis refused the command before running it; a hook stands
+// for it here, before the command is written) has the call sent again
+// within its bound: its context's deadline, and at most ReleaseTimeout (a
+// release's bound when it has no deadline). A call still told "not now"
+// when its bound comes gets that reply, before its context ends. (The
+// full-duplex path meets real TRYAGAIN replies in TestReshardingOnEveryPath.)
+func TestRetriesNotNow(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb, hook := hooked(t, srv.Addr())
+	tr := newT(t, rdb, Options{NoFullDuplex: true})
+	bg := context.Background()
+	for _, msg := range []string{
+		"TRYAGAIN Multiple keys request during rehashing of slot",
+		"CLUSTERDOWN The cluster is down",
+		"LOADING Redis is loading the dataset in memory",
+	} {
+		key := "tr:notnow:" + strings.Fields(msg)[0]
+		rule := hook.OnCommand(faultproxy.CommandRule{Args: onKey(key), Times: 3, Action: faultproxy.Fail(replyErr(msg))})
+		ctx, cancel := context.WithTimeout(bg, 5*time.Second)
+		r := tr.Do(ctx, lockCall(key), nil)
+		cancel()
+		locked(t, r)
+		assert.Equal(t, 3, rule.Fired())
+
+		// A release, whose context cannot end.
+		del := func(args []any) bool { return len(args) == 2 && args[0] == "del" && args[1] == key }
+		rule = hook.OnCommand(faultproxy.CommandRule{Args: del, Times: 3, Action: faultproxy.Fail(replyErr(msg))})
+		n, err := tr.Do(bg, Call{Keys: []string{key}, Args: []any{"del", key}, Direct: true}, nil).Int64()
+		require.NoError(t, err, msg)
+		assert.EqualValues(t, 1, n)
+		assert.Equal(t, 3, rule.Fired())
+	}
+
+	key := "tr:notnow:long"
+	rule := hook.OnCommand(faultproxy.CommandRule{Args: onKey(key), Action: faultproxy.Fail(replyErr("TRYAGAIN Multiple keys request during rehashing of slot"))})
+	defer rule.Remove()
+	ctx, cancel := context.WithTimeout(bg, 300*time.Millisecond)
+	defer cancel()
+	r := tr.Do(ctx, lockCall(key), nil)
+	assert.False(t, r.Gone, "the reply came before the context ended")
+	require.ErrorContains(t, r.Err(), "TRYAGAIN")
+	assert.NoError(t, ctx.Err())
+	assert.Greater(t, rule.Fired(), 2)
+}
+
+// A slot being resharded, its keys split between two masters: a call on
+// one moved key follows ASK (with AckReplicas, ASKING, the call and WAIT
+// on the importing master's connection), a call on keys split between the
+// two is told TRYAGAIN and sent again until the migration ends, on every
+// path: a call alone and a batch, without and with replica
+// acknowledgement. (On a Cluster every call goes in pipelines: see fd.)
+func TestReshardingOnEveryPath(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
+	rc := redistest.StartClusterWithReplicas(t, 2, 1)
+	bg := context.Background()
+	cc := rc.Client(t)
+	ackCC := redis.NewClusterClient(&redis.ClusterOptions{Addrs: rc.Addrs(), ReadTimeout: 5 * time.Second})
+	t.Cleanup(func() { _ = ackCC.Close() })
+	plain, acked := newT(t, cc, Options{}), newT(t, ackCC, Options{AckReplicas: 1, AckTimeout: time.Second})
+	tag := "{" + nameOn(t, cc, rc.Masters[0], "trresh") + "}"
+	src := rc.Masters[0].Client(t)
+	for _, k := range []string{"moved", "split1", "split2"} {
+		require.NoError(t, src.Set(bg, tag+k, 1, 0).Err())
+	}
+	require.NoError(t, plain.Do(bg, Call{Keys: []string{tag + "moved"}, Args: []any{"get", tag + "moved"}}, nil).Err(), "warm")
+	mig := rc.BeginMigration(t, redistest.SlotOf(t, rc.Masters[0], tag), rc.Masters[1])
+	mig.Move(t, tag+"moved", tag+"split2")
+
+	// One moved key: ASK, at once.
+	for name, tr := range map[string]*Transport{"plain": plain, "acked": acked} {
+		k := Call{Script: lua.Lock, Keys: []string{tag + "moved:lock:" + name}, Args: []any{30000, "tr:owner", 0}, Takes: true}
+		// A new key of the slot: on neither master, the source answers ASK.
+		r := tr.Do(bg, k, nil)
+		locked(t, r)
+		if name == "acked" {
+			assert.EqualValues(t, 1, r.Acked, "WAIT on the importing master's connection")
+		}
+		rs := tr.DoAll(bg, []Call{{Keys: []string{tag + "moved"}, Args: []any{"incr", tag + "moved"}}})
+		require.NoError(t, rs[0].Err(), name)
+	}
+	// Keys split between the masters: TRYAGAIN until the migration ends.
+	done := make(chan struct{})
+	go func() {
+		time.Sleep(400 * time.Millisecond)
+		mig.Finish(t)
+		close(done)
+	}()
+	ctx, cancel := context.WithTimeout(bg, 5*time.Second)
+	defer cancel()
+	split := Call{Keys: []string{tag + "split1", tag + "split2"}, Args: []any{"exists", tag + "split1", tag + "split2"}}
+	start := time.Now()
+	n, err := plain.Do(ctx, split, nil).Int64()
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, n)
+	assert.Greater(t, time.Since(start), 300*time.Millisecond, "it waited for the migration to end")
+	<-done
+	rs := plain.DoAll(ctx, []Call{split})
+	n, err = rs[0].Int64()
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, n)
+}
+
+// A batch that meets TRYAGAIN (first) and ASK (after it) on a Cluster's
+// migrating slot runs each call once: go-redis's cluster pipeline, which
+// sends a node's whole batch again when its first command answers
+// TRYAGAIN, must not send the call it is already following to the ASK
+// target a second time (it did: the call ran twice, and two goroutines
+// read replies into one command).
+func TestClusterBatchMeetsTryagainAndAsk(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
+	rc := redistest.StartClusterWithReplicas(t, 2, 0)
+	bg := context.Background()
+	cc := rc.Client(t)
+	tr := newT(t, cc, Options{})
+	tag := "{" + nameOn(t, cc, rc.Masters[0], "trbatch") + "}"
+	src := rc.Masters[0].Client(t)
+	require.NoError(t, src.Set(bg, tag+"a", 1, 0).Err())
+	require.NoError(t, src.Set(bg, tag+"n", 0, 0).Err())
+	mig := rc.BeginMigration(t, redistest.SlotOf(t, rc.Masters[0], tag), rc.Masters[1])
+	defer mig.Finish(t)
+	mig.Move(t, tag+"n") // on the target: the source answers ASK for it
+	require.NoError(t, tr.Do(bg, Call{Keys: []string{tag + "a"}, Args: []any{"get", tag + "a"}}, nil).Err(), "warm")
+
+	ctx, cancel := context.WithTimeout(bg, time.Second)
+	defer cancel()
+	rs := tr.DoAll(ctx, []Call{
+		{Keys: []string{tag + "a", tag + "x"}, Args: []any{"exists", tag + "a", tag + "x"}}, // TRYAGAIN: a here, x nowhere
+		{Keys: []string{tag + "n"}, Args: []any{"incr", tag + "n"}},                         // ASK
+	})
+	require.Error(t, rs[0].Err(), "TRYAGAIN until the context ended")
+	n, err := rs[1].Int64()
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, n)
+	p := rc.Masters[1].Client(t).Pipeline()
+	p.Do(bg, "asking")
+	got := p.Get(bg, tag+"n")
+	_, _ = p.Exec(bg)
+	v, err := got.Int()
+	require.NoError(t, err)
+	assert.Equal(t, 1, v, "the INCR ran once")
+}
+
+// On a Cluster, calls follow their slot to its new master after a
+// failover and after a slot migration: through the cluster client's
+// pipelines, and on a master's own connection (AckReplicas), where the
+// MOVED reply has the slot map reloaded.
+func TestFollowsMovedSlots(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
+	rc := redistest.StartClusterWithReplicas(t, 3, 1)
+	bg := context.Background()
+	ackRdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: rc.Addrs(), ReadTimeout: 5 * time.Second})
+	t.Cleanup(func() { _ = ackRdb.Close() })
+	trs := map[string]*Transport{
+		"cluster pipeline":  newT(t, rc.Client(t), Options{}),
+		"master connection": newT(t, ackRdb, Options{AckReplicas: 1, AckTimeout: time.Second}),
+	}
+	cc := rc.Client(t)
+	from := rc.Masters[0]
+	names := map[string]string{}
+	for what, tr := range trs {
+		names[what] = nameOn(t, cc, from, "trmv")
+		require.NoError(t, tr.Do(bg, lockCall(names[what]+":warm"), nil).Err())
+	}
+	check := func(t *testing.T, suffix string) {
+		for what, tr := range trs {
+			r := tr.Do(bg, lockCall(names[what]+suffix), nil)
+			require.NoError(t, r.Err(), what)
+			locked(t, r)
+		}
+	}
+	t.Run("failover", func(t *testing.T) {
+		rc.Failover(t, 0, false)
+		check(t, ":fo")
+	})
+	t.Run("migration", func(t *testing.T) {
+		base := names["cluster pipeline"]
+		for what := range names {
+			names[what] = "{" + base + "}" + strings.ReplaceAll(what, " ", "-") // one slot
+		}
+		rc.MigrateSlot(t, redistest.SlotOf(t, rc.Masters[0], base), rc.Masters[1])
+		check(t, ":mig")
+	})
 }
