@@ -233,9 +233,11 @@
 //	            pubsub.go (the one subscription, its wake-ups) and
 //	            pubsubmode.go (how it publishes), cohort.go (which local
 //	            waiter a lock is handed to, and the runs' bounds)
-//	transport   transport.go: every script the Client sends, batched per
-//	            node into pipelines, with NOSCRIPT and MOVED handled there
-//	            and WithReplicaAck's WAIT appended once per group
+//	transport   package internal/transport: every script the Client
+//	            sends, calls in and replies out (transport_glue.go names
+//	            them here); a call alone on the full-duplex path, batches
+//	            and WAIT in pipelines per node; NOSCRIPT, MOVED, ASK and
+//	            TRYAGAIN handled there
 //	scripts     lua/*.lua, embedded by package lua; internal/keys names
 //	            the keys and channels
 package redisync
