@@ -275,9 +275,7 @@ func redisState(t testing.TB, e *testEnv) string {
 // noLocalWaiters asserts that c waits on no channel.
 func noLocalWaiters(t *testing.T, c *Client) {
 	t.Helper()
-	c.ps.mu.Lock()
-	defer c.ps.mu.Unlock()
-	assert.Empty(t, c.ps.chans, "no wait left subscribed")
+	assert.Empty(t, c.ps.Channels(), "no wait left subscribed")
 }
 
 // 1. A hold never outlives the context it was taken with: when that context

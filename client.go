@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redisync-go/redisync/internal/notify"
 	"github.com/redisync-go/redisync/internal/transport"
 
 	"github.com/google/uuid"
@@ -30,7 +31,7 @@ type Client struct {
 	ack   replicaAck // WithReplicaAck; zero: off
 
 	wd   *watchdog
-	ps   *pubsub
+	ps   *notify.Hub
 	co   *cohort
 	tr   *transport.Transport
 	mode pubMode
@@ -113,10 +114,10 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		ReleaseTimeout: releaseTimeout, Log: c.log, NoFullDuplex: !fullDuplexFor(rdb)})
 	c.wd = newWatchdog(c, c.lease)
 	c.co = newCohort()
-	c.ps = newPubSub(rdb, c.closed, c.log, c.mode.sharded, c.co.chanYielding)
-	c.ps.obs = &c.obs
+	c.ps = notify.New(notify.Config{RDB: rdb, Closed: c.closed, ClosedErr: ErrClosed, Log: c.log,
+		Mode: c.mode.sharded, Hold: c.co.chanYielding, Lost: c.subLost, Restored: c.subRestored})
 	if mode := c.PubSub(); mode != PubSubAuto {
-		c.ps.setMode(mode == PubSubSharded)
+		c.ps.SetMode(mode == PubSubSharded)
 	}
 	return c, nil
 }
@@ -177,7 +178,7 @@ func (c *Client) Close() error {
 		close(c.closed)
 		c.tr.Close() // its workers stop once their lanes are empty
 		c.wd.close(deadline)
-		c.ps.close()
+		c.ps.Close()
 		c.bgMu.Lock()
 		c.bgClosed = true
 		c.bgMu.Unlock()

@@ -243,11 +243,8 @@ func TestCohortRunIsBounded(t *testing.T) {
 	// bWaits reports whether b has a waiter whose subscription Redis has
 	// confirmed (so a's scripts can count it).
 	bWaits := func() bool {
-		p := clients[1].ps
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		ch := p.chans[b.channel]
-		return ch != nil && len(ch.waiters) > 0 && p.confirmed(ch)
+		ch, ok := clients[1].ps.Channel(b.channel)
+		return ok && ch.Waiters > 0 && ch.Subscribed
 	}
 	record := func(i int) {
 		mu.Lock()

@@ -230,9 +230,13 @@
 //	            owner.go (holds carried in contexts), wait.go (waiting
 //	            between attempts)
 //	machinery   watchdog.go (the lease table and its renewal loop),
-//	            pubsub.go (the one subscription, its wake-ups) and
-//	            pubsubmode.go (how it publishes), cohort.go (which local
-//	            waiter a lock is handed to, and the runs' bounds)
+//	            pubsubmode.go (which pub/sub mode, how it publishes),
+//	            cohort.go (which local waiter a lock is handed to, and the
+//	            runs' bounds)
+//	notifier    package internal/notify: the one subscription, its
+//	            connections and routes, wake-ups and the waiters on each
+//	            channel; handed the client, the mode's resolution and the
+//	            cohort's hold-back rule (notify.Config)
 //	transport   package internal/transport: every script the Client
 //	            sends, calls in and replies out (transport_glue.go names
 //	            them here); a call alone on the full-duplex path, batches

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redisync-go/redisync/internal/keys"
+	"github.com/redisync-go/redisync/internal/notify"
 	"github.com/redisync-go/redisync/lua"
 )
 
@@ -312,7 +313,7 @@ func (e *Election) Observe(ctx context.Context) <-chan Leadership {
 		close(out)
 		return out
 	}
-	w, err := e.c.ps.watch(e.channel, wakeEnded)
+	w, err := e.c.ps.Watch(e.channel, wakeEnded)
 	if err != nil {
 		e.c.bg.Done()
 		close(out)
@@ -323,10 +324,10 @@ func (e *Election) Observe(ctx context.Context) <-chan Leadership {
 }
 
 // observe is an observer's goroutine: see Observe.
-func (e *Election) observe(ctx context.Context, w *waiter, out chan<- Leadership) {
+func (e *Election) observe(ctx context.Context, w *notify.Waiter, out chan<- Leadership) {
 	defer e.c.bg.Done()
 	defer close(out)
-	defer w.leave()
+	defer w.Leave()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -349,10 +350,10 @@ func (e *Election) observe(ctx context.Context, w *waiter, out chan<- Leadership
 	every := lease / 3
 	// Subscribed first, so that no change after the first read is missed:
 	// what came before the read, the read has.
-	if w.ready(ctx, every) != nil {
+	if w.Ready(ctx, every) != nil {
 		return
 	}
-	w.take()
+	w.Take()
 	reread := true
 	backoff := retryAfter // after a read that failed, doubled up to every
 	read := time.Now()    // when it last read the election (or had news of it)
@@ -391,7 +392,7 @@ func (e *Election) observe(ctx context.Context, w *waiter, out chan<- Leadership
 				}
 			}
 		}
-		msgs, missed := w.take()
+		msgs, missed := w.Take()
 		if len(msgs) > 0 {
 			read = time.Now()
 		}
@@ -410,7 +411,7 @@ func (e *Election) observe(ctx context.Context, w *waiter, out chan<- Leadership
 		if reread = missed; reread {
 			continue
 		}
-		woken, err := w.wait(ctx, next)
+		woken, err := w.Wait(ctx, next)
 		if err != nil {
 			return
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redisync-go/redisync/internal/keys"
+	"github.com/redisync-go/redisync/internal/notify"
 	"github.com/redisync-go/redisync/lua"
 )
 
@@ -196,7 +197,7 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 		done, next, err := try()
 		if err == nil && !done && wait {
 			// Only this waiter listens on its channel: wake it at every message.
-			err = f.c.await(wctx, f.prefix+a.owner, wakeAll, next, try)
+			err = f.c.await(wctx, f.prefix+a.owner, notify.WakeAll, next, try)
 		}
 		if errors.Is(err, errNewOwner) {
 			continue // a new owner listens on a new channel

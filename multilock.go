@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redisync-go/redisync/internal/notify"
 	"github.com/redisync-go/redisync/internal/transport"
 
 	"github.com/redisync-go/redisync/internal/keys"
@@ -332,7 +333,7 @@ func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 		channel := multiChannel(on)
 		// In line with the Mutex waiters of the name in this Client, so
 		// that they are not handed it past this waiter (cohort.go).
-		err = m.c.awaitFrom(wctx, mark{}, channel, wakeOne, next, func() (bool, time.Duration, error) {
+		err = m.c.awaitFrom(wctx, notify.Mark{}, channel, notify.WakeOne, next, func() (bool, time.Duration, error) {
 			done, n, err := try()
 			if err == nil && !done && blocker != on {
 				next = n
@@ -345,7 +346,7 @@ func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 		}
 		// The wake-up this waiter took on channel may be one that a
 		// waiter of that name behind it can use.
-		m.c.ps.nudge(channel)
+		m.c.ps.Nudge(channel)
 	}
 	if err != nil {
 		return nil, m.wrap(waitError(err, parent, bounded))

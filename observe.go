@@ -178,19 +178,19 @@ func (c *Client) ended(h *hold, why endReason, cause error) {
 	}
 }
 
-// connDown records that c's connection was lost, by err, and tells the
-// observer if it was up until now.
-func (p *pubsub) connDown(c *subConn, err error) {
-	if c.down.CompareAndSwap(0, time.Now().UnixNano()) && p.obs != nil && p.obs.SubscriptionLost != nil {
-		p.obs.SubscriptionLost(SubscriptionEvent{Node: c.addr, Err: err})
+// subLost tells the observer that the subscription connection to node
+// was lost, by err.
+func (c *Client) subLost(node string, err error) {
+	if c.obs.SubscriptionLost != nil {
+		c.obs.SubscriptionLost(SubscriptionEvent{Node: node, Err: err})
 	}
 }
 
-// connUp records that a reply was read from c, and tells the observer when
-// c was lost until now.
-func (p *pubsub) connUp(c *subConn) {
-	if t := c.down.Swap(0); t != 0 && p.obs != nil && p.obs.SubscriptionRestored != nil {
-		p.obs.SubscriptionRestored(SubscriptionEvent{Node: c.addr, Down: time.Since(time.Unix(0, t))})
+// subRestored tells the observer that the subscription connection to node
+// answers again, after down.
+func (c *Client) subRestored(node string, down time.Duration) {
+	if c.obs.SubscriptionRestored != nil {
+		c.obs.SubscriptionRestored(SubscriptionEvent{Node: node, Down: down})
 	}
 }
 

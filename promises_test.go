@@ -263,14 +263,12 @@ func TestWaitersSurviveKilledSubscription(t *testing.T) {
 			}()
 		}
 		eventually(t, 2*time.Second, "the waiters subscribed", func() bool {
-			c2.ps.mu.Lock()
-			defer c2.ps.mu.Unlock()
 			n := 0
-			for _, ch := range c2.ps.chans {
-				if !c2.ps.confirmed(ch) {
+			for _, ch := range c2.ps.Channels() {
+				if !ch.Subscribed {
 					return false
 				}
-				n += len(ch.waiters)
+				n += ch.Waiters
 			}
 			return n == waiters
 		})

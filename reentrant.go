@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redisync-go/redisync/internal/notify"
 	"github.com/redisync-go/redisync/internal/transport"
 
 	"github.com/redis/go-redis/v9"
@@ -182,12 +183,12 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx con
 	// rather than trying: fair among the goroutines of one process, and
 	// one failing round trip fewer per acquisition under contention. Its
 	// wait is still bounded by the holder's lease as last seen.
-	var mk mark
+	var mk notify.Mark
 	var next time.Duration
 	queued := false
 	if wait {
 		var until time.Time
-		mk, queued, until = m.c.ps.mark(m.channel)
+		mk, queued, until = m.c.ps.Mark(m.channel)
 		if y, yielding := m.c.co.keyYielding(m.name, time.Now()); yielding {
 			queued, until = true, y // other clients' turn (cohort.go)
 		}
@@ -238,11 +239,11 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx con
 			return a.grant(h.field, 1, renew(h.field))
 		},
 	}
-	if err := m.c.awaitFrom(wctx, mk, m.channel, wakeOne, next, try, false, acc); err != nil {
+	if err := m.c.awaitFrom(wctx, mk, m.channel, notify.WakeOne, next, try, false, acc); err != nil {
 		return nil, m.wrap(waitError(err, parent, bounded))
 	}
 	if !handed {
-		m.c.ps.rotate(m.channel)
+		m.c.ps.Rotate(m.channel)
 	}
 	return a.hctx, nil
 }
@@ -299,7 +300,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	}
 	return m.c.release(ctx, &m.spec, 1, func(ctx context.Context, h *hold, count int) (int64, time.Time, error) {
 		if count == 1 && !m.c.noCohort {
-			if ho, mine := m.c.co.claim(m.name, m.c.ps.confirmedOn(m.channel)); ho != nil {
+			if ho, mine := m.c.co.claim(m.name, m.c.ps.ConfirmedOn(m.channel)); ho != nil {
 				return m.handOver(ctx, h, ho, mine)
 			}
 		}

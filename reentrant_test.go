@@ -135,9 +135,7 @@ func TestMutexWaitEndsWithContextAndLeavesNothing(t *testing.T) {
 			require.NoError(t, err)
 			assert.Empty(t, chans, "the waiters unsubscribed")
 		}
-		c.ps.mu.Lock()
-		assert.Empty(t, c.ps.chans)
-		c.ps.mu.Unlock()
+		assert.Empty(t, c.ps.Channels())
 		_ = holder
 	})
 }

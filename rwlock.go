@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/redisync-go/redisync/internal/keys"
+	"github.com/redisync-go/redisync/internal/notify"
 	"github.com/redisync-go/redisync/lua"
 )
 
@@ -309,9 +310,9 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 	}
 	done, next, err := try()
 	if err == nil && !done && wait {
-		channel, policy := r.wchan, wakeOne
+		channel, policy := r.wchan, notify.WakeOne
 		if read {
-			channel, policy = r.rchan, wakeAll
+			channel, policy = r.rchan, notify.WakeAll
 		}
 		err = r.c.await(wctx, channel, policy, next, try)
 	}
