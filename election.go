@@ -69,8 +69,8 @@ type Election struct {
 // WithLease gives each leadership a fixed lease that the watchdog does not
 // renew: a leader leads for that long at most; WithRenewedLease a lease
 // of its own that the watchdog renews (a leader that crashes is replaced
-// within it). WithFencing changes nothing: terms are fencing tokens
-// already. These are its options (ElectionOption).
+// within it). These are its options (ElectionOption); an Election takes
+// no WithFencing: its terms are its fencing tokens.
 func (c *Client) Election(name string, opts ...ElectionOption) *Election {
 	e := &Election{c: c, name: name, keys: []string{name, ""}}
 	if keys.Taggable(name) {

@@ -14,7 +14,8 @@ import (
 //
 //	WithLease, WithRenewedLease   LockOption: every lock (all six)
 //	WithFencing                   FencingOption: Mutex, FairMutex, RWMutex,
-//	                              MultiLock, Election
+//	                              MultiLock (an Election's terms are its
+//	                              tokens: it does not take the option)
 //	WithWaiterTimeout             WaiterOption: FairMutex, RWMutex
 //	WithPermits                   SemaphoreOption
 //
@@ -64,9 +65,9 @@ type MultiLockOption interface {
 	multiLockOption()
 }
 
-// ElectionOption configures an Election (Client.Election): WithLease,
-// WithRenewedLease and WithFencing (which changes nothing: terms are
-// fencing tokens already) are ElectionOptions.
+// ElectionOption configures an Election (Client.Election): WithLease and
+// WithRenewedLease are ElectionOptions. WithFencing is not: an Election's
+// terms are its fencing tokens, always.
 type ElectionOption interface {
 	option
 	electionOption()
@@ -84,15 +85,14 @@ type LockOption interface {
 	ElectionOption
 }
 
-// FencingOption is the option of the locks that give fencing tokens: a
-// MutexOption, FairOption, RWOption, MultiLockOption and ElectionOption.
+// FencingOption is the option of the locks that give fencing tokens when
+// asked: a MutexOption, FairOption, RWOption and MultiLockOption.
 // WithFencing is one.
 type FencingOption interface {
 	MutexOption
 	FairOption
 	RWOption
 	MultiLockOption
-	ElectionOption
 }
 
 // WaiterOption is the option of the locks whose waiters register in
@@ -124,7 +124,6 @@ func (fencingOpt) mutexOption()                 {}
 func (fencingOpt) fairOption()                  {}
 func (fencingOpt) rwOption()                    {}
 func (fencingOpt) multiLockOption()             {}
-func (fencingOpt) electionOption()              {}
 
 func (o waiterOpt) apply(lc *lockConfig) error { return o(lc) }
 func (waiterOpt) fairOption()                  {}

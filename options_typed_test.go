@@ -60,7 +60,10 @@ func TestOptionsTyped(t *testing.T) {
 		{"rw_ok", `c.RWMutex("x", redisync.WithRenewedLease(time.Second), redisync.WithFencing(), redisync.WithWaiterTimeout(time.Second))`, ""},
 		{"sem_ok", `c.Semaphore("x", redisync.WithLease(time.Second), redisync.WithPermits(3)); c.Semaphore("x", redisync.WithRenewedLease(time.Second))`, ""},
 		{"multi_ok", `c.MultiLock([]string{"x"}, redisync.WithRenewedLease(time.Second), redisync.WithFencing())`, ""},
-		{"elect_ok", `c.Election("x", redisync.WithLease(time.Second), redisync.WithFencing())`, ""},
+		{"elect_ok", `c.Election("x", redisync.WithLease(time.Second), redisync.WithRenewedLease(time.Second))`, ""},
+		// An Election's terms are its tokens: WithFencing would change
+		// nothing, so it does not compile there.
+		{"elect_fencing", `c.Election("x", redisync.WithFencing())`, "does not implement redisync.ElectionOption"},
 		{"slices_ok", `fo := []redisync.FairOption{redisync.WithLease(time.Second), redisync.WithWaiterTimeout(time.Second)}; c.FairMutex("x", fo...)
 	so := []redisync.SemaphoreOption{redisync.WithRenewedLease(time.Second), redisync.WithPermits(2)}; c.Semaphore("x", so...)`, ""},
 		{"several_ok", `l := redisync.WithLease(time.Second)
@@ -73,7 +76,6 @@ func TestOptionsTyped(t *testing.T) {
 	f := redisync.WithFencing()
 	var _ redisync.MutexOption = f
 	var _ redisync.MultiLockOption = f
-	var _ redisync.ElectionOption = f
 	w := redisync.WithWaiterTimeout(time.Second)
 	var _ redisync.FairOption = w
 	var _ redisync.RWOption = w`, ""},
