@@ -167,7 +167,7 @@ func semOps(n int) func(t *testing.T, c *Client, name string) apiOps {
 				if h == nil {
 					return 0
 				}
-				v, err := c.rdb.HGet(context.Background(), s.keys[1], h.field).Int()
+				v, err := c.rdb.HGet(context.Background(), s.keys[1], h.Field).Int()
 				if isNil(err) {
 					return 0
 				}

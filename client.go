@@ -30,7 +30,7 @@ type Client struct {
 	lease time.Duration
 	ack   replicaAck // WithReplicaAck; zero: off
 
-	wd   *watchdog
+	wd   *Keeper
 	ps   *notify.Hub
 	co   *cohort
 	tr   *transport.Transport
@@ -68,7 +68,7 @@ func WithWatchdogTimeout(d time.Duration) Option {
 		if err := checkLease("watchdog timeout", d); err != nil {
 			return err
 		}
-		c.lease = wholeMs(d)
+		c.lease = WholeMs(d)
 		return nil
 	}
 }
@@ -112,7 +112,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	c.mode.init()
 	c.tr = transport.New(rdb, transport.Options{AckReplicas: c.ack.k, AckTimeout: c.ack.timeout, Publish: c.mode.publish,
 		ReleaseTimeout: releaseTimeout, Log: c.log, NoFullDuplex: !fullDuplexFor(rdb)})
-	c.wd = newWatchdog(c, c.lease)
+	c.wd = NewKeeper(c, c.lease)
 	c.co = newCohort()
 	c.ps = notify.New(notify.Config{RDB: rdb, Closed: c.closed, ClosedErr: ErrClosed, Log: c.log,
 		Mode: c.mode.sharded, Hold: c.co.chanYielding, Lost: c.subLost, Restored: c.subRestored})
@@ -177,7 +177,7 @@ func (c *Client) Close() error {
 		deadline := time.Now().Add(releaseTimeout)
 		close(c.closed)
 		c.tr.Close() // its workers stop once their lanes are empty
-		c.wd.close(deadline)
+		c.wd.Close(deadline)
 		c.ps.Close()
 		c.bgMu.Lock()
 		c.bgClosed = true

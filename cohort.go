@@ -85,7 +85,7 @@ type handoff struct {
 	acc     *acceptor // the waiter's
 	field   string    // the waiter's owner when claimed
 	release call      // from acc, set by the releaser
-	st      stamp     // of the releaser's script
+	st      Stamp     // of the releaser's script
 
 	bounded bool // the run's bound is reached: release for other clients
 	granted bool

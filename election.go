@@ -87,7 +87,7 @@ func (c *Client) Election(name string, opts ...ElectionOption) *Election {
 		err = fmt.Errorf("%w: election name %q contains \"}\" without a hash tag", ErrInvalid, name)
 	}
 	e.err = e.spec.wrap(err)
-	e.spec.ref = lockRef{c, KindElection, name}
+	e.spec.ref = Ref{c, KindElection, name}
 	e.spec.fenced = true // terms are its tokens
 	e.spec.lease, e.spec.renewed = lc.leaseOf(c)
 	return e
@@ -168,7 +168,7 @@ func (e *Election) campaign(parent, wctx context.Context, value string, bounded 
 		return nil, e.wrap(err)
 	}
 	if h != nil {
-		return nil, e.wrap(fmt.Errorf("%w: the context leads the election already (term %d): Resign first, or campaign as another candidate with WithOwner", ErrInvalid, h.token))
+		return nil, e.wrap(fmt.Errorf("%w: the context leads the election already (term %d): Resign first, or campaign as another candidate with WithOwner", ErrInvalid, h.Token))
 	}
 	leaseMs := e.spec.lease.Milliseconds()
 	var term atomic.Int64 // of the latest win, for its give-back
@@ -242,8 +242,8 @@ func (e *Election) Resign(ctx context.Context) error {
 	if err := e.check(ctx); err != nil {
 		return err
 	}
-	return e.c.release(ctx, &e.spec, 1, func(ctx context.Context, h *hold, _ int) (int64, time.Time, error) {
-		return e.c.releaseBy(ctx, e.resign(h.field, h.token))
+	return e.c.release(ctx, &e.spec, 1, func(ctx context.Context, h *Hold, _ int) (int64, time.Time, error) {
+		return e.c.releaseBy(ctx, e.resign(h.Field, h.Token))
 	})
 }
 

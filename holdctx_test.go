@@ -28,7 +28,7 @@ func (c *endingCtx) Err() error {
 
 // lockedHold locks the Mutex name on a new Client of e and returns the
 // Client, the hold's context and the hold.
-func lockedHold(t *testing.T, e *testEnv, name string) (*Client, context.Context, *hold) {
+func lockedHold(t *testing.T, e *testEnv, name string) (*Client, context.Context, *Hold) {
 	t.Helper()
 	c := e.client(t)
 	m := c.Mutex(name)
@@ -40,8 +40,8 @@ func lockedHold(t *testing.T, e *testEnv, name string) (*Client, context.Context
 }
 
 // loseNow ends h as lost, as its timer does, and gives it back.
-func loseNow(c *Client, h *hold) {
-	if c.wd.end(h, endLost, ErrLeaseLost) {
+func loseNow(c *Client, h *Hold) {
+	if c.wd.End(h, EndLost, ErrLeaseLost) {
 		c.giveBack(h)
 	}
 }
@@ -54,7 +54,7 @@ func loseNow(c *Client, h *hold) {
 func TestHoldCtxErrSeesAnEndDuringTheCall(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, e *testEnv) {
 		c, lctx, h := lockedHold(t, e, "holdctx:end")
-		inner := h.ctx.(*holdCtx).Context
+		inner := h.Ctx.(*holdCtx).Context
 		tctx := &holdCtx{Context: &endingCtx{Context: inner, end: func() { loseNow(c, h) }}, h: h}
 		assert.Error(t, tctx.Err(), "the hold ended during Err: it is not live")
 		assert.ErrorIs(t, context.Cause(lctx), ErrLeaseLost)
@@ -70,7 +70,7 @@ func TestHoldCtxErrWhileAnotherGoroutineEndsIt(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, e *testEnv) {
 		c, lctx, h := lockedHold(t, e, "holdctx:firsts")
 		inFirst, release := make(chan struct{}), make(chan struct{})
-		h.first(func() { close(inFirst); <-release })
+		h.First(func() { close(inFirst); <-release })
 		h.dl.set(time.Now().Add(-time.Millisecond)) // as after a stop
 		go loseNow(c, h)
 		<-inFirst

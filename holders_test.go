@@ -11,11 +11,11 @@ import (
 )
 
 // ownerOf returns the Redis owner field of the hold of ref ctx carries.
-func ownerOf(t *testing.T, ctx context.Context, ref lockRef) string {
+func ownerOf(t *testing.T, ctx context.Context, ref Ref) string {
 	t.Helper()
 	h := carried(ctx, ref)
 	require.NotNil(t, h)
-	return h.field
+	return h.Field
 }
 
 // checkHolders asserts that hs are want (in any order), each with a lease

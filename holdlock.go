@@ -2,23 +2,23 @@ package redisync
 
 import "context"
 
-// holdLock is a hold's lock (hold.mu): it serialises the scripts that
+// HoldLock is a hold's lock (hold.mu): it serialises the scripts that
 // change the hold, as a mutex would, but a caller waiting for it can leave
 // when its context ends. The lock may be kept past its caller's return,
 // until a reply that caller left behind comes (see underHold), so a wait
 // for it must be bounded like any other wait. Waiters take it in the
 // order they came.
-type holdLock chan struct{}
+type HoldLock chan struct{}
 
-func newHoldLock() holdLock { return make(holdLock, 1) }
+func NewHoldLock() HoldLock { return make(HoldLock, 1) }
 
 // Lock takes l, waiting as long as it takes: for a caller that cannot
 // leave, or that is bounded otherwise.
-func (l holdLock) Lock() { l <- struct{}{} }
+func (l HoldLock) Lock() { l <- struct{}{} }
 
-// lockCtx takes l, or returns ctx's error, without taking it, once ctx
+// LockCtx takes l, or returns ctx's error, without taking it, once ctx
 // has ended (at once when it already has).
-func (l holdLock) lockCtx(ctx context.Context) error {
+func (l HoldLock) LockCtx(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -32,7 +32,7 @@ func (l holdLock) lockCtx(ctx context.Context) error {
 
 // Unlock releases l, which must be held (by anyone: a late reply's
 // handler may release what its caller took).
-func (l holdLock) Unlock() {
+func (l HoldLock) Unlock() {
 	select {
 	case <-l:
 	default:
@@ -50,7 +50,7 @@ func (l holdLock) Unlock() {
 // overtaken by this one.
 type pending struct {
 	c        *Client
-	h        *hold
+	h        *Hold
 	count, n int  // the hold's count before the release, and how many it gives up
 	left     bool // the caller left: late releases the hold's lock
 }
@@ -59,7 +59,7 @@ type pendingKey struct{}
 
 func (p *pending) late(r reply) {
 	h := p.h
-	defer h.mu.Unlock()
+	defer h.Mu.Unlock()
 	n, err := r.Int64()
 	switch {
 	case err != nil:
@@ -68,7 +68,7 @@ func (p *pending) late(r reply) {
 	case n == 0:
 		p.c.lose(h, true)
 	case n == 1:
-		h.count = p.count - p.n
-		p.c.wd.extend(h, r.Sent)
+		h.Count = p.count - p.n
+		p.c.wd.Extend(h, r.Sent)
 	}
 }

@@ -90,10 +90,10 @@ func (c *Client) MultiLock(names []string, opts ...MultiLockOption) *MultiLock {
 		m.spec.wrap = wrapLabelled(c, "multilock", ref, ref, layout...)
 	}
 	m.err = m.spec.wrap(err)
-	m.spec.ref = lockRef{c, KindMultiLock, ref}
+	m.spec.ref = Ref{c, KindMultiLock, ref}
 	m.spec.parts = true
 	for _, n := range sorted {
-		m.spec.covers = append(m.spec.covers, lockRef{c, KindMutex, n})
+		m.spec.covers = append(m.spec.covers, Ref{c, KindMutex, n})
 	}
 	m.spec.lease, m.spec.renewed = lc.leaseOf(c)
 	return m
@@ -249,14 +249,14 @@ func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 			return m.c.underHoldAll(wctx, wait, h, func(count int) []call {
 				calls := make([]call, len(m.groups))
 				for i, g := range m.groups {
-					calls[i] = script(lua.MultiLock, g.keys, leaseMs, h.field, count)
+					calls[i] = script(lua.MultiLock, g.keys, leaseMs, h.Field, count)
 				}
 				return calls
 			})
 		}, func(r []int64) (int, bool) {
 			return int(r[1]), r[0] != 1
 		}, func(n int) error {
-			return m.c.undoUnder(wctx, h, m.unlockCalls(h.field, n)...)
+			return m.c.undoUnder(wctx, h, m.unlockCalls(h.Field, n)...)
 		})
 		if err != nil {
 			return nil, err
@@ -270,7 +270,7 @@ func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 	blocker := m.names[0] // the name the latest attempt found held
 	try := func() (bool, time.Duration, error) {
 		field := a.owner
-		var first stamp
+		var first Stamp
 		var tokens map[string]int64 // WithFencing: by name
 		for i := range m.groups {
 			g := &m.groups[i]
@@ -426,8 +426,8 @@ func (m *MultiLock) Unlock(ctx context.Context) error {
 	if err := m.check(ctx); err != nil {
 		return err
 	}
-	return m.c.release(ctx, &m.spec, 1, func(ctx context.Context, h *hold, count int) (int64, time.Time, error) {
-		calls := m.unlockCalls(h.field, count)
+	return m.c.release(ctx, &m.spec, 1, func(ctx context.Context, h *Hold, count int) (int64, time.Time, error) {
+		calls := m.unlockCalls(h.Field, count)
 		if len(calls) == 1 {
 			return m.c.releaseBy(ctx, calls[0])
 		}

@@ -163,18 +163,18 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // ended reports the end of h to the observer and, for a lost lease, the log.
-func (c *Client) ended(h *hold, why endReason, cause error) {
-	e := HoldEvent{Kind: h.ref.kind, Name: h.ref.name, Held: time.Since(h.taken)}
-	if why == endLost || why == endForced {
+func (c *Client) ended(h *Hold, why EndReason, cause error) {
+	e := HoldEvent{Kind: h.Ref.Kind, Name: h.Ref.Name, Held: time.Since(h.Taken)}
+	if why == EndLost || why == EndForced {
 		e.Cause = cause
-		c.log.Warn("redisync: lease lost", "kind", e.Kind, "name", e.Name, "owner", h.field, "held", e.Held, "cause", cause)
+		c.log.Warn("redisync: lease lost", "kind", e.Kind, "name", e.Name, "owner", h.Field, "held", e.Held, "cause", cause)
 		if c.obs.LeaseLost != nil {
-			c.obs.LeaseLost(h.parent, e)
+			c.obs.LeaseLost(h.Parent, e)
 		}
 		return
 	}
 	if c.obs.Released != nil {
-		c.obs.Released(h.parent, e)
+		c.obs.Released(h.Parent, e)
 	}
 }
 

@@ -153,7 +153,7 @@ func WithLease(d time.Duration) LockOption {
 		if err := checkLease("lease", d); err != nil {
 			return err
 		}
-		lc.lease = wholeMs(d)
+		lc.lease = WholeMs(d)
 		return nil
 	})
 }
@@ -175,7 +175,7 @@ func WithRenewedLease(d time.Duration) LockOption {
 		if err := checkLease("renewed lease", d); err != nil {
 			return err
 		}
-		lc.renewed = wholeMs(d)
+		lc.renewed = WholeMs(d)
 		return nil
 	})
 }

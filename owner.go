@@ -12,12 +12,12 @@ import (
 // the same lock with it re-enters, while any other lock sees no hold and
 // gives the caller a fresh owner of its own.
 
-// lockRef names one lock of one Client: the key under which a context
+// Ref names one lock of one Client: the key under which a context
 // carries a hold of it.
-type lockRef struct {
-	c    *Client
-	kind string // KindMutex, KindFairMutex, KindRWRead, KindRWWrite, KindSemaphore, KindMultiLock, KindElection
-	name string
+type Ref struct {
+	Owner    *Client
+	Kind string // KindMutex, KindFairMutex, KindRWRead, KindRWWrite, KindSemaphore, KindMultiLock, KindElection
+	Name string
 }
 
 // scope is started by WithOwner: holds taken outside it are not re-entered
@@ -45,17 +45,17 @@ func scopeOf(ctx context.Context) *scope {
 
 // carried returns the hold of ref that ctx carries, live or ended, or nil;
 // a hold taken outside ctx's WithOwner scope is not ctx's.
-func carried(ctx context.Context, ref lockRef) *hold {
-	h, _ := ctx.Value(ref).(*hold)
-	if h == nil || h.scope != scopeOf(ctx) {
+func carried(ctx context.Context, ref Ref) *Hold {
+	h, _ := ctx.Value(ref).(*Hold)
+	if h == nil || h.Scope != scopeOf(ctx) {
 		return nil
 	}
 	return h
 }
 
 // held returns the live hold of ref that ctx carries, or nil.
-func held(ctx context.Context, ref lockRef) *hold {
-	if h := carried(ctx, ref); h != nil && h.live() {
+func held(ctx context.Context, ref Ref) *Hold {
+	if h := carried(ctx, ref); h != nil && h.Live() {
 		return h
 	}
 	return nil

@@ -125,7 +125,7 @@ func TestSemaphoreOwners(t *testing.T) {
 		require.NoError(t, err)
 		b, err := s.Acquire(bg, 1)
 		require.NoError(t, err)
-		require.NotEqual(t, held(a, s.spec.ref).field, held(b, s.spec.ref).field)
+		require.NotEqual(t, held(a, s.spec.ref).Field, held(b, s.spec.ref).Field)
 		require.Equal(t, 1, s.held(a))
 		require.Equal(t, 1, s.held(b))
 

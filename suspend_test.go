@@ -16,8 +16,8 @@ import (
 // client's reading of the two clocks moves.
 func suspend(t *testing.T, d time.Duration) {
 	t.Helper()
-	testSuspend.Add(int64(d))
-	t.Cleanup(func() { testSuspend.Add(-int64(d)) })
+	TestSuspend.Add(int64(d))
+	t.Cleanup(func() { TestSuspend.Add(-int64(d)) })
 }
 
 // Issue 24: the local deadline ran on the monotonic clock, which stops

@@ -11,10 +11,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// watchdog owns a Client's table of live holds and the one goroutine that
+// Keeper owns a Client's table of live holds and the one goroutine that
 // renews their leases, in pipelined batches, so 10,000 holds cost a
 // handful of round trips, not 10,000 timers. The holds of one lease (the
-// Client's watchdog timeout, or a lock's WithRenewedLease) form a cadence,
+// Client's Keeper timeout, or a lock's WithRenewedLease) form a cadence,
 // renewed all together every third of that lease; the loop wakes for the
 // cadence due first, and renews in the same round every cadence due
 // within half the shortest interval, so that slower cadences share the
@@ -25,19 +25,19 @@ import (
 // expire. A timer fires it independently of the renewal loop, so a renewal
 // stuck on a silent connection cannot keep a holder from hearing that its
 // lease is gone before anyone else can take the lock.
-type watchdog struct {
+type Keeper struct {
 	c        *Client
-	giveBack func(*hold) // releases in Redis, in the background, a hold that ended
+	giveBack func(*Hold) // releases in Redis, in the background, a hold that ended
 	lease    time.Duration
 	interval time.Duration
 
 	mu      sync.Mutex
-	holds   map[*hold]struct{}
+	holds   map[*Hold]struct{}
 	cad     map[time.Duration]time.Time // the next round of each cadence (by lease) of renewed holds
 	kick    chan struct{}               // wakes the loop: a new cadence
-	forced  map[lockRef]uint64          // ForceUnlocks so far, per lock
-	forcing map[lockRef]int             // ForceUnlocks in flight, per lock
-	calm    map[lockRef]chan struct{}   // closed when a lock's last one in flight answers
+	forced  map[Ref]uint64          // ForceUnlocks so far, per lock
+	forcing map[Ref]int             // ForceUnlocks in flight, per lock
+	calm    map[Ref]chan struct{}   // closed when a lock's last one in flight answers
 	closed  bool
 
 	stop chan struct{}
@@ -51,18 +51,18 @@ type watchdog struct {
 // batchSize bounds one pipeline; 10,000 holds take 5 round trips per tick.
 const batchSize = 2000
 
-func newWatchdog(c *Client, lease time.Duration) *watchdog {
-	w := &watchdog{
+func NewKeeper(c *Client, lease time.Duration) *Keeper {
+	w := &Keeper{
 		c:        c,
 		giveBack: c.giveBack,
 		lease:    lease,
 		interval: lease / 3,
-		holds:    map[*hold]struct{}{},
+		holds:    map[*Hold]struct{}{},
 		cad:      map[time.Duration]time.Time{},
 		kick:     make(chan struct{}, 1),
-		forced:   map[lockRef]uint64{},
-		forcing:  map[lockRef]int{},
-		calm:     map[lockRef]chan struct{}{},
+		forced:   map[Ref]uint64{},
+		forcing:  map[Ref]int{},
+		calm:     map[Ref]chan struct{}{},
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
@@ -71,24 +71,24 @@ func newWatchdog(c *Client, lease time.Duration) *watchdog {
 	return w
 }
 
-// add registers h, whose lease was set by a script stamped st. It
+// Add registers h, whose lease was set by a script stamped st. It
 // registers nothing and returns ErrClosed once the client is closed, and
 // errUntrusted when a ForceUnlock of the lock came after st.
-func (w *watchdog) add(h *hold, st stamp) error {
+func (w *Keeper) Add(h *Hold, st Stamp) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
 		return ErrClosed
 	}
-	if !w.trusted(st.epoch, h.ref, h.covers) {
+	if !w.trusted(st.Epoch, h.Ref, h.Covers) {
 		return errUntrusted
 	}
-	sent := st.sent
+	sent := st.Sent
 	w.holds[h] = struct{}{}
-	if _, ok := w.cad[h.lease]; h.renewed && !ok {
+	if _, ok := w.cad[h.Lease]; h.Renewed && !ok {
 		// The first hold of its lease: its cadence's first round is a
 		// third of the lease from now; the loop may be asleep for longer.
-		w.cad[h.lease] = time.Now().Add(h.lease / 3)
+		w.cad[h.Lease] = time.Now().Add(h.Lease / 3)
 		select {
 		case w.kick <- struct{}{}:
 		default:
@@ -96,9 +96,9 @@ func (w *watchdog) add(h *hold, st stamp) error {
 	}
 	h.tmu.Lock()
 	h.sent = sent
-	h.dl.set(deadline(sent, h.lease))
+	h.dl.set(Deadline(sent, h.Lease))
 	h.timer = time.AfterFunc(h.dl.left(), func() {
-		if w.end(h, endLost, ErrLeaseLost) {
+		if w.End(h, EndLost, ErrLeaseLost) {
 			w.giveBack(h) // Redis may keep it a little longer: give it back
 		}
 	})
@@ -106,29 +106,29 @@ func (w *watchdog) add(h *hold, st stamp) error {
 	return nil
 }
 
-// extend moves h's local deadline after a script sent at sent set its lease.
+// Extend moves h's local deadline after a script sent at sent set its lease.
 // A deadline that has passed is not moved: the hold was lost then, whether
 // or not anyone has looked yet, and a late reply does not bring it back.
-func (w *watchdog) extend(h *hold, sent time.Time) {
+func (w *Keeper) Extend(h *Hold, sent time.Time) {
 	h.tmu.Lock()
 	defer h.tmu.Unlock()
-	if h.why != live || !sent.After(h.sent) || h.dl.passed() {
+	if h.why != NotEnded || !sent.After(h.sent) || h.dl.passed() {
 		return
 	}
 	h.sent = sent
-	h.dl.set(deadline(sent, h.lease))
+	h.dl.set(Deadline(sent, h.Lease))
 	h.timer.Reset(h.dl.left())
 }
 
-// end ends h for why: it leaves the table, its deadline stops, and its
+// End ends h for why: it leaves the table, its deadline stops, and its
 // context is cancelled with cause, before anything else happens. It reports
 // whether this call ended it; only one caller ever gets true.
-func (w *watchdog) end(h *hold, why endReason, cause error) bool {
+func (w *Keeper) End(h *Hold, why EndReason, cause error) bool {
 	w.mu.Lock()
 	delete(w.holds, h)
 	w.mu.Unlock()
 	h.tmu.Lock()
-	if h.why != live {
+	if h.why != NotEnded {
 		h.tmu.Unlock()
 		return false
 	}
@@ -157,18 +157,18 @@ func (w *watchdog) end(h *hold, why endReason, cause error) bool {
 	return true
 }
 
-// epoch returns how many times ref's lock was force-unlocked in this
+// Epoch returns how many times ref's lock was force-unlocked in this
 // process: a grant whose script was sent before a ForceUnlock and whose
 // reply came after it cannot tell which ran first, and is given back.
 // A hold that covers other locks (a MultiLock's names) counts theirs too:
 // the sum, which moves when any of them is force-unlocked.
-func (w *watchdog) epoch(ref lockRef, covers []lockRef) uint64 {
+func (w *Keeper) Epoch(ref Ref, covers []Ref) uint64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.epochLocked(ref, covers)
 }
 
-func (w *watchdog) epochLocked(ref lockRef, covers []lockRef) uint64 {
+func (w *Keeper) epochLocked(ref Ref, covers []Ref) uint64 {
 	n := w.forced[ref]
 	for _, r := range covers {
 		n += w.forced[r]
@@ -179,7 +179,7 @@ func (w *watchdog) epochLocked(ref lockRef, covers []lockRef) uint64 {
 // trusted reports whether a grant of ref (covering covers) stamped with
 // epoch can be trusted: no ForceUnlock of any of them came after the
 // stamp, and none is in flight. Call with w.mu held.
-func (w *watchdog) trusted(epoch uint64, ref lockRef, covers []lockRef) bool {
+func (w *Keeper) trusted(epoch uint64, ref Ref, covers []Ref) bool {
 	if w.epochLocked(ref, covers) != epoch || w.forcing[ref] > 0 {
 		return false
 	}
@@ -191,7 +191,7 @@ func (w *watchdog) trusted(epoch uint64, ref lockRef, covers []lockRef) bool {
 	return true
 }
 
-// force ends, with ErrLeaseLost, every hold of ref's lock (any owner),
+// Force ends, with ErrLeaseLost, every hold of ref's lock (any owner),
 // before a ForceUnlock frees it, and makes grants in flight unusable: the
 // epoch is bumped under the same lock that collects the holds, so a grant
 // either registers before and is ended here, or finds the epoch moved.
@@ -206,22 +206,22 @@ func (w *watchdog) trusted(epoch uint64, ref lockRef, covers []lockRef) bool {
 // then: the ForceUnlock finds the lock held, as it was). A MultiLock's
 // grant in flight is refused as well (its stamp counts the ForceUnlocks
 // of every name it covers).
-func (w *watchdog) force(ref lockRef) (done func()) {
+func (w *Keeper) Force(ref Ref) (done func()) {
 	w.mu.Lock()
 	w.forced[ref]++
 	if w.forcing[ref]++; w.forcing[ref] == 1 {
 		w.calm[ref] = make(chan struct{})
 	}
-	var hs []*hold
+	var hs []*Hold
 	for h := range w.holds {
-		if h.ref == ref || slices.Contains(h.covers, ref) {
+		if h.Ref == ref || slices.Contains(h.Covers, ref) {
 			hs = append(hs, h)
 		}
 	}
 	w.mu.Unlock()
-	var others []*hold // MultiLocks: their other names are given back after
+	var others []*Hold // MultiLocks: their other names are given back after
 	for _, h := range hs {
-		if w.end(h, endForced, ErrLeaseLost) && h.ref != ref {
+		if w.End(h, EndForced, ErrLeaseLost) && h.Ref != ref {
 			others = append(others, h)
 		}
 	}
@@ -247,30 +247,30 @@ func (w *watchdog) force(ref lockRef) (done func()) {
 // monotonic time, and would tell the holders late. A hold whose deadline
 // passed meanwhile is told at once; so is one whose context is read first
 // (see dlStore).
-func (w *watchdog) resumed() {
+func (w *Keeper) resumed() {
 	w.mu.Lock()
-	hs := make([]*hold, 0, len(w.holds))
+	hs := make([]*Hold, 0, len(w.holds))
 	for h := range w.holds {
 		hs = append(hs, h)
 	}
 	w.mu.Unlock()
 	for _, h := range hs {
 		h.tmu.Lock()
-		if h.why == live && h.timer != nil {
+		if h.why == NotEnded && h.timer != nil {
 			h.timer.Reset(h.dl.left())
 		}
 		h.tmu.Unlock()
 	}
 }
 
-// unforced returns the epoch of ref's lock (with those of covers, see
+// Unforced returns the epoch of ref's lock (with those of covers, see
 // epoch) once no ForceUnlock of any of them is in flight in this process:
 // an attempt stamped while one is could not tell whether its script ran
 // before the ForceUnlock's, and its grant would be refused; stamped after
 // the ForceUnlock's script answered, it ran after it. Without wait it
 // reports false at once instead of waiting; it returns ctx's error when
 // ctx ends first, and ErrClosed when the client closes.
-func (w *watchdog) unforced(ctx context.Context, ref lockRef, covers []lockRef, wait bool) (uint64, bool, error) {
+func (w *Keeper) Unforced(ctx context.Context, ref Ref, covers []Ref, wait bool) (uint64, bool, error) {
 	for {
 		w.mu.Lock()
 		ch := w.calm[ref]
@@ -302,10 +302,10 @@ func (w *watchdog) unforced(ctx context.Context, ref lockRef, covers []lockRef, 
 // its reply. Their holds in this process end first (see watchdog.force),
 // and the window in which their grants are not trusted ends when the
 // script answers: when ctx ends first, only once its late reply comes.
-func (c *Client) forceBy(ctx context.Context, k call, refs ...lockRef) reply {
+func (c *Client) forceBy(ctx context.Context, k call, refs ...Ref) reply {
 	dones := make([]func(), len(refs))
 	for i, ref := range refs {
-		dones[i] = c.wd.force(ref)
+		dones[i] = c.wd.Force(ref)
 	}
 	done := func() {
 		for i := len(dones) - 1; i >= 0; i-- {
@@ -323,7 +323,7 @@ func (c *Client) forceBy(ctx context.Context, k call, refs ...lockRef) reply {
 // nearly: within half the shortest interval of them all, so that the
 // rounds of the slower cadences join those of the fastest (renewed a
 // little early, never late) instead of adding rounds of their own.
-func (w *watchdog) due(now time.Time) map[time.Duration]bool {
+func (w *Keeper) due(now time.Time) map[time.Duration]bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var due map[time.Duration]bool
@@ -347,15 +347,15 @@ func (w *watchdog) due(now time.Time) map[time.Duration]bool {
 // snapshot returns the renewed holds of the cadences due, and forgets
 // those of them that have no hold left (under the same lock as add, which
 // starts a cadence again for its next hold).
-func (w *watchdog) snapshot(due map[time.Duration]bool) []*hold {
+func (w *Keeper) snapshot(due map[time.Duration]bool) []*Hold {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	hs := make([]*hold, 0, len(w.holds))
+	hs := make([]*Hold, 0, len(w.holds))
 	live := map[time.Duration]bool{}
 	for h := range w.holds {
-		if h.renewed && due[h.lease] {
+		if h.Renewed && due[h.Lease] {
 			hs = append(hs, h)
-			live[h.lease] = true
+			live[h.Lease] = true
 		}
 	}
 	for lease := range due {
@@ -371,7 +371,7 @@ func (w *watchdog) snapshot(due map[time.Duration]bool) []*hold {
 // start of the round, so a slow round does not stretch the time between
 // two renewals), sooner for those with a failed renewal, so a blip costs
 // little of the lease (the deadlines still stand).
-func (w *watchdog) schedule(due, failed map[time.Duration]bool, start time.Time) {
+func (w *Keeper) schedule(due, failed map[time.Duration]bool, start time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for lease := range due {
@@ -388,7 +388,7 @@ func (w *watchdog) schedule(due, failed map[time.Duration]bool, start time.Time)
 
 // wait returns how long the loop may sleep: until the first cadence is
 // due (the default interval when there is none: a new one kicks it).
-func (w *watchdog) wait() time.Duration {
+func (w *Keeper) wait() time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	d := w.interval
@@ -399,7 +399,7 @@ func (w *watchdog) wait() time.Duration {
 	return max(d, 0)
 }
 
-func (w *watchdog) run() {
+func (w *Keeper) run() {
 	defer close(w.done)
 	t := time.NewTimer(w.interval)
 	defer t.Stop()
@@ -438,7 +438,7 @@ func (w *watchdog) run() {
 // renewAll renews every renewed hold of the cadences due, and returns
 // those of them with a renewal that failed for a reason other than the
 // hold being gone.
-func (w *watchdog) renewAll(due map[time.Duration]bool) map[time.Duration]bool {
+func (w *Keeper) renewAll(due map[time.Duration]bool) map[time.Duration]bool {
 	start := time.Now()
 	hs := w.snapshot(due)
 	var r RenewalEvent
@@ -470,10 +470,10 @@ func (w *watchdog) renewAll(due map[time.Duration]bool) map[time.Duration]bool {
 // on several slots (a MultiLock) is renewed when every one of its calls
 // renewed, dated by the earliest of their pipelines; it is lost when any
 // found it gone.
-func (w *watchdog) renewBatch(hs []*hold, r *RenewalEvent, failed map[time.Duration]bool) error {
+func (w *Keeper) renewBatch(hs []*Hold, r *RenewalEvent, failed map[time.Duration]bool) error {
 	calls := make([]call, 0, len(hs))
 	for _, h := range hs {
-		for _, k := range h.renew {
+		for _, k := range h.Renew {
 			k.Takes = true
 			k.Once = true // a failed renewal is retried sooner than the transport would
 			calls = append(calls, k)
@@ -483,8 +483,8 @@ func (w *watchdog) renewBatch(hs []*hold, r *RenewalEvent, failed map[time.Durat
 	pipes := map[uint64]bool{}
 	var first error
 	for _, h := range hs {
-		rs := replies[:len(h.renew)]
-		replies = replies[len(h.renew):]
+		rs := replies[:len(h.Renew)]
+		replies = replies[len(h.Renew):]
 		var sent time.Time
 		gone := false
 		var err error
@@ -510,14 +510,14 @@ func (w *watchdog) renewBatch(hs []*hold, r *RenewalEvent, failed map[time.Durat
 		switch {
 		case gone:
 			r.Lost++
-			if w.end(h, endLost, ErrLeaseLost) && h.parts {
+			if w.End(h, EndLost, ErrLeaseLost) && h.Parts {
 				w.giveBack(h) // a MultiLock: what Redis still keeps of it
 			}
 		case err == nil:
-			w.extend(h, sent)
+			w.Extend(h, sent)
 		default:
 			r.Failed++ // transient: retried until the deadline fires
-			failed[h.lease] = true
+			failed[h.Lease] = true
 			if first == nil {
 				first = err
 			}
@@ -534,14 +534,14 @@ func isGone(err error) bool {
 	return errors.As(err, &re) && strings.HasPrefix(err.Error(), "WRONGTYPE")
 }
 
-// close stops the renewal loop (a round in flight is abandoned), ends
+// Close stops the renewal loop (a round in flight is abandoned), ends
 // every hold (their contexts are cancelled first, with a cause matching
 // both ErrClosed and ErrLeaseLost), then releases them in Redis,
 // best-effort, in one pipeline, waiting for it until deadline.
-func (w *watchdog) close(deadline time.Time) {
+func (w *Keeper) Close(deadline time.Time) {
 	w.mu.Lock()
 	w.closed = true
-	hs := make([]*hold, 0, len(w.holds))
+	hs := make([]*Hold, 0, len(w.holds))
 	for h := range w.holds {
 		hs = append(hs, h)
 	}
@@ -550,9 +550,9 @@ func (w *watchdog) close(deadline time.Time) {
 	w.cancel()
 	<-w.done
 
-	var ended []*hold
+	var ended []*Hold
 	for _, h := range hs {
-		if w.end(h, endClosed, errClosedHold) {
+		if w.End(h, EndClosed, errClosedHold) {
 			ended = append(ended, h)
 		}
 	}
@@ -563,7 +563,7 @@ func (w *watchdog) close(deadline time.Time) {
 	defer cancel()
 	calls := make([]call, 0, len(ended))
 	for _, h := range ended {
-		calls = append(calls, h.release...)
+		calls = append(calls, h.Release...)
 	}
 	w.c.tr.DoAll(ctx, calls)
 }
