@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/redisync-go/redisync/internal/lease"
 )
 
 // acquisition is one call's first acquisition of a lock under a fresh
@@ -19,8 +21,8 @@ type acquisition struct {
 	wait    bool
 	start   time.Time
 	owner   string
-	st      Stamp // of the latest attempt
-	dirty   bool  // an attempt's outcome is unknown: sweep the owner if the call fails
+	st      lease.Stamp // of the latest attempt
+	dirty   bool        // an attempt's outcome is unknown: sweep the owner if the call fails
 	won     bool
 	token   int64           // the fencing token of the latest attempt's grant
 	hctx    context.Context // the hold's context, once won
@@ -76,7 +78,7 @@ func (a *acquisition) send(build func(field string) call) (string, []int64, time
 	if err != nil || !ok {
 		return field, nil, retryAfter, err
 	}
-	a.st = Stamp{Sent: time.Now(), Epoch: epoch}
+	a.st = lease.Stamp{Sent: time.Now(), Epoch: epoch}
 	k := build(field)
 	k.Takes = true
 	r := a.c.tr.Do(a.wctx, k, func(r reply) {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redisync-go/redisync/internal/lease"
 	"github.com/redisync-go/redisync/internal/notify"
 	"github.com/redisync-go/redisync/internal/transport"
 
@@ -30,7 +31,7 @@ type Client struct {
 	lease time.Duration
 	ack   replicaAck // WithReplicaAck; zero: off
 
-	wd   *Keeper
+	wd   *lease.Keeper
 	ps   *notify.Hub
 	co   *cohort
 	tr   *transport.Transport
@@ -68,7 +69,7 @@ func WithWatchdogTimeout(d time.Duration) Option {
 		if err := checkLease("watchdog timeout", d); err != nil {
 			return err
 		}
-		c.lease = WholeMs(d)
+		c.lease = lease.WholeMs(d)
 		return nil
 	}
 }
@@ -112,7 +113,9 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	c.mode.init()
 	c.tr = transport.New(rdb, transport.Options{AckReplicas: c.ack.k, AckTimeout: c.ack.timeout, Publish: c.mode.publish,
 		ReleaseTimeout: releaseTimeout, Log: c.log, NoFullDuplex: !fullDuplexFor(rdb)})
-	c.wd = NewKeeper(c, c.lease)
+	c.wd = lease.New(lease.Config{Transport: c.tr, Lease: c.lease, Closed: c.closed, Log: c.log,
+		GiveBack: c.giveBack, Ended: c.ended, Acked: c.renewedAck, Renewed: c.renewed,
+		Errors: lease.Errors{Lost: ErrLeaseLost, Closed: ErrClosed, ClosedHold: errClosedHold, Untrusted: errUntrusted}})
 	c.co = newCohort()
 	c.ps = notify.New(notify.Config{RDB: rdb, Closed: c.closed, ClosedErr: ErrClosed, Log: c.log,
 		Mode: c.mode.sharded, Hold: c.co.chanYielding, Lost: c.subLost, Restored: c.subRestored})

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redisync-go/redisync/internal/keys"
+	"github.com/redisync-go/redisync/internal/lease"
 	"github.com/redisync-go/redisync/internal/notify"
 	"github.com/redisync-go/redisync/lua"
 )
@@ -87,7 +88,7 @@ func (c *Client) Election(name string, opts ...ElectionOption) *Election {
 		err = fmt.Errorf("%w: election name %q contains \"}\" without a hash tag", ErrInvalid, name)
 	}
 	e.err = e.spec.wrap(err)
-	e.spec.ref = Ref{c, KindElection, name}
+	e.spec.ref = lease.Ref{Owner: c, Kind: KindElection, Name: name}
 	e.spec.fenced = true // terms are its tokens
 	e.spec.lease, e.spec.renewed = lc.leaseOf(c)
 	return e
@@ -242,7 +243,7 @@ func (e *Election) Resign(ctx context.Context) error {
 	if err := e.check(ctx); err != nil {
 		return err
 	}
-	return e.c.release(ctx, &e.spec, 1, func(ctx context.Context, h *Hold, _ int) (int64, time.Time, error) {
+	return e.c.release(ctx, &e.spec, 1, func(ctx context.Context, h *lease.Hold, _ int) (int64, time.Time, error) {
 		return e.c.releaseBy(ctx, e.resign(h.Field, h.Token))
 	})
 }

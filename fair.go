@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redisync-go/redisync/internal/keys"
+	"github.com/redisync-go/redisync/internal/lease"
 	"github.com/redisync-go/redisync/internal/notify"
 	"github.com/redisync-go/redisync/lua"
 )
@@ -30,7 +31,7 @@ func WithWaiterTimeout(d time.Duration) WaiterOption {
 		if d < 3*time.Millisecond || d > MaxLease {
 			return fmt.Errorf("%w: waiter timeout %v is not between 3ms and MaxLease (%v)", ErrInvalid, d, MaxLease)
 		}
-		lc.waiter = WholeMs(d)
+		lc.waiter = lease.WholeMs(d)
 		return nil
 	})
 }
@@ -90,7 +91,7 @@ func (c *Client) FairMutex(name string, opts ...FairOption) *FairMutex {
 		f.spec.wrap = wrapFor(c, "fair lock", name, keyType{name, "hash"}, keyType{f.queue, "zset"}, keyType{f.timeouts, "zset"}, keyType{f.fence, "string"})
 	}
 	f.err = f.spec.wrap(err)
-	f.spec.ref = Ref{c, KindFairMutex, name}
+	f.spec.ref = lease.Ref{Owner: c, Kind: KindFairMutex, Name: name}
 	f.spec.lease, f.spec.renewed = lc.leaseOf(c)
 	if lc.waiter > 0 {
 		f.waiter = lc.waiter
@@ -247,7 +248,7 @@ func (f *FairMutex) Unlock(ctx context.Context) error {
 	if err := f.check(ctx); err != nil {
 		return err
 	}
-	return f.c.release(ctx, &f.spec, 1, func(ctx context.Context, h *Hold, count int) (int64, time.Time, error) {
+	return f.c.release(ctx, &f.spec, 1, func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) {
 		return f.c.releaseBy(ctx, script(lua.FairUnlock, f.keys(), h.Field, count, h.Lease.Milliseconds(), f.prefix, publish))
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/redisync-go/redisync/internal/keys"
+	"github.com/redisync-go/redisync/internal/lease"
 )
 
 // WithFencing gives every first acquisition of the lock (not a re-entry) a
@@ -79,7 +80,7 @@ func fenceToken(s *spec, r []int64) int64 {
 
 // tokenOf returns the token of the hold of ref that ctx carries (see
 // Mutex.Token).
-func tokenOf(ctx context.Context, ref Ref) (int64, bool) {
+func tokenOf(ctx context.Context, ref lease.Ref) (int64, bool) {
 	if ctx == nil {
 		return 0, false
 	}

@@ -4,129 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
+	"github.com/redisync-go/redisync/internal/lease"
 	"github.com/redisync-go/redisync/internal/transport"
 
 	"github.com/redis/go-redis/v9"
 )
-
-// EndReason says why a hold ended.
-type EndReason uint8
-
-const (
-	NotEnded        EndReason = iota
-	EndUnlocked           // its last hold was released
-	EndParent             // the context it was taken with ended
-	EndLost               // its lease was lost, or may have been
-	EndForced             // ForceUnlock in this process
-	EndClosed             // Client.Close
-)
-
-// Hold is one owner's Hold of one lock (or of one semaphore's permits) in
-// this process. While it lives, its lease is kept alive by the watchdog (or,
-// for a fixed lease, watched), and its context is live; when it ends, for
-// whatever reason, its context is cancelled first, and then redisync makes
-// sure Redis does not keep it either.
-type Hold struct {
-	Ref     Ref
-	Field   string // the owner's Redis field
-	Scope   *scope // the WithOwner scope it was taken in
-	Lease   time.Duration
-	Renewed bool // renewed by the watchdog; false for a fixed lease
-	// Renew and release hold one call per Redis slot the hold is on (one
-	// for every primitive but a MultiLock across slots). Each Renew call
-	// returns 1 while held there, 0 once gone: the hold is renewed when
-	// every one says 1, and lost when any says 0. The release calls give
-	// up the whole hold, and are harmless when it is already gone.
-	Renew   []call
-	Release []call
-	One     [2]call // backs renew and release for one call each: no allocation
-	Parent  context.Context
-	Ctx     context.Context // carries the hold; ends with it
-	cancel  context.CancelCauseFunc
-
-	// Parts: the hold is on several locks, and can be lost from some of
-	// them only (a MultiLock): a loss gives back the others. covers are
-	// those locks, which a ForceUnlock in this process ends it with.
-	Parts  bool
-	Covers []Ref
-
-	// Mu serialises the scripts that change this hold (re-entries,
-	// releases, a give-back), so the count sent stays in step with Redis
-	// even when goroutines share the hold. A call waits for it only as
-	// long as its context lasts (lockCtx): an earlier call that left may
-	// keep it until its reply comes.
-	Mu       HoldLock
-	Count    int
-	LastSent time.Time // when the newest script under mu was sent
-
-	Taken  time.Time        // when it was granted
-	Token  int64            // fencing token (WithFencing); 0: none, and re-entries share it
-	Tokens map[string]int64 // a fenced MultiLock's: each name's token (token is one of them)
-
-	dl   dlStore       // the local deadline while live, for the hold's contexts (holdctx.go)
-	over chan struct{} // closed once the hold has ended and its contexts are cancelled
-
-	tmu   sync.Mutex // guards the fields below
-	sent  time.Time  // when the newest script that set the lease was sent
-	timer *time.Timer
-	why   EndReason
-	stops []func() bool                      // undone when the hold ends
-	ties  map[uint64]context.CancelCauseFunc // re-entries' contexts, cancelled when it ends
-	nties uint64
-	// firsts run when the hold ends, before its context is cancelled:
-	// what they see of other contexts was not caused by its end.
-	firsts []func()
-}
-
-// Live reports whether h is Live; a hold whose local deadline has passed is
-// not, even before its timer has run (it is ended then, see overdue).
-func (h *Hold) Live() bool {
-	return h.Reason() == NotEnded
-}
-
-// Reason says why h ended, or live; see live.
-func (h *Hold) Reason() EndReason {
-	h.Overdue()
-	h.tmu.Lock()
-	why := h.why
-	h.tmu.Unlock()
-	if why != NotEnded {
-		// Ended: once every context of the hold is cancelled, so that a
-		// caller told it ended finds its context done too.
-		<-h.over
-	}
-	return why
-}
-
-// OnEnd registers stop to be called when the hold ends (at once if it has).
-func (h *Hold) OnEnd(stop func() bool) {
-	h.tmu.Lock()
-	if h.why == NotEnded {
-		h.stops = append(h.stops, stop)
-		h.tmu.Unlock()
-		return
-	}
-	h.tmu.Unlock()
-	stop()
-}
-
-// First registers f to run when the hold ends, before its context is
-// cancelled; at once if it has ended. f runs while the hold is ending: it
-// must not call the methods of the hold's contexts, nor of contexts
-// derived from them, which wait for the end.
-func (h *Hold) First(f func()) {
-	h.tmu.Lock()
-	if h.why == NotEnded {
-		h.firsts = append(h.firsts, f)
-		h.tmu.Unlock()
-		return
-	}
-	h.tmu.Unlock()
-	f()
-}
 
 // MinLease is the shortest lease redisync accepts (WithLease,
 // WithWatchdogTimeout): below it, Redis's millisecond clock and a timer's
@@ -149,38 +33,16 @@ func checkLease(what string, d time.Duration) error {
 	return nil
 }
 
-// margin is how long before a lease's expiry in Redis its holder is told it
-// is lost: room for the difference between the two clocks' rates, for the
-// timer's latency (up to 10ms measured under the race detector on a busy
-// 2-core machine) and for the holder to react.
-func margin(lease time.Duration) time.Duration {
-	return max(lease/10, min(lease/2, 20*time.Millisecond))
-}
-
-// Deadline is when a lease set by a script sent at sent must be taken as
-// lost. Redis counts expiries on a clock of whole milliseconds, so a PEXPIRE
-// of n ms can expire as little as n-1 ms after it ran: the Deadline counts
-// a millisecond less, then the margin.
-func Deadline(sent time.Time, lease time.Duration) time.Time {
-	return sent.Add(lease - time.Millisecond - margin(lease))
-}
-
-// WholeMs rounds d up to whole milliseconds, the resolution of Redis's
-// leases, so the local deadline and Redis count the same lease.
-func WholeMs(d time.Duration) time.Duration {
-	return (d + time.Millisecond - 1) / time.Millisecond * time.Millisecond
-}
-
 // spec is what a lock handle tells the hold machinery about itself.
 type spec struct {
-	ref     Ref
+	ref     lease.Ref
 	lease   time.Duration
 	renewed bool
 	fenced  bool // WithFencing: first acquisitions get a token
 	wrap    func(error) error
 
-	parts  bool      // a hold is on several locks (see hold.parts)
-	covers []Ref // those locks (see hold.covers)
+	parts  bool        // a hold is on several locks (see hold.parts)
+	covers []lease.Ref // those locks (see hold.covers)
 }
 
 // errUntrusted reports a grant that could not be trusted: its reply came
@@ -195,16 +57,8 @@ var errUntrusted = fmt.Errorf("%w: the grant could not be trusted (a stalled rep
 // with the owner.
 var errNewOwner = errors.New("redisync: wait again as a new owner")
 
-// Stamp is what an attempt notes before sending its script: when, and the
-// lock's ForceUnlock epoch (with those of the locks it covers).
-type Stamp struct {
-	Sent    time.Time
-	Epoch   uint64
-	Handoff bool // the attempt was a local holder's handoff (cohort.go)
-}
-
-func (c *Client) stamp(s *spec) Stamp {
-	return Stamp{Sent: time.Now(), Epoch: c.wd.Epoch(s.ref, s.covers)}
+func (c *Client) stamp(s *spec) lease.Stamp {
+	return lease.Stamp{Sent: time.Now(), Epoch: c.wd.Epoch(s.ref, s.covers)}
 }
 
 // grant turns a first acquisition, made by a script sent at sent, into a
@@ -214,7 +68,7 @@ func (c *Client) stamp(s *spec) Stamp {
 // when it cannot be trusted (errUntrusted), when parent
 // has ended, or when the client is closed. ends are run when the hold ends;
 // when there is no hold, the caller runs them.
-func (c *Client) grant(s *spec, parent context.Context, field string, count int, token int64, start time.Time, st Stamp,
+func (c *Client) grant(s *spec, parent context.Context, field string, count int, token int64, start time.Time, st lease.Stamp,
 	renew, release call, ends ...func() bool) (context.Context, error) {
 	h := c.newHold(s, parent, field, count, token, ends)
 	h.One = [2]call{renew, release}
@@ -226,44 +80,43 @@ func (c *Client) grant(s *spec, parent context.Context, field string, count int,
 // one call per slot, and st is the stamp of the attempt's first script
 // (its leases count from then). tokens are a fenced MultiLock's, by name.
 func (c *Client) grantAll(s *spec, parent context.Context, field string, count int, token int64, tokens map[string]int64,
-	start time.Time, st Stamp, renew, release []call, ends ...func() bool) (context.Context, error) {
+	start time.Time, st lease.Stamp, renew, release []call, ends ...func() bool) (context.Context, error) {
 	h := c.newHold(s, parent, field, count, token, ends)
 	h.Tokens = tokens
 	h.Renew, h.Release = renew, release
 	return c.grantHold(s, h, start, st)
 }
 
-func (c *Client) newHold(s *spec, parent context.Context, field string, count int, token int64, ends []func() bool) *Hold {
-	return &Hold{
+func (c *Client) newHold(s *spec, parent context.Context, field string, count int, token int64, ends []func() bool) *lease.Hold {
+	h := &lease.Hold{
 		Ref: s.ref, Field: field, Scope: scopeOf(parent), Lease: s.lease, Renewed: s.renewed, Token: token,
-		Parts: s.parts, Covers: s.covers, Parent: parent, Count: count, stops: ends, Taken: time.Now(),
-		Mu: NewHoldLock(),
+		Parts: s.parts, Covers: s.covers, Parent: parent, Count: count, Taken: time.Now(),
+		Mu: lease.NewHoldLock(),
 	}
+	for _, end := range ends {
+		h.OnEnd(end)
+	}
+	return h
 }
 
 // grantHold is grant's and grantAll's common part.
-func (c *Client) grantHold(s *spec, h *Hold, start time.Time, st Stamp) (context.Context, error) {
+func (c *Client) grantHold(s *spec, h *lease.Hold, start time.Time, st lease.Stamp) (context.Context, error) {
 	sent, parent := st.Sent, h.Parent
-	h.dl.clear() // until the watchdog has it
-	h.over = make(chan struct{})
 	giveUp := func(err error) (context.Context, error) {
 		c.cleanup(h.Lease, h.Release...)
 		return nil, err
 	}
-	if Expired(Deadline(sent, s.lease)) {
+	if lease.Expired(lease.Deadline(sent, s.lease)) {
 		return giveUp(errUntrusted)
 	}
 	if err := parent.Err(); err != nil {
 		return giveUp(err)
 	}
-	cctx, cancel := context.WithCancelCause(parent)
-	h.Ctx, h.cancel = &holdCtx{Context: context.WithValue(cctx, s.ref, h), h: h}, cancel
 	if err := c.wd.Add(h, st); err != nil {
-		cancel(err)
 		return giveUp(err)
 	}
 	h.OnEnd(context.AfterFunc(parent, func() {
-		if c.wd.End(h, EndParent, context.Cause(parent)) {
+		if c.wd.End(h, lease.EndParent, context.Cause(parent)) {
 			c.giveBack(h)
 		}
 	}))
@@ -281,7 +134,7 @@ func (c *Client) grantHold(s *spec, h *Hold, start time.Time, st Stamp) (context
 // re-entry to count n, for a re-entry that was not acknowledged
 // (WithReplicaAck) or whose caller left. A handle whose lease or fencing
 // differs from the hold's is refused, changing nothing.
-func (c *Client) reenter(ctx, wctx context.Context, wait bool, s *spec, h *Hold,
+func (c *Client) reenter(ctx, wctx context.Context, wait bool, s *spec, h *lease.Hold,
 	build func(count int) call, parse func([]int64) (n int, lost bool), undo func(n int) call) (context.Context, error) {
 	return c.reenterBy(ctx, wctx, s, h, func() ([]int64, error) {
 		return c.underHold(wctx, wait, h, build, func(v []int64) {
@@ -296,7 +149,7 @@ func (c *Client) reenter(ctx, wctx context.Context, wait bool, s *spec, h *Hold,
 // re-entry under h's lock as underHold (or underHoldAll) does, and undo
 // takes back a re-entry to count n that was not acknowledged, under h's
 // lock, which send left held for it (see undoUnder).
-func (c *Client) reenterBy(ctx, wctx context.Context, s *spec, h *Hold,
+func (c *Client) reenterBy(ctx, wctx context.Context, s *spec, h *lease.Hold,
 	send func() ([]int64, error), parse func([]int64) (n int, lost bool), undo func(n int) error) (context.Context, error) {
 	if h.Lease != s.lease || h.Renewed != s.renewed {
 		return nil, s.wrap(fmt.Errorf("%w: the context holds it with a %s, this handle asks for a %s",
@@ -350,7 +203,7 @@ var errEnded = errors.New("redisync: the hold has ended")
 // something the replicas did not acknowledge (WithReplicaAck) is a
 // *notReplicatedError, returned with h's lock still held: the caller
 // takes it back under the lock (undoUnder).
-func (c *Client) underHold(ctx context.Context, wait bool, h *Hold, build func(count int) call, taken func([]int64)) ([]int64, error) {
+func (c *Client) underHold(ctx context.Context, wait bool, h *lease.Hold, build func(count int) call, taken func([]int64)) ([]int64, error) {
 	for {
 		if err := h.Mu.LockCtx(ctx); err != nil {
 			return nil, err
@@ -414,7 +267,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // failed, needs no give-back: the next call through the hold sets every
 // count again, and the last release deletes the hold whatever its count.
 // A *notReplicatedError is returned with h's lock held, as by underHold.
-func (c *Client) underHoldAll(ctx context.Context, wait bool, h *Hold, build func(count int) []call) ([]int64, error) {
+func (c *Client) underHoldAll(ctx context.Context, wait bool, h *lease.Hold, build func(count int) []call) ([]int64, error) {
 	for {
 		if err := h.Mu.LockCtx(ctx); err != nil {
 			return nil, err
@@ -486,7 +339,7 @@ func leaseText(d time.Duration, renewed bool) string {
 // later script through the hold is overtaken by it. A release that cannot
 // have h's lock within releaseTimeout (an earlier call through the hold
 // keeps it, waiting for its reply) changes nothing and returns an error.
-func (c *Client) release(ctx context.Context, s *spec, n int, send func(ctx context.Context, h *Hold, count int) (int64, time.Time, error)) error {
+func (c *Client) release(ctx context.Context, s *spec, n int, send func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error)) error {
 	h := carried(ctx, s.ref)
 	if h == nil {
 		return s.wrap(fmt.Errorf("%w (the context carries no hold of it)", ErrNotHeld))
@@ -513,7 +366,7 @@ func (c *Client) release(ctx context.Context, s *spec, n int, send func(ctx cont
 	if last {
 		// Tell everyone sharing the hold before the lock can be free;
 		// renewals stop before the script is sent, so none follows it.
-		c.wd.End(h, EndUnlocked, nil)
+		c.wd.End(h, lease.EndUnlocked, nil)
 	} else {
 		p = &pending{c: c, h: h, count: count, n: n}
 		ctx = context.WithValue(ctx, pendingKey{}, p)
@@ -556,19 +409,14 @@ func (c *Client) release(ctx context.Context, s *spec, n int, send func(ctx cont
 // slot's keys are split between two masters, or slow on the way) can find
 // a lease that ran out after that: the hold was not lost then, it lapsed
 // after its Unlock began, and the release succeeds.
-func goneInTime(h *Hold) bool {
-	h.tmu.Lock()
-	dl := Deadline(h.sent, h.Lease)
-	h.tmu.Unlock()
-	return !Expired(dl)
-}
+func goneInTime(h *lease.Hold) bool { return h.InTime() }
 
 // lose ends h, which Redis no longer has (or no longer has whole), as
 // lost: its holders are told first; then what Redis still keeps of a
 // hold on several locks (a MultiLock) is given back. locked says the
 // caller holds h.mu.
-func (c *Client) lose(h *Hold, locked bool) {
-	if c.wd.End(h, EndLost, ErrLeaseLost) && h.Parts {
+func (c *Client) lose(h *lease.Hold, locked bool) {
+	if c.wd.End(h, lease.EndLost, ErrLeaseLost) && h.Parts {
 		c.giveBackFrom(h, locked)
 	}
 }
@@ -579,27 +427,27 @@ func (c *Client) lose(h *Hold, locked bool) {
 // reset connection, Redis silent) does not change the answer: it is tried
 // again in the background, and the lease frees the lock at the latest.
 // The caller holds h.mu.
-func (c *Client) afterEnd(ctx context.Context, s *spec, h *Hold) error {
+func (c *Client) afterEnd(ctx context.Context, s *spec, h *lease.Hold) error {
 	why := h.Reason()
-	if why == EndParent || why == EndLost {
+	if why == lease.EndParent || why == lease.EndLost {
 		if err := c.releaseAll(ctx, h.Release); err != nil {
 			c.giveBackFrom(h, true)
 		}
 	}
-	if why == EndParent {
+	if why == lease.EndParent {
 		return nil
 	}
 	return s.wrap(endedError(h))
 }
 
 // endedError describes a hold that has ended.
-func endedError(h *Hold) error {
+func endedError(h *lease.Hold) error {
 	switch h.Reason() {
-	case EndUnlocked:
+	case lease.EndUnlocked:
 		return fmt.Errorf("%w (already released)", ErrNotHeld)
-	case EndParent:
+	case lease.EndParent:
 		return fmt.Errorf("%w (the hold ended with its context: %v)", ErrNotHeld, context.Cause(h.Parent))
-	case EndClosed:
+	case lease.EndClosed:
 		return ErrClosed
 	default:
 		return errLost
@@ -651,7 +499,7 @@ func (c *Client) undoNow(ctx context.Context, calls ...call) error {
 // released could land after another goroutine's re-entry through h and
 // set the count below what that one took (a Semaphore's permits: other
 // owners could then take more than the semaphore has).
-func (c *Client) undoUnder(ctx context.Context, h *Hold, calls ...call) error {
+func (c *Client) undoUnder(ctx context.Context, h *lease.Hold, calls ...call) error {
 	done := make(chan error, 1)
 	go func() {
 		defer h.Mu.Unlock()
@@ -685,10 +533,10 @@ func scriptName(k call) string {
 // giveBack releases h in Redis in the background (once the Client is
 // closing, at once), bounded by releaseTimeout: h ended while Redis may
 // still keep it.
-func (c *Client) giveBack(h *Hold) { c.giveBackFrom(h, false) }
+func (c *Client) giveBack(h *lease.Hold) { c.giveBackFrom(h, false) }
 
 // giveBackFrom is giveBack for a caller that holds h.mu when locked.
-func (c *Client) giveBackFrom(h *Hold, locked bool) {
+func (c *Client) giveBackFrom(h *lease.Hold, locked bool) {
 	give := func(lock, wait bool) {
 		if lock {
 			// In the background, as long as an earlier call through the
@@ -729,15 +577,15 @@ func (c *Client) giveBackFrom(h *Hold, locked bool) {
 // for a first acquisition. A context that carries a hold of ref that was
 // lost (or ended with its context, or by Close) is refused: acquiring again
 // would silently make a new hold of what its caller believes it still has.
-func entry(ctx context.Context, ref Ref) (*Hold, error) {
+func entry(ctx context.Context, ref lease.Ref) (*lease.Hold, error) {
 	h := carried(ctx, ref)
 	if h == nil {
 		return nil, nil
 	}
 	switch h.Reason() {
-	case NotEnded:
+	case lease.NotEnded:
 		return h, nil
-	case EndUnlocked:
+	case lease.EndUnlocked:
 		return nil, nil
 	default:
 		return nil, endedError(h)

@@ -6,12 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redisync-go/redisync/internal/lease"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 // ownerOf returns the Redis owner field of the hold of ref ctx carries.
-func ownerOf(t *testing.T, ctx context.Context, ref Ref) string {
+func ownerOf(t *testing.T, ctx context.Context, ref lease.Ref) string {
 	t.Helper()
 	h := carried(ctx, ref)
 	require.NotNil(t, h)

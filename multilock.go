@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redisync-go/redisync/internal/lease"
 	"github.com/redisync-go/redisync/internal/notify"
 	"github.com/redisync-go/redisync/internal/transport"
 
@@ -90,10 +91,10 @@ func (c *Client) MultiLock(names []string, opts ...MultiLockOption) *MultiLock {
 		m.spec.wrap = wrapLabelled(c, "multilock", ref, ref, layout...)
 	}
 	m.err = m.spec.wrap(err)
-	m.spec.ref = Ref{c, KindMultiLock, ref}
+	m.spec.ref = lease.Ref{Owner: c, Kind: KindMultiLock, Name: ref}
 	m.spec.parts = true
 	for _, n := range sorted {
-		m.spec.covers = append(m.spec.covers, Ref{c, KindMutex, n})
+		m.spec.covers = append(m.spec.covers, lease.Ref{Owner: c, Kind: KindMutex, Name: n})
 	}
 	m.spec.lease, m.spec.renewed = lc.leaseOf(c)
 	return m
@@ -270,7 +271,7 @@ func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 	blocker := m.names[0] // the name the latest attempt found held
 	try := func() (bool, time.Duration, error) {
 		field := a.owner
-		var first Stamp
+		var first lease.Stamp
 		var tokens map[string]int64 // WithFencing: by name
 		for i := range m.groups {
 			g := &m.groups[i]
@@ -426,7 +427,7 @@ func (m *MultiLock) Unlock(ctx context.Context) error {
 	if err := m.check(ctx); err != nil {
 		return err
 	}
-	return m.c.release(ctx, &m.spec, 1, func(ctx context.Context, h *Hold, count int) (int64, time.Time, error) {
+	return m.c.release(ctx, &m.spec, 1, func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) {
 		calls := m.unlockCalls(h.Field, count)
 		if len(calls) == 1 {
 			return m.c.releaseBy(ctx, calls[0])

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redisync-go/redisync/internal/lease"
 	"github.com/redisync-go/redisync/lua"
 )
 
@@ -141,7 +142,7 @@ func (m *MultiLock) ForceUnlock(ctx context.Context) (bool, error) {
 // forceAllBy is forceBy for several scripts, the ForceUnlocks of refs'
 // locks: sent at once, and the window in which their grants are not
 // trusted ends when every one has answered, late or not.
-func (c *Client) forceAllBy(ctx context.Context, calls []call, refs ...Ref) []reply {
+func (c *Client) forceAllBy(ctx context.Context, calls []call, refs ...lease.Ref) []reply {
 	dones := make([]func(), len(refs))
 	for i, ref := range refs {
 		dones[i] = c.wd.Force(ref)

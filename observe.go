@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/redisync-go/redisync/internal/lease"
 )
 
 // Observer is told what a Client's holds, waits, watchdog and subscription
@@ -163,9 +165,9 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // ended reports the end of h to the observer and, for a lost lease, the log.
-func (c *Client) ended(h *Hold, why EndReason, cause error) {
+func (c *Client) ended(h *lease.Hold, why lease.EndReason, cause error) {
 	e := HoldEvent{Kind: h.Ref.Kind, Name: h.Ref.Name, Held: time.Since(h.Taken)}
-	if why == EndLost || why == EndForced {
+	if why == lease.EndLost || why == lease.EndForced {
 		e.Cause = cause
 		c.log.Warn("redisync: lease lost", "kind", e.Kind, "name", e.Name, "owner", h.Field, "held", e.Held, "cause", cause)
 		if c.obs.LeaseLost != nil {
@@ -198,5 +200,12 @@ func (c *Client) subRestored(node string, down time.Duration) {
 func (c *Client) modeChanged(from, to PubSubMode) {
 	if c.obs.PubSubModeChanged != nil {
 		c.obs.PubSubModeChanged(PubSubModeEvent{From: from, To: to})
+	}
+}
+
+// renewed tells the observer of a renewal round.
+func (c *Client) renewed(r lease.Round) {
+	if c.obs.Renewed != nil {
+		c.obs.Renewed(RenewalEvent{Holds: r.Holds, RoundTrips: r.RoundTrips, Lost: r.Lost, Failed: r.Failed, Took: r.Took})
 	}
 }

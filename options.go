@@ -3,6 +3,8 @@ package redisync
 import (
 	"fmt"
 	"time"
+
+	"github.com/redisync-go/redisync/internal/lease"
 )
 
 // The options of the locks are typed per primitive: each constructor takes
@@ -153,7 +155,7 @@ func WithLease(d time.Duration) LockOption {
 		if err := checkLease("lease", d); err != nil {
 			return err
 		}
-		lc.lease = WholeMs(d)
+		lc.lease = lease.WholeMs(d)
 		return nil
 	})
 }
@@ -175,7 +177,7 @@ func WithRenewedLease(d time.Duration) LockOption {
 		if err := checkLease("renewed lease", d); err != nil {
 			return err
 		}
-		lc.renewed = WholeMs(d)
+		lc.renewed = lease.WholeMs(d)
 		return nil
 	})
 }

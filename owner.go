@@ -4,6 +4,8 @@ import (
 	"context"
 	"strconv"
 	"sync/atomic"
+
+	"github.com/redisync-go/redisync/internal/lease"
 )
 
 // A context carries holds, not an owner. Each first acquisition of a lock
@@ -11,14 +13,6 @@ import (
 // context carries that hold under a key naming the lock, so a nested Lock of
 // the same lock with it re-enters, while any other lock sees no hold and
 // gives the caller a fresh owner of its own.
-
-// Ref names one lock of one Client: the key under which a context
-// carries a hold of it.
-type Ref struct {
-	Owner    *Client
-	Kind string // KindMutex, KindFairMutex, KindRWRead, KindRWWrite, KindSemaphore, KindMultiLock, KindElection
-	Name string
-}
 
 // scope is started by WithOwner: holds taken outside it are not re-entered
 // inside it.
@@ -45,8 +39,8 @@ func scopeOf(ctx context.Context) *scope {
 
 // carried returns the hold of ref that ctx carries, live or ended, or nil;
 // a hold taken outside ctx's WithOwner scope is not ctx's.
-func carried(ctx context.Context, ref Ref) *Hold {
-	h, _ := ctx.Value(ref).(*Hold)
+func carried(ctx context.Context, ref lease.Ref) *lease.Hold {
+	h, _ := ctx.Value(ref).(*lease.Hold)
 	if h == nil || h.Scope != scopeOf(ctx) {
 		return nil
 	}
@@ -54,7 +48,7 @@ func carried(ctx context.Context, ref Ref) *Hold {
 }
 
 // held returns the live hold of ref that ctx carries, or nil.
-func held(ctx context.Context, ref Ref) *Hold {
+func held(ctx context.Context, ref lease.Ref) *lease.Hold {
 	if h := carried(ctx, ref); h != nil && h.Live() {
 		return h
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redisync-go/redisync/internal/lease"
 	"github.com/redisync-go/redisync/internal/notify"
 	"github.com/redisync-go/redisync/internal/transport"
 
@@ -58,7 +59,7 @@ func (c *Client) Mutex(name string, opts ...MutexOption) *Mutex {
 		err = fmt.Errorf("%w: on a Cluster, name %q and its unlock channel %q (Redisson's naming) hash to different slots", ErrInvalid, name, m.channel)
 	}
 	m.err = m.spec.wrap(err)
-	m.spec.ref = Ref{c, KindMutex, name}
+	m.spec.ref = lease.Ref{Owner: c, Kind: KindMutex, Name: name}
 	m.spec.lease, m.spec.renewed = lc.leaseOf(c)
 	return m
 }
@@ -298,7 +299,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	if err := m.check(ctx); err != nil {
 		return err
 	}
-	return m.c.release(ctx, &m.spec, 1, func(ctx context.Context, h *Hold, count int) (int64, time.Time, error) {
+	return m.c.release(ctx, &m.spec, 1, func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) {
 		if count == 1 && !m.c.noCohort {
 			if ho, mine := m.c.co.claim(m.name, m.c.ps.ConfirmedOn(m.channel)); ho != nil {
 				return m.handOver(ctx, h, ho, mine)
@@ -313,7 +314,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 // releases it for other clients; it reports h released (2), or lost
 // (goneAt) when Redis no longer had h's hold and the call was written
 // once (see writes). mine is this client's subscriptions to the channel.
-func (m *Mutex) handOver(ctx context.Context, h *Hold, ho *handoff, mine int) (int64, time.Time, error) {
+func (m *Mutex) handOver(ctx context.Context, h *lease.Hold, ho *handoff, mine int) (int64, time.Time, error) {
 	if m.handInMemory(h, ho) {
 		return 2, time.Time{}, nil
 	}
@@ -377,19 +378,17 @@ func (m *Mutex) handOver(ctx context.Context, h *Hold, ho *handoff, mine int) (i
 // it last) and the ForceUnlock epoch as it is now, so a ForceUnlock in
 // this process from now on refuses the waiter's grant (given back, which
 // frees the lock), as it refuses a grant whose script is in flight.
-func (m *Mutex) handInMemory(h *Hold, ho *handoff) bool {
+func (m *Mutex) handInMemory(h *lease.Hold, ho *handoff) bool {
 	if m.c.scriptHandoff || ho.bounded || ho.acc.fence != "" || m.c.ack.on() || !h.Renewed || !ho.acc.renewed || ho.acc.lease != h.Lease {
 		return false
 	}
-	h.tmu.Lock()
-	why, sent := h.why, h.sent
-	h.tmu.Unlock()
-	if why != EndUnlocked {
+	why, sent := h.Ended()
+	if why != lease.EndUnlocked {
 		return false
 	}
 	ho.field = h.Field
 	ho.release = ho.acc.release(h.Field)
-	ho.st = Stamp{Sent: sent, Epoch: m.c.wd.Epoch(m.spec.ref, nil), Handoff: true}
+	ho.st = lease.Stamp{Sent: sent, Epoch: m.c.wd.Epoch(m.spec.ref, nil), Handoff: true}
 	if !m.c.co.settle(ho, []int64{1, 1, 0}, nil) {
 		m.c.giveBackHandoff(ho) // the waiter left: the lock is freed
 	}
@@ -436,7 +435,7 @@ func hashLocked(ctx context.Context, c *Client, key string) (bool, error) {
 }
 
 // hashHolds returns the holds that the hold of ref ctx carries has in Redis.
-func hashHolds(ctx context.Context, c *Client, ref Ref) (int, error) {
+func hashHolds(ctx context.Context, c *Client, ref lease.Ref) (int, error) {
 	h := held(ctx, ref)
 	if h == nil {
 		return 0, nil

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/redisync-go/redisync/internal/keys"
+	"github.com/redisync-go/redisync/internal/lease"
 	"github.com/redisync-go/redisync/internal/notify"
 	"github.com/redisync-go/redisync/lua"
 )
@@ -87,7 +88,7 @@ func (c *Client) RWMutex(name string, opts ...RWOption) *RWMutex {
 		err = fmt.Errorf("%w: lock name %q has a \"}\" outside a hash tag", ErrInvalid, name)
 	}
 	r.err = wrap(err)
-	lease, renewed := lc.leaseOf(c)
+	d, renewed := lc.leaseOf(c)
 	if lc.waiter > 0 {
 		r.waiter = lc.waiter
 	}
@@ -95,8 +96,8 @@ func (c *Client) RWMutex(name string, opts ...RWOption) *RWMutex {
 		r.fence = fenceKey(name)
 		wrap = wrapFor(c, "rw lock", name, append(layout, keyType{r.fence, "string"})...)
 	}
-	r.rspec = spec{ref: Ref{c, KindRWRead, name}, lease: lease, renewed: renewed, wrap: wrap}
-	r.wspec = spec{ref: Ref{c, KindRWWrite, name}, lease: lease, renewed: renewed, fenced: r.fence != "", wrap: wrap}
+	r.rspec = spec{ref: lease.Ref{Owner: c, Kind: KindRWRead, Name: name}, lease: d, renewed: renewed, wrap: wrap}
+	r.wspec = spec{ref: lease.Ref{Owner: c, Kind: KindRWWrite, Name: name}, lease: d, renewed: renewed, fenced: r.fence != "", wrap: wrap}
 	return r
 }
 
@@ -278,7 +279,7 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		if oh == nil {
 			return nil
 		}
-		if why := oh.Reason(); why != NotEnded && why != EndUnlocked {
+		if why := oh.Reason(); why != lease.NotEnded && why != lease.EndUnlocked {
 			return endedError(oh)
 		}
 		return nil
@@ -363,7 +364,7 @@ func (r *RWMutex) RUnlock(ctx context.Context) error {
 	if err := r.check(ctx); err != nil {
 		return err
 	}
-	return r.c.release(ctx, &r.rspec, 1, func(ctx context.Context, h *Hold, count int) (int64, time.Time, error) {
+	return r.c.release(ctx, &r.rspec, 1, func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) {
 		return r.c.releaseBy(ctx, call{Script: lua.RWRUnlock, Keys: r.keys, Args: []any{h.Field, count, h.Lease.Milliseconds(), publish, r.rchan, r.wchan}})
 	})
 }
@@ -376,7 +377,7 @@ func (r *RWMutex) Unlock(ctx context.Context) error {
 	if err := r.check(ctx); err != nil {
 		return err
 	}
-	return r.c.release(ctx, &r.wspec, 1, func(ctx context.Context, h *Hold, count int) (int64, time.Time, error) {
+	return r.c.release(ctx, &r.wspec, 1, func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) {
 		return r.c.releaseBy(ctx, call{Script: lua.RWUnlock, Keys: r.keys, Args: []any{h.Field, count, h.Lease.Milliseconds(), publish, r.rchan, r.wchan}})
 	})
 }

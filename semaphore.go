@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redisync-go/redisync/internal/keys"
+	"github.com/redisync-go/redisync/internal/lease"
 	"github.com/redisync-go/redisync/lua"
 )
 
@@ -92,7 +93,7 @@ func (c *Client) Semaphore(name string, opts ...SemaphoreOption) *Semaphore {
 		err = fmt.Errorf("%w: semaphore name %q contains \"}\" without a hash tag", ErrInvalid, name)
 	}
 	s.err = s.spec.wrap(err)
-	s.spec.ref = Ref{c, KindSemaphore, name}
+	s.spec.ref = lease.Ref{Owner: c, Kind: KindSemaphore, Name: name}
 	s.spec.lease, s.spec.renewed = lc.leaseOf(c)
 	s.permits = lc.permits
 	return s
@@ -304,7 +305,7 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 		if err == nil {
 			switch r[0] {
 			case -1: // the hold's lease ran out in Redis before this process noticed
-				s.c.wd.End(h, EndLost, ErrLeaseLost)
+				s.c.wd.End(h, lease.EndLost, ErrLeaseLost)
 			case 1:
 				h.Count = int(r[1])
 				s.c.wd.Extend(h, h.LastSent)
@@ -421,7 +422,7 @@ func (s *Semaphore) Release(ctx context.Context, n int) error {
 	if err := s.checkN("release", n); err != nil {
 		return err
 	}
-	return s.c.release(ctx, &s.spec, n, func(ctx context.Context, h *Hold, count int) (int64, time.Time, error) {
+	return s.c.release(ctx, &s.spec, n, func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) {
 		return s.c.releaseBy(ctx, script(lua.SemRelease, s.keys, h.Field, n, count, publish, semReclaimLimit, s.channel))
 	})
 }

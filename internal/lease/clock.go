@@ -1,4 +1,4 @@
-package redisync
+package lease
 
 import (
 	"sync/atomic"

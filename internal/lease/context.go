@@ -1,10 +1,8 @@
-package redisync
+package lease
 
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
-	"time"
 )
 
 // The hold's context tells the truth from the moment its local deadline
@@ -19,34 +17,6 @@ import (
 // context with cause ErrLeaseLost before that method returns. Contexts the
 // user derives from them are cancelled by that, as soon as it happens.
 
-// dlStore is a hold's local deadline (see deadline), on the holds' clock
-// (clock.go), readable without its lock; nil when the hold has none to
-// watch (not yet registered, or ended).
-type dlStore struct{ at atomic.Pointer[clockAt] }
-
-func (d *dlStore) set(t time.Time) { at := clockOf(t); d.at.Store(&at) }
-func (d *dlStore) clear()          { d.at.Store(nil) }
-
-// passed reports whether the deadline has passed.
-func (d *dlStore) passed() bool {
-	at := d.at.Load()
-	return at != nil && at.since(clockOf(time.Now())) >= 0
-}
-
-// left returns how long until the deadline passes (0 when it has, or when
-// there is none).
-func (d *dlStore) left() time.Duration {
-	at := d.at.Load()
-	if at == nil {
-		return 0
-	}
-	return time.Duration(max(0, -at.since(clockOf(time.Now()))))
-}
-
-// Expired reports whether the deadline dl (see deadline) has passed on the
-// holds' clock.
-func Expired(dl time.Time) bool { return clockOf(dl).since(clockOf(time.Now())) >= 0 }
-
 // Overdue ends h as lost if its local deadline has passed and it is still
 // live, as its timer would (the timer may not have run yet: the process
 // was stopped), and reports whether its deadline had passed. When it
@@ -59,9 +29,9 @@ func (h *Hold) Overdue() bool {
 	if !h.dl.passed() {
 		return false
 	}
-	c := h.Ref.Owner
-	if c.wd.End(h, EndLost, ErrLeaseLost) {
-		go c.giveBack(h)
+	k := h.k
+	if k.End(h, EndLost, k.cfg.Errors.Lost) {
+		go k.cfg.GiveBack(h)
 	} else {
 		<-h.over // ended by another goroutine, which is cancelling its contexts
 	}
