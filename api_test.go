@@ -544,6 +544,7 @@ func TestAPITryLockForContextEndsFirst(t *testing.T) {
 // 2. A hold TryLockFor gets lasts as long as ctx, past the wait bound; it
 // ends with ctx.
 func TestAPITryLockForHoldOutlivesTheWait(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	forEachEnvKind(t, func(t *testing.T, e *testEnv, k apiKind, name string) {
 		bg := context.Background()
 		c1, c2, c3 := e.client(t), e.client(t), e.client(t)
@@ -1169,6 +1170,7 @@ func recordText(r slog.Record) string {
 // 6. WithLogger: nothing is logged at INFO or above on the path of a
 // successful Lock and Unlock; a lost lease is a WARN naming the lock.
 func TestAPILogger(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	forEachEnvKind(t, func(t *testing.T, e *testEnv, k apiKind, name string) {
 		bg := context.Background()
 		h := newRecHandler()

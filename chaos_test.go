@@ -804,6 +804,7 @@ func chaosRDB(t *testing.T, addr string, poolSize int) *redis.Client {
 }
 
 func TestChaos(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	if testing.Short() {
 		t.Skip("chaos test skipped in -short mode")
 	}

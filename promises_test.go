@@ -25,6 +25,7 @@ import (
 // one of them, re-entries inside the hold work, shared holds (readers,
 // permits) do overlap, and nothing is left behind.
 func TestExclusionUnderContention(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	forEachEnvKind(t, func(t *testing.T, e *testEnv, k apiKind, name string) {
 		bg := context.Background()
 		clients := []*Client{e.client(t), e.client(t), e.client(t)}
@@ -100,6 +101,7 @@ func TestExclusionUnderContention(t *testing.T) {
 // another process gets it then, not before the lease could have run out,
 // and the crashed side's hold is marked lost too.
 func TestFailureModeCrashedHolderFreesLock(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	forEachEnvKind(t, func(t *testing.T, e *testEnv, k apiKind, name string) {
 		if e.mr != nil {
 			e.mr.ClockTTL(true) // leases run out in real time

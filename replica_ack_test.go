@@ -70,6 +70,7 @@ func returnsAfterResume(t *testing.T, replica *redistest.Server, acquire func() 
 // them: with the replica paused they wait for it, and right after they
 // return the replica has the hash.
 func TestReplicaAckLockIsOnTheReplica(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	e := realEnv(t)
 	replica := ackReplica(t, e)
 	rr := replica.Client(t)
