@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/redisync-go/redisync/internal/lease"
 )
 
 // acquisition is one call's first acquisition of a lock under a fresh
@@ -19,8 +21,8 @@ type acquisition struct {
 	wait    bool
 	start   time.Time
 	owner   string
-	st      stamp // of the latest attempt
-	dirty   bool  // an attempt's outcome is unknown: sweep the owner if the call fails
+	st      lease.Stamp // of the latest attempt
+	dirty   bool        // an attempt's outcome is unknown: sweep the owner if the call fails
 	won     bool
 	token   int64           // the fencing token of the latest attempt's grant
 	hctx    context.Context // the hold's context, once won
@@ -72,11 +74,11 @@ func (a *acquisition) gives(field string) []call {
 // place ahead of later readers) instead of being given back.
 func (a *acquisition) send(build func(field string) call) (string, []int64, time.Duration, error) {
 	field := a.owner
-	epoch, ok, err := a.c.wd.unforced(a.wctx, a.s.ref, a.s.covers, a.wait)
+	epoch, ok, err := a.c.wd.Unforced(a.wctx, a.s.ref, a.s.covers, a.wait)
 	if err != nil || !ok {
 		return field, nil, retryAfter, err
 	}
-	a.st = stamp{sent: time.Now(), epoch: epoch}
+	a.st = lease.Stamp{Sent: time.Now(), Epoch: epoch}
 	k := build(field)
 	k.Takes = true
 	r := a.c.tr.Do(a.wctx, k, func(r reply) {
@@ -95,7 +97,7 @@ func (a *acquisition) send(build func(field string) call) (string, []int64, time
 		d, err := a.c.unsure(err, a.wait, &a.dirty)
 		return field, nil, d, err
 	}
-	a.st.sent = r.Sent
+	a.st.Sent = r.Sent
 	a.token = fenceToken(a.s, v)
 	return field, v, 0, nil
 }
@@ -142,6 +144,6 @@ func (a *acquisition) finish(err error) {
 		a.c.sweep(a.s.lease, a.all(a.owner)...)
 	}
 	if err != nil && a.c.obs.AcquireFailed != nil {
-		a.c.obs.AcquireFailed(a.hparent, HoldEvent{Kind: a.s.ref.kind, Name: a.s.ref.name, Wait: time.Since(a.start), Cause: err})
+		a.c.obs.AcquireFailed(a.hparent, HoldEvent{Kind: a.s.ref.Kind, Name: a.s.ref.Name, Wait: time.Since(a.start), Cause: err})
 	}
 }

@@ -340,7 +340,7 @@ func TestAdvCohortHandoffUsesReceiversHandle(t *testing.T) {
 	require.True(t, ok)
 	assert.Greater(t, tok2, tok1, "tokens increase across a handoff whose reply was lost")
 	assert.Equal(t, admin.Get(bg, fenceKey(name)).Val(), strconv.FormatInt(tok2, 10))
-	n, err := admin.HGet(bg, name, carried(got2.hctx, f2.spec.ref).field).Int()
+	n, err := admin.HGet(bg, name, carried(got2.hctx, f2.spec.ref).Field).Int()
 	require.NoError(t, err)
 	assert.Equal(t, 1, n)
 	require.NoError(t, f2.Unlock(got2.hctx))

@@ -68,15 +68,5 @@ func TestAdvStaleConfirmationAfterWriteFailure(t *testing.T) {
 
 // subStateOf describes channel's state on c's subscription connections.
 func subStateOf(c *Client, channel string) string {
-	c.ps.mu.Lock()
-	defer c.ps.mu.Unlock()
-	out := ""
-	for _, sc := range c.ps.conns {
-		if s := sc.subs[channel]; s != nil {
-			out += fmt.Sprintf("[live=%v unsubs=%d]", s.live, s.unsubs)
-		} else {
-			out += "[none]"
-		}
-	}
-	return out
+	return c.ps.Describe(channel)
 }

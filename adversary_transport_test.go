@@ -113,6 +113,7 @@ func advLoad(c *Client, callers int, stop <-chan struct{}) (<-chan time.Duration
 // callers of every kind; when the client closes, every worker stops once
 // the slow reply is in.
 func TestAdvLaneOneSlowReplyAmongMany(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	for _, how := range []string{"worker", "direct"} {
 		t.Run(how, func(t *testing.T) {
 			e := realEnv(t)
@@ -378,6 +379,7 @@ func assertSemaphoreFull(t *testing.T, e *testEnv, name string) {
 // beside a slow one after laneStall, so a re-entry through the hold that
 // follows the give-back must not overtake it.
 func TestAdvSemaphoreLateGiveBackRacesSharedHold(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	e := realEnv(t)
 	rdb, hook := faultRDB(t, &redis.Options{Addr: e.addr, DialTimeout: time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: time.Second})
 	c := newClient(t, rdb)

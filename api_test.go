@@ -167,7 +167,7 @@ func semOps(n int) func(t *testing.T, c *Client, name string) apiOps {
 				if h == nil {
 					return 0
 				}
-				v, err := c.rdb.HGet(context.Background(), s.keys[1], h.field).Int()
+				v, err := c.rdb.HGet(context.Background(), s.keys[1], h.Field).Int()
 				if isNil(err) {
 					return 0
 				}
@@ -275,9 +275,7 @@ func redisState(t testing.TB, e *testEnv) string {
 // noLocalWaiters asserts that c waits on no channel.
 func noLocalWaiters(t *testing.T, c *Client) {
 	t.Helper()
-	c.ps.mu.Lock()
-	defer c.ps.mu.Unlock()
-	assert.Empty(t, c.ps.chans, "no wait left subscribed")
+	assert.Empty(t, c.ps.Channels(), "no wait left subscribed")
 }
 
 // 1. A hold never outlives the context it was taken with: when that context
@@ -546,6 +544,7 @@ func TestAPITryLockForContextEndsFirst(t *testing.T) {
 // 2. A hold TryLockFor gets lasts as long as ctx, past the wait bound; it
 // ends with ctx.
 func TestAPITryLockForHoldOutlivesTheWait(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	forEachEnvKind(t, func(t *testing.T, e *testEnv, k apiKind, name string) {
 		bg := context.Background()
 		c1, c2, c3 := e.client(t), e.client(t), e.client(t)
@@ -1171,6 +1170,7 @@ func recordText(r slog.Record) string {
 // 6. WithLogger: nothing is logged at INFO or above on the path of a
 // successful Lock and Unlock; a lost lease is a WARN naming the lock.
 func TestAPILogger(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	forEachEnvKind(t, func(t *testing.T, e *testEnv, k apiKind, name string) {
 		bg := context.Background()
 		h := newRecHandler()

@@ -804,6 +804,8 @@ func chaosRDB(t *testing.T, addr string, poolSize int) *redis.Client {
 }
 
 func TestChaos(t *testing.T) {
+	// Not parallel: it counts the library's goroutines left after Close,
+	// which other tests' would add to.
 	if testing.Short() {
 		t.Skip("chaos test skipped in -short mode")
 	}

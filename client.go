@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redisync-go/redisync/internal/lease"
+	"github.com/redisync-go/redisync/internal/notify"
 	"github.com/redisync-go/redisync/internal/transport"
 
 	"github.com/google/uuid"
@@ -29,8 +31,8 @@ type Client struct {
 	lease time.Duration
 	ack   replicaAck // WithReplicaAck; zero: off
 
-	wd   *watchdog
-	ps   *pubsub
+	wd   *lease.Keeper
+	ps   *notify.Hub
 	co   *cohort
 	tr   *transport.Transport
 	mode pubMode
@@ -67,7 +69,7 @@ func WithWatchdogTimeout(d time.Duration) Option {
 		if err := checkLease("watchdog timeout", d); err != nil {
 			return err
 		}
-		c.lease = wholeMs(d)
+		c.lease = lease.WholeMs(d)
 		return nil
 	}
 }
@@ -111,12 +113,14 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	c.mode.init()
 	c.tr = transport.New(rdb, transport.Options{AckReplicas: c.ack.k, AckTimeout: c.ack.timeout, Publish: c.mode.publish,
 		ReleaseTimeout: releaseTimeout, Log: c.log, NoFullDuplex: !fullDuplexFor(rdb)})
-	c.wd = newWatchdog(c, c.lease)
+	c.wd = lease.New(lease.Config{Transport: c.tr, Lease: c.lease, Closed: c.closed, Log: c.log,
+		GiveBack: c.giveBack, Ended: c.ended, Acked: c.renewedAck, Renewed: c.renewed,
+		Errors: lease.Errors{Lost: ErrLeaseLost, Closed: ErrClosed, ClosedHold: errClosedHold, Untrusted: errUntrusted}})
 	c.co = newCohort()
-	c.ps = newPubSub(rdb, c.closed, c.log, c.mode.sharded, c.co.chanYielding)
-	c.ps.obs = &c.obs
+	c.ps = notify.New(notify.Config{RDB: rdb, Closed: c.closed, ClosedErr: ErrClosed, Log: c.log,
+		Mode: c.mode.sharded, Hold: c.co.chanYielding, Lost: c.subLost, Restored: c.subRestored})
 	if mode := c.PubSub(); mode != PubSubAuto {
-		c.ps.setMode(mode == PubSubSharded)
+		c.ps.SetMode(mode == PubSubSharded)
 	}
 	return c, nil
 }
@@ -176,8 +180,8 @@ func (c *Client) Close() error {
 		deadline := time.Now().Add(releaseTimeout)
 		close(c.closed)
 		c.tr.Close() // its workers stop once their lanes are empty
-		c.wd.close(deadline)
-		c.ps.close()
+		c.wd.Close(deadline)
+		c.ps.Close()
 		c.bgMu.Lock()
 		c.bgClosed = true
 		c.bgMu.Unlock()

@@ -29,10 +29,8 @@ func nameOn(t *testing.T, cc *redis.ClusterClient, s *redistest.Server, prefix s
 // subscribedOn reports whether c's channel is confirmed on its connection
 // to addr.
 func subscribedOn(c *Client, channel, addr string) bool {
-	c.ps.mu.Lock()
-	defer c.ps.mu.Unlock()
-	ch := c.ps.chans[channel]
-	return ch != nil && ch.conn != nil && ch.conn.addr == addr && c.ps.confirmed(ch)
+	ch, ok := c.ps.Channel(channel)
+	return ok && ch.Node == addr && ch.Subscribed
 }
 
 // waitAcross holds name with holder, starts a Lock of it by waiter, waits

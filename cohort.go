@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/redisync-go/redisync/internal/lease"
 )
 
 // Cohort handoff: a Mutex whose last hold is released while another
@@ -82,10 +84,10 @@ type waitEntry struct {
 // the cohort's lock.
 type handoff struct {
 	e       *waitEntry
-	acc     *acceptor // the waiter's
-	field   string    // the waiter's owner when claimed
-	release call      // from acc, set by the releaser
-	st      stamp     // of the releaser's script
+	acc     *acceptor   // the waiter's
+	field   string      // the waiter's owner when claimed
+	release call        // from acc, set by the releaser
+	st      lease.Stamp // of the releaser's script
 
 	bounded bool // the run's bound is reached: release for other clients
 	granted bool

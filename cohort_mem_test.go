@@ -30,7 +30,7 @@ func TestMemHandoffKeepsFieldAndLease(t *testing.T) {
 	require.NoError(t, err)
 	fields := admin.HGetAll(bg, m.Name()).Val()
 	w := idleWaiter(t, bg, c, m)
-	before := held(hctx, m.spec.ref).dl.left()
+	before := held(hctx, m.spec.ref).Left()
 
 	scripts := h.OnCommand(faultproxy.CommandRule{Name: "evalsha", Action: faultproxy.DelayBefore(0)})
 	require.NoError(t, m.Unlock(hctx))
@@ -40,7 +40,7 @@ func TestMemHandoffKeepsFieldAndLease(t *testing.T) {
 	assert.Equal(t, fields, admin.HGetAll(bg, m.Name()).Val(), "the Redis owner field changed")
 	nh := held(got.hctx, m.spec.ref)
 	require.NotNil(t, nh)
-	assert.InDelta(t, before.Seconds(), nh.dl.left().Seconds(), 0.05, "the new holder's deadline is not the lease's")
+	assert.InDelta(t, before.Seconds(), nh.Left().Seconds(), 0.05, "the new holder's deadline is not the lease's")
 	assert.Error(t, hctx.Err(), "the old hold's context is live")
 
 	time.Sleep(2 * lease) // renewed by the watchdog meanwhile

@@ -243,11 +243,8 @@ func TestCohortRunIsBounded(t *testing.T) {
 	// bWaits reports whether b has a waiter whose subscription Redis has
 	// confirmed (so a's scripts can count it).
 	bWaits := func() bool {
-		p := clients[1].ps
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		ch := p.chans[b.channel]
-		return ch != nil && len(ch.waiters) > 0 && p.confirmed(ch)
+		ch, ok := clients[1].ps.Channel(b.channel)
+		return ok && ch.Waiters > 0 && ch.Subscribed
 	}
 	record := func(i int) {
 		mu.Lock()
@@ -449,7 +446,7 @@ func TestCohortHandoffRacesWatchdog(t *testing.T) {
 				assert.Equal(t, int32(1), inside.Add(1))
 				if rand.IntN(3) == 0 {
 					time.Sleep(200 * time.Millisecond) // longer than the lease: renewed
-					field := carried(ctx, m.spec.ref).field
+					field := carried(ctx, m.spec.ref).Field
 					n, err := check.HGet(context.Background(), m.Name(), field).Int()
 					assert.NoError(t, err, "a handed-over hold was not renewed")
 					assert.Equal(t, 1, n)

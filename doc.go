@@ -213,8 +213,10 @@
 //
 // # Reading the code
 //
-// The files are layers; each calls only the layers below it (a lower one
-// calls back up only through a function it was handed):
+// The code is in layers; each calls only the layers below it, and a lower
+// one calls back up only through a function it was handed. The layers
+// below the root package are packages of their own under internal/, so
+// the compiler keeps this map true (none of them imports the root):
 //
 //	primitives  reentrant.go (Mutex), fair.go, rwlock.go, semaphore.go
 //	            (and semaphore_permits.go), latch.go, election.go,
@@ -223,16 +225,22 @@
 //	options     client.go (the Client, New, Close), fencing.go,
 //	            replica_ack.go, observe.go (events and logging), errors.go:
 //	            what the primitives and the layers below them consult
-//	holds       acquire.go (a first acquisition across the attempts of a
-//	            wait), hold.go (the hold, re-entry, release, give-back),
-//	            holdlock.go (the hold's lock, kept past a caller that left),
-//	            holdctx.go (the hold's context and its deadline),
-//	            owner.go (holds carried in contexts), wait.go (waiting
-//	            between attempts)
-//	machinery   watchdog.go (the lease table and its renewal loop),
-//	            pubsub.go (the one subscription, its wake-ups) and
-//	            pubsubmode.go (how it publishes), cohort.go (which local
-//	            waiter a lock is handed to, and the runs' bounds)
+//	holds       (still in the root package) acquire.go (a first
+//	            acquisition across the attempts of a wait), hold.go
+//	            (grant, re-entry, release, give-back), pending.go (a
+//	            release whose caller left), owner.go (holds carried in
+//	            contexts), wait.go (waiting between attempts), force.go,
+//	            cohort.go (which local waiter a lock is handed to, and the
+//	            runs' bounds), pubsubmode.go (which pub/sub mode)
+//	lease       package internal/lease: a hold, its contexts, its local
+//	            deadline on a clock that counts a suspend, its end; the
+//	            Keeper (the table of live holds, the renewal loop, the
+//	            ForceUnlock epochs); handed the transport and what to do
+//	            when a hold ends (lease.Config)
+//	notifier    package internal/notify: the one subscription, its
+//	            connections and routes, wake-ups and the waiters on each
+//	            channel; handed the client, the mode's resolution and the
+//	            cohort's hold-back rule (notify.Config)
 //	transport   package internal/transport: every script the Client
 //	            sends, calls in and replies out (transport_glue.go names
 //	            them here); a call alone on the full-duplex path, batches
@@ -240,4 +248,7 @@
 //	            TRYAGAIN handled there
 //	scripts     lua/*.lua, embedded by package lua; internal/keys names
 //	            the keys and channels
+//
+// lease imports transport, transport imports lua, notify imports none of
+// them (only go-redis); nothing imports upward.
 package redisync

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redisync-go/redisync/internal/keys"
+	"github.com/redisync-go/redisync/internal/lease"
+	"github.com/redisync-go/redisync/internal/notify"
 	"github.com/redisync-go/redisync/lua"
 )
 
@@ -68,8 +70,8 @@ type Election struct {
 // WithLease gives each leadership a fixed lease that the watchdog does not
 // renew: a leader leads for that long at most; WithRenewedLease a lease
 // of its own that the watchdog renews (a leader that crashes is replaced
-// within it). WithFencing changes nothing: terms are fencing tokens
-// already. These are its options (ElectionOption).
+// within it). These are its options (ElectionOption); an Election takes
+// no WithFencing: its terms are its fencing tokens.
 func (c *Client) Election(name string, opts ...ElectionOption) *Election {
 	e := &Election{c: c, name: name, keys: []string{name, ""}}
 	if keys.Taggable(name) {
@@ -86,7 +88,7 @@ func (c *Client) Election(name string, opts ...ElectionOption) *Election {
 		err = fmt.Errorf("%w: election name %q contains \"}\" without a hash tag", ErrInvalid, name)
 	}
 	e.err = e.spec.wrap(err)
-	e.spec.ref = lockRef{c, KindElection, name}
+	e.spec.ref = lease.Ref{Owner: c, Kind: KindElection, Name: name}
 	e.spec.fenced = true // terms are its tokens
 	e.spec.lease, e.spec.renewed = lc.leaseOf(c)
 	return e
@@ -167,7 +169,7 @@ func (e *Election) campaign(parent, wctx context.Context, value string, bounded 
 		return nil, e.wrap(err)
 	}
 	if h != nil {
-		return nil, e.wrap(fmt.Errorf("%w: the context leads the election already (term %d): Resign first, or campaign as another candidate with WithOwner", ErrInvalid, h.token))
+		return nil, e.wrap(fmt.Errorf("%w: the context leads the election already (term %d): Resign first, or campaign as another candidate with WithOwner", ErrInvalid, h.Token))
 	}
 	leaseMs := e.spec.lease.Milliseconds()
 	var term atomic.Int64 // of the latest win, for its give-back
@@ -241,8 +243,8 @@ func (e *Election) Resign(ctx context.Context) error {
 	if err := e.check(ctx); err != nil {
 		return err
 	}
-	return e.c.release(ctx, &e.spec, 1, func(ctx context.Context, h *hold, _ int) (int64, time.Time, error) {
-		return e.c.releaseBy(ctx, e.resign(h.field, h.token))
+	return e.c.release(ctx, &e.spec, 1, func(ctx context.Context, h *lease.Hold, _ int) (int64, time.Time, error) {
+		return e.c.releaseBy(ctx, e.resign(h.Field, h.Token))
 	})
 }
 
@@ -312,7 +314,7 @@ func (e *Election) Observe(ctx context.Context) <-chan Leadership {
 		close(out)
 		return out
 	}
-	w, err := e.c.ps.watch(e.channel, wakeEnded)
+	w, err := e.c.ps.Watch(e.channel, wakeEnded)
 	if err != nil {
 		e.c.bg.Done()
 		close(out)
@@ -323,10 +325,10 @@ func (e *Election) Observe(ctx context.Context) <-chan Leadership {
 }
 
 // observe is an observer's goroutine: see Observe.
-func (e *Election) observe(ctx context.Context, w *waiter, out chan<- Leadership) {
+func (e *Election) observe(ctx context.Context, w *notify.Waiter, out chan<- Leadership) {
 	defer e.c.bg.Done()
 	defer close(out)
-	defer w.leave()
+	defer w.Leave()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -349,10 +351,10 @@ func (e *Election) observe(ctx context.Context, w *waiter, out chan<- Leadership
 	every := lease / 3
 	// Subscribed first, so that no change after the first read is missed:
 	// what came before the read, the read has.
-	if w.ready(ctx, every) != nil {
+	if w.Ready(ctx, every) != nil {
 		return
 	}
-	w.take()
+	w.Take()
 	reread := true
 	backoff := retryAfter // after a read that failed, doubled up to every
 	read := time.Now()    // when it last read the election (or had news of it)
@@ -391,7 +393,7 @@ func (e *Election) observe(ctx context.Context, w *waiter, out chan<- Leadership
 				}
 			}
 		}
-		msgs, missed := w.take()
+		msgs, missed := w.Take()
 		if len(msgs) > 0 {
 			read = time.Now()
 		}
@@ -410,7 +412,7 @@ func (e *Election) observe(ctx context.Context, w *waiter, out chan<- Leadership
 		if reread = missed; reread {
 			continue
 		}
-		woken, err := w.wait(ctx, next)
+		woken, err := w.Wait(ctx, next)
 		if err != nil {
 			return
 		}

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redisync-go/redisync/internal/lease"
 )
 
 // Sentinel errors. Match them with errors.Is: the errors redisync returns wrap
@@ -82,7 +84,7 @@ func wrapLabelled(c *Client, what, name, label string, layout ...keyType) func(e
 		if errors.As(err, &le) && le.name == name {
 			return err
 		}
-		if isGone(err) && c != nil {
+		if lease.IsGone(err) && c != nil {
 			err = wrongType(c, err, layout)
 		}
 		return &lockError{what: what, name: name, label: label, err: err}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redisync-go/redisync/internal/keys"
+	"github.com/redisync-go/redisync/internal/lease"
+	"github.com/redisync-go/redisync/internal/notify"
 	"github.com/redisync-go/redisync/lua"
 )
 
@@ -29,7 +31,7 @@ func WithWaiterTimeout(d time.Duration) WaiterOption {
 		if d < 3*time.Millisecond || d > MaxLease {
 			return fmt.Errorf("%w: waiter timeout %v is not between 3ms and MaxLease (%v)", ErrInvalid, d, MaxLease)
 		}
-		lc.waiter = wholeMs(d)
+		lc.waiter = lease.WholeMs(d)
 		return nil
 	})
 }
@@ -89,7 +91,7 @@ func (c *Client) FairMutex(name string, opts ...FairOption) *FairMutex {
 		f.spec.wrap = wrapFor(c, "fair lock", name, keyType{name, "hash"}, keyType{f.queue, "zset"}, keyType{f.timeouts, "zset"}, keyType{f.fence, "string"})
 	}
 	f.err = f.spec.wrap(err)
-	f.spec.ref = lockRef{c, KindFairMutex, name}
+	f.spec.ref = lease.Ref{Owner: c, Kind: KindFairMutex, Name: name}
 	f.spec.lease, f.spec.renewed = lc.leaseOf(c)
 	if lc.waiter > 0 {
 		f.waiter = lc.waiter
@@ -160,11 +162,11 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 	}
 	if h != nil {
 		hctx, err := f.c.reenter(parent, wctx, wait, &f.spec, h, func(count int) call {
-			return f.script(h.field, count, false)
+			return f.script(h.Field, count, false)
 		}, func(r []int64) (int, bool) {
 			return int(r[1]), r[0] != 1
 		}, func(n int) call {
-			return script(lua.FairUnlock, f.keys(), h.field, n, h.lease.Milliseconds(), f.prefix, publish)
+			return script(lua.FairUnlock, f.keys(), h.Field, n, h.Lease.Milliseconds(), f.prefix, publish)
 		})
 		if err != nil {
 			return nil, err
@@ -196,7 +198,7 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 		done, next, err := try()
 		if err == nil && !done && wait {
 			// Only this waiter listens on its channel: wake it at every message.
-			err = f.c.await(wctx, f.prefix+a.owner, wakeAll, next, try)
+			err = f.c.await(wctx, f.prefix+a.owner, notify.WakeAll, next, try)
 		}
 		if errors.Is(err, errNewOwner) {
 			continue // a new owner listens on a new channel
@@ -246,8 +248,8 @@ func (f *FairMutex) Unlock(ctx context.Context) error {
 	if err := f.check(ctx); err != nil {
 		return err
 	}
-	return f.c.release(ctx, &f.spec, 1, func(ctx context.Context, h *hold, count int) (int64, time.Time, error) {
-		return f.c.releaseBy(ctx, script(lua.FairUnlock, f.keys(), h.field, count, h.lease.Milliseconds(), f.prefix, publish))
+	return f.c.release(ctx, &f.spec, 1, func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) {
+		return f.c.releaseBy(ctx, script(lua.FairUnlock, f.keys(), h.Field, count, h.Lease.Milliseconds(), f.prefix, publish))
 	})
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisync-go/redisync/internal/faultproxy"
+	"github.com/redisync-go/redisync/internal/notify"
 	"github.com/redisync-go/redisync/lua"
 )
 
@@ -77,7 +78,7 @@ func faultLockAsync(ctx context.Context, m *Mutex) <-chan faultLockResult {
 	return done
 }
 
-// A SUBSCRIBE that Redis has not confirmed within resendAfter (here its
+// A SUBSCRIBE that Redis has not confirmed within notify.ResendAfter (here its
 // write is held back past it, as a stalled connection would) is sent again,
 // with a warning; the waiter is then woken by the unlock.
 func TestUnconfirmedSubscribeIsSentAgain(t *testing.T) {
@@ -92,7 +93,7 @@ func TestUnconfirmedSubscribeIsSentAgain(t *testing.T) {
 	channel := faultMutexChannel(name)
 	onChannel := func(args []string) bool { return len(args) > 1 && args[1] == channel }
 	slow := h.OnWrite(faultproxy.WriteRule{Name: "SUBSCRIBE", Args: onChannel, Times: 1,
-		Action: faultproxy.DelayWrite(resendAfter + 500*time.Millisecond)})
+		Action: faultproxy.DelayWrite(notify.ResendAfter + 500*time.Millisecond)})
 	again := h.OnWrite(faultproxy.WriteRule{Name: "SUBSCRIBE", Args: onChannel})
 
 	hold, err := holder.Mutex(name).Lock(ctx)
@@ -100,7 +101,7 @@ func TestUnconfirmedSubscribeIsSentAgain(t *testing.T) {
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	done := faultLockAsync(lctx, waiter.Mutex(name))
-	eventually(t, 2*resendAfter, "the SUBSCRIBE sent again", func() bool { return again.Fired() >= 1 })
+	eventually(t, 2*notify.ResendAfter, "the SUBSCRIBE sent again", func() bool { return again.Fired() >= 1 })
 	assert.Equal(t, 1, slow.Fired())
 	eventually(t, 2*time.Second, "the subscription confirmed", func() bool {
 		return faultNumSub(t, e.rdb(t), channel) == 1

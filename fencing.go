@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/redisync-go/redisync/internal/keys"
+	"github.com/redisync-go/redisync/internal/lease"
 )
 
 // WithFencing gives every first acquisition of the lock (not a re-entry) a
@@ -79,15 +80,15 @@ func fenceToken(s *spec, r []int64) int64 {
 
 // tokenOf returns the token of the hold of ref that ctx carries (see
 // Mutex.Token).
-func tokenOf(ctx context.Context, ref lockRef) (int64, bool) {
+func tokenOf(ctx context.Context, ref lease.Ref) (int64, bool) {
 	if ctx == nil {
 		return 0, false
 	}
 	h := carried(ctx, ref)
-	if h == nil || h.token == 0 {
+	if h == nil || h.Token == 0 {
 		return 0, false
 	}
-	return h.token, true
+	return h.Token, true
 }
 
 func fencingText(fenced bool) string {
@@ -151,6 +152,6 @@ func (m *MultiLock) Token(ctx context.Context, name string) (int64, bool) {
 	if h == nil {
 		return 0, false
 	}
-	t, ok := h.tokens[name]
+	t, ok := h.Tokens[name]
 	return t, ok && t != 0
 }

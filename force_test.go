@@ -63,6 +63,7 @@ var forceKinds = []forceKind{
 // has run, or it is ended before another Client can take the lock (while
 // its context is live, nobody else holds the lock).
 func TestForceUnlockLeftEarlyKeepsGrantsUntrusted(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	const delay = 600 * time.Millisecond
 	for _, k := range forceKinds {
 		t.Run(k.kind, func(t *testing.T) {

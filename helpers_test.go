@@ -181,10 +181,6 @@ func redistestSentinel(t *testing.T, e *testEnv, replicas int) *redistest.Sentin
 
 // localWaiters counts the goroutines of c waiting on channel.
 func localWaiters(c *Client, channel string) int {
-	c.ps.mu.Lock()
-	defer c.ps.mu.Unlock()
-	if ch := c.ps.chans[channel]; ch != nil {
-		return len(ch.waiters)
-	}
-	return 0
+	ch, _ := c.ps.Channel(channel)
+	return ch.Waiters
 }

@@ -4,129 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
+	"github.com/redisync-go/redisync/internal/lease"
 	"github.com/redisync-go/redisync/internal/transport"
 
 	"github.com/redis/go-redis/v9"
 )
-
-// endReason says why a hold ended.
-type endReason uint8
-
-const (
-	live        endReason = iota
-	endUnlocked           // its last hold was released
-	endParent             // the context it was taken with ended
-	endLost               // its lease was lost, or may have been
-	endForced             // ForceUnlock in this process
-	endClosed             // Client.Close
-)
-
-// hold is one owner's hold of one lock (or of one semaphore's permits) in
-// this process. While it lives, its lease is kept alive by the watchdog (or,
-// for a fixed lease, watched), and its context is live; when it ends, for
-// whatever reason, its context is cancelled first, and then redisync makes
-// sure Redis does not keep it either.
-type hold struct {
-	ref     lockRef
-	field   string // the owner's Redis field
-	scope   *scope // the WithOwner scope it was taken in
-	lease   time.Duration
-	renewed bool // renewed by the watchdog; false for a fixed lease
-	// renew and release hold one call per Redis slot the hold is on (one
-	// for every primitive but a MultiLock across slots). Each renew call
-	// returns 1 while held there, 0 once gone: the hold is renewed when
-	// every one says 1, and lost when any says 0. The release calls give
-	// up the whole hold, and are harmless when it is already gone.
-	renew   []call
-	release []call
-	one     [2]call // backs renew and release for one call each: no allocation
-	parent  context.Context
-	ctx     context.Context // carries the hold; ends with it
-	cancel  context.CancelCauseFunc
-
-	// parts: the hold is on several locks, and can be lost from some of
-	// them only (a MultiLock): a loss gives back the others. covers are
-	// those locks, which a ForceUnlock in this process ends it with.
-	parts  bool
-	covers []lockRef
-
-	// mu serialises the scripts that change this hold (re-entries,
-	// releases, a give-back), so the count sent stays in step with Redis
-	// even when goroutines share the hold. A call waits for it only as
-	// long as its context lasts (lockCtx): an earlier call that left may
-	// keep it until its reply comes.
-	mu       holdLock
-	count    int
-	lastSent time.Time // when the newest script under mu was sent
-
-	taken  time.Time        // when it was granted
-	token  int64            // fencing token (WithFencing); 0: none, and re-entries share it
-	tokens map[string]int64 // a fenced MultiLock's: each name's token (token is one of them)
-
-	dl   dlStore       // the local deadline while live, for the hold's contexts (holdctx.go)
-	over chan struct{} // closed once the hold has ended and its contexts are cancelled
-
-	tmu   sync.Mutex // guards the fields below
-	sent  time.Time  // when the newest script that set the lease was sent
-	timer *time.Timer
-	why   endReason
-	stops []func() bool                      // undone when the hold ends
-	ties  map[uint64]context.CancelCauseFunc // re-entries' contexts, cancelled when it ends
-	nties uint64
-	// firsts run when the hold ends, before its context is cancelled:
-	// what they see of other contexts was not caused by its end.
-	firsts []func()
-}
-
-// live reports whether h is live; a hold whose local deadline has passed is
-// not, even before its timer has run (it is ended then, see overdue).
-func (h *hold) live() bool {
-	return h.reason() == live
-}
-
-// reason says why h ended, or live; see live.
-func (h *hold) reason() endReason {
-	h.overdue()
-	h.tmu.Lock()
-	why := h.why
-	h.tmu.Unlock()
-	if why != live {
-		// Ended: once every context of the hold is cancelled, so that a
-		// caller told it ended finds its context done too.
-		<-h.over
-	}
-	return why
-}
-
-// onEnd registers stop to be called when the hold ends (at once if it has).
-func (h *hold) onEnd(stop func() bool) {
-	h.tmu.Lock()
-	if h.why == live {
-		h.stops = append(h.stops, stop)
-		h.tmu.Unlock()
-		return
-	}
-	h.tmu.Unlock()
-	stop()
-}
-
-// first registers f to run when the hold ends, before its context is
-// cancelled; at once if it has ended. f runs while the hold is ending: it
-// must not call the methods of the hold's contexts, nor of contexts
-// derived from them, which wait for the end.
-func (h *hold) first(f func()) {
-	h.tmu.Lock()
-	if h.why == live {
-		h.firsts = append(h.firsts, f)
-		h.tmu.Unlock()
-		return
-	}
-	h.tmu.Unlock()
-	f()
-}
 
 // MinLease is the shortest lease redisync accepts (WithLease,
 // WithWatchdogTimeout): below it, Redis's millisecond clock and a timer's
@@ -149,38 +33,16 @@ func checkLease(what string, d time.Duration) error {
 	return nil
 }
 
-// margin is how long before a lease's expiry in Redis its holder is told it
-// is lost: room for the difference between the two clocks' rates, for the
-// timer's latency (up to 10ms measured under the race detector on a busy
-// 2-core machine) and for the holder to react.
-func margin(lease time.Duration) time.Duration {
-	return max(lease/10, min(lease/2, 20*time.Millisecond))
-}
-
-// deadline is when a lease set by a script sent at sent must be taken as
-// lost. Redis counts expiries on a clock of whole milliseconds, so a PEXPIRE
-// of n ms can expire as little as n-1 ms after it ran: the deadline counts
-// a millisecond less, then the margin.
-func deadline(sent time.Time, lease time.Duration) time.Time {
-	return sent.Add(lease - time.Millisecond - margin(lease))
-}
-
-// wholeMs rounds d up to whole milliseconds, the resolution of Redis's
-// leases, so the local deadline and Redis count the same lease.
-func wholeMs(d time.Duration) time.Duration {
-	return (d + time.Millisecond - 1) / time.Millisecond * time.Millisecond
-}
-
 // spec is what a lock handle tells the hold machinery about itself.
 type spec struct {
-	ref     lockRef
+	ref     lease.Ref
 	lease   time.Duration
 	renewed bool
 	fenced  bool // WithFencing: first acquisitions get a token
 	wrap    func(error) error
 
-	parts  bool      // a hold is on several locks (see hold.parts)
-	covers []lockRef // those locks (see hold.covers)
+	parts  bool        // a hold is on several locks (see hold.parts)
+	covers []lease.Ref // those locks (see hold.covers)
 }
 
 // errUntrusted reports a grant that could not be trusted: its reply came
@@ -195,16 +57,8 @@ var errUntrusted = fmt.Errorf("%w: the grant could not be trusted (a stalled rep
 // with the owner.
 var errNewOwner = errors.New("redisync: wait again as a new owner")
 
-// stamp is what an attempt notes before sending its script: when, and the
-// lock's ForceUnlock epoch (with those of the locks it covers).
-type stamp struct {
-	sent    time.Time
-	epoch   uint64
-	handoff bool // the attempt was a local holder's handoff (cohort.go)
-}
-
-func (c *Client) stamp(s *spec) stamp {
-	return stamp{sent: time.Now(), epoch: c.wd.epoch(s.ref, s.covers)}
+func (c *Client) stamp(s *spec) lease.Stamp {
+	return lease.Stamp{Sent: time.Now(), Epoch: c.wd.Epoch(s.ref, s.covers)}
 }
 
 // grant turns a first acquisition, made by a script sent at sent, into a
@@ -214,11 +68,11 @@ func (c *Client) stamp(s *spec) stamp {
 // when it cannot be trusted (errUntrusted), when parent
 // has ended, or when the client is closed. ends are run when the hold ends;
 // when there is no hold, the caller runs them.
-func (c *Client) grant(s *spec, parent context.Context, field string, count int, token int64, start time.Time, st stamp,
+func (c *Client) grant(s *spec, parent context.Context, field string, count int, token int64, start time.Time, st lease.Stamp,
 	renew, release call, ends ...func() bool) (context.Context, error) {
 	h := c.newHold(s, parent, field, count, token, ends)
-	h.one = [2]call{renew, release}
-	h.renew, h.release = h.one[:1:1], h.one[1:2:2]
+	h.One = [2]call{renew, release}
+	h.Renew, h.Release = h.One[:1:1], h.One[1:2:2]
 	return c.grantHold(s, h, start, st)
 }
 
@@ -226,51 +80,50 @@ func (c *Client) grant(s *spec, parent context.Context, field string, count int,
 // one call per slot, and st is the stamp of the attempt's first script
 // (its leases count from then). tokens are a fenced MultiLock's, by name.
 func (c *Client) grantAll(s *spec, parent context.Context, field string, count int, token int64, tokens map[string]int64,
-	start time.Time, st stamp, renew, release []call, ends ...func() bool) (context.Context, error) {
+	start time.Time, st lease.Stamp, renew, release []call, ends ...func() bool) (context.Context, error) {
 	h := c.newHold(s, parent, field, count, token, ends)
-	h.tokens = tokens
-	h.renew, h.release = renew, release
+	h.Tokens = tokens
+	h.Renew, h.Release = renew, release
 	return c.grantHold(s, h, start, st)
 }
 
-func (c *Client) newHold(s *spec, parent context.Context, field string, count int, token int64, ends []func() bool) *hold {
-	return &hold{
-		ref: s.ref, field: field, scope: scopeOf(parent), lease: s.lease, renewed: s.renewed, token: token,
-		parts: s.parts, covers: s.covers, parent: parent, count: count, stops: ends, taken: time.Now(),
-		mu: newHoldLock(),
+func (c *Client) newHold(s *spec, parent context.Context, field string, count int, token int64, ends []func() bool) *lease.Hold {
+	h := &lease.Hold{
+		Ref: s.ref, Field: field, Scope: scopeOf(parent), Lease: s.lease, Renewed: s.renewed, Token: token,
+		Parts: s.parts, Covers: s.covers, Parent: parent, Count: count, Taken: time.Now(),
+		Mu: lease.NewHoldLock(),
 	}
+	for _, end := range ends {
+		h.OnEnd(end)
+	}
+	return h
 }
 
 // grantHold is grant's and grantAll's common part.
-func (c *Client) grantHold(s *spec, h *hold, start time.Time, st stamp) (context.Context, error) {
-	sent, parent := st.sent, h.parent
-	h.dl.clear() // until the watchdog has it
-	h.over = make(chan struct{})
+func (c *Client) grantHold(s *spec, h *lease.Hold, start time.Time, st lease.Stamp) (context.Context, error) {
+	sent, parent := st.Sent, h.Parent
 	giveUp := func(err error) (context.Context, error) {
-		c.cleanup(h.lease, h.release...)
+		c.cleanup(h.Lease, h.Release...)
 		return nil, err
 	}
-	if expired(deadline(sent, s.lease)) {
+	if lease.Expired(lease.Deadline(sent, s.lease)) {
 		return giveUp(errUntrusted)
 	}
 	if err := parent.Err(); err != nil {
 		return giveUp(err)
 	}
-	cctx, cancel := context.WithCancelCause(parent)
-	h.ctx, h.cancel = &holdCtx{Context: context.WithValue(cctx, s.ref, h), h: h}, cancel
-	if err := c.wd.add(h, st); err != nil {
-		cancel(err)
+	if err := c.wd.Add(h, st); err != nil {
 		return giveUp(err)
 	}
-	h.onEnd(context.AfterFunc(parent, func() {
-		if c.wd.end(h, endParent, context.Cause(parent)) {
+	h.OnEnd(context.AfterFunc(parent, func() {
+		if c.wd.End(h, lease.EndParent, context.Cause(parent)) {
 			c.giveBack(h)
 		}
 	}))
 	if c.obs.Acquired != nil {
-		c.obs.Acquired(h.parent, HoldEvent{Kind: s.ref.kind, Name: s.ref.name, Wait: h.taken.Sub(start), Handoff: st.handoff})
+		c.obs.Acquired(h.Parent, HoldEvent{Kind: s.ref.Kind, Name: s.ref.Name, Wait: h.Taken.Sub(start), Handoff: st.Handoff})
 	}
-	return h.ctx, nil
+	return h.Ctx, nil
 }
 
 // reenter acquires once more through h, the live hold ctx carries,
@@ -281,7 +134,7 @@ func (c *Client) grantHold(s *spec, h *hold, start time.Time, st stamp) (context
 // re-entry to count n, for a re-entry that was not acknowledged
 // (WithReplicaAck) or whose caller left. A handle whose lease or fencing
 // differs from the hold's is refused, changing nothing.
-func (c *Client) reenter(ctx, wctx context.Context, wait bool, s *spec, h *hold,
+func (c *Client) reenter(ctx, wctx context.Context, wait bool, s *spec, h *lease.Hold,
 	build func(count int) call, parse func([]int64) (n int, lost bool), undo func(n int) call) (context.Context, error) {
 	return c.reenterBy(ctx, wctx, s, h, func() ([]int64, error) {
 		return c.underHold(wctx, wait, h, build, func(v []int64) {
@@ -296,25 +149,25 @@ func (c *Client) reenter(ctx, wctx context.Context, wait bool, s *spec, h *hold,
 // re-entry under h's lock as underHold (or underHoldAll) does, and undo
 // takes back a re-entry to count n that was not acknowledged, under h's
 // lock, which send left held for it (see undoUnder).
-func (c *Client) reenterBy(ctx, wctx context.Context, s *spec, h *hold,
+func (c *Client) reenterBy(ctx, wctx context.Context, s *spec, h *lease.Hold,
 	send func() ([]int64, error), parse func([]int64) (n int, lost bool), undo func(n int) error) (context.Context, error) {
-	if h.lease != s.lease || h.renewed != s.renewed {
+	if h.Lease != s.lease || h.Renewed != s.renewed {
 		return nil, s.wrap(fmt.Errorf("%w: the context holds it with a %s, this handle asks for a %s",
-			ErrInvalid, leaseText(h.lease, h.renewed), leaseText(s.lease, s.renewed)))
+			ErrInvalid, leaseText(h.Lease, h.Renewed), leaseText(s.lease, s.renewed)))
 	}
-	if (h.token != 0) != s.fenced {
+	if (h.Token != 0) != s.fenced {
 		return nil, s.wrap(fmt.Errorf("%w: the context holds it %s, this handle asks for it %s",
-			ErrInvalid, fencingText(h.token != 0), fencingText(s.fenced)))
+			ErrInvalid, fencingText(h.Token != 0), fencingText(s.fenced)))
 	}
 	r, err := send()
 	var n int
 	var lost bool
 	if err == nil {
 		if n, lost = parse(r); !lost {
-			h.count = n
-			c.wd.extend(h, h.lastSent)
+			h.Count = n
+			c.wd.Extend(h, h.LastSent)
 		}
-		h.mu.Unlock()
+		h.Mu.Unlock()
 	}
 	switch {
 	case errors.Is(err, errEnded):
@@ -330,10 +183,10 @@ func (c *Client) reenterBy(ctx, wctx context.Context, s *spec, h *hold,
 	case lost:
 		c.lose(h, false) // told before the caller returns
 		return nil, s.wrap(errLost)
-	case !h.live():
+	case !h.Live():
 		return nil, s.wrap(endedError(h))
 	}
-	return h.contextFor(ctx), nil
+	return h.ContextFor(ctx), nil
 }
 
 // errEnded reports, inside underHold, a hold found ended.
@@ -350,19 +203,19 @@ var errEnded = errors.New("redisync: the hold has ended")
 // something the replicas did not acknowledge (WithReplicaAck) is a
 // *notReplicatedError, returned with h's lock still held: the caller
 // takes it back under the lock (undoUnder).
-func (c *Client) underHold(ctx context.Context, wait bool, h *hold, build func(count int) call, taken func([]int64)) ([]int64, error) {
+func (c *Client) underHold(ctx context.Context, wait bool, h *lease.Hold, build func(count int) call, taken func([]int64)) ([]int64, error) {
 	for {
-		if err := h.mu.lockCtx(ctx); err != nil {
+		if err := h.Mu.LockCtx(ctx); err != nil {
 			return nil, err
 		}
-		if !h.live() {
-			h.mu.Unlock()
+		if !h.Live() {
+			h.Mu.Unlock()
 			return nil, errEnded
 		}
-		k := build(h.count)
+		k := build(h.Count)
 		k.Takes = true
 		r := c.tr.Do(ctx, k, func(r reply) {
-			defer h.mu.Unlock()
+			defer h.Mu.Unlock()
 			if v, err := r.Int64Slice(); err == nil && taken != nil && len(v) >= 2 {
 				taken(v)
 			}
@@ -375,7 +228,7 @@ func (c *Client) underHold(ctx context.Context, wait bool, h *hold, build func(c
 			return nil, err // h's lock stays held for the undo
 		}
 		if err != nil {
-			h.mu.Unlock()
+			h.Mu.Unlock()
 			var re redis.Error
 			if wait && errors.As(err, &re) && notReady(err) {
 				// Redis is loading its data or settling: the script did
@@ -387,7 +240,7 @@ func (c *Client) underHold(ctx context.Context, wait bool, h *hold, build func(c
 			}
 			return nil, err
 		}
-		h.lastSent = r.Sent
+		h.LastSent = r.Sent
 		return v, nil
 	}
 }
@@ -414,16 +267,16 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // failed, needs no give-back: the next call through the hold sets every
 // count again, and the last release deletes the hold whatever its count.
 // A *notReplicatedError is returned with h's lock held, as by underHold.
-func (c *Client) underHoldAll(ctx context.Context, wait bool, h *hold, build func(count int) []call) ([]int64, error) {
+func (c *Client) underHoldAll(ctx context.Context, wait bool, h *lease.Hold, build func(count int) []call) ([]int64, error) {
 	for {
-		if err := h.mu.lockCtx(ctx); err != nil {
+		if err := h.Mu.LockCtx(ctx); err != nil {
 			return nil, err
 		}
-		if !h.live() {
-			h.mu.Unlock()
+		if !h.Live() {
+			h.Mu.Unlock()
 			return nil, errEnded
 		}
-		calls := build(h.count)
+		calls := build(h.Count)
 		for i := range calls {
 			calls[i].Takes = true
 		}
@@ -448,7 +301,7 @@ func (c *Client) underHoldAll(ctx context.Context, wait bool, h *hold, build fun
 			return nil, ferr // h's lock stays held for the undo
 		}
 		if ferr != nil {
-			h.mu.Unlock()
+			h.Mu.Unlock()
 			var re redis.Error
 			if wait && errors.As(ferr, &re) && notReady(ferr) {
 				if err := sleepCtx(ctx, retryAfter); err != nil {
@@ -458,7 +311,7 @@ func (c *Client) underHoldAll(ctx context.Context, wait bool, h *hold, build fun
 			}
 			return nil, ferr
 		}
-		h.lastSent = sent
+		h.LastSent = sent
 		return first, nil
 	}
 }
@@ -486,26 +339,26 @@ func leaseText(d time.Duration, renewed bool) string {
 // later script through the hold is overtaken by it. A release that cannot
 // have h's lock within releaseTimeout (an earlier call through the hold
 // keeps it, waiting for its reply) changes nothing and returns an error.
-func (c *Client) release(ctx context.Context, s *spec, n int, send func(ctx context.Context, h *hold, count int) (int64, time.Time, error)) error {
+func (c *Client) release(ctx context.Context, s *spec, n int, send func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error)) error {
 	h := carried(ctx, s.ref)
 	if h == nil {
 		return s.wrap(fmt.Errorf("%w (the context carries no hold of it)", ErrNotHeld))
 	}
 	ctx, cancel := context.WithTimeout(detach(ctx), releaseTimeout)
 	defer cancel()
-	if err := h.mu.lockCtx(ctx); err != nil {
+	if err := h.Mu.LockCtx(ctx); err != nil {
 		return s.wrap(fmt.Errorf("redisync: released nothing: the hold is busy with an earlier call whose reply has not come within %v: %w", releaseTimeout, err))
 	}
 	var p *pending // a release that is not the last
 	defer func() {
 		if p == nil || !p.left {
-			h.mu.Unlock()
+			h.Mu.Unlock()
 		}
 	}()
-	if !h.live() {
+	if !h.Live() {
 		return c.afterEnd(ctx, s, h)
 	}
-	count := h.count
+	count := h.Count
 	if n > count {
 		return s.wrap(fmt.Errorf("%w (release %d, %d held)", ErrNotHeld, n, count))
 	}
@@ -513,7 +366,7 @@ func (c *Client) release(ctx context.Context, s *spec, n int, send func(ctx cont
 	if last {
 		// Tell everyone sharing the hold before the lock can be free;
 		// renewals stop before the script is sent, so none follows it.
-		c.wd.end(h, endUnlocked, nil)
+		c.wd.End(h, lease.EndUnlocked, nil)
 	} else {
 		p = &pending{c: c, h: h, count: count, n: n}
 		ctx = context.WithValue(ctx, pendingKey{}, p)
@@ -542,8 +395,8 @@ func (c *Client) release(ctx context.Context, s *spec, n int, send func(ctx cont
 		c.lose(h, true)
 		return s.wrap(errLost)
 	case reply == 1 && !last:
-		h.count = count - n
-		c.wd.extend(h, sent)
+		h.Count = count - n
+		c.wd.Extend(h, sent)
 	}
 	return nil
 }
@@ -556,19 +409,14 @@ func (c *Client) release(ctx context.Context, s *spec, n int, send func(ctx cont
 // slot's keys are split between two masters, or slow on the way) can find
 // a lease that ran out after that: the hold was not lost then, it lapsed
 // after its Unlock began, and the release succeeds.
-func goneInTime(h *hold) bool {
-	h.tmu.Lock()
-	dl := deadline(h.sent, h.lease)
-	h.tmu.Unlock()
-	return !expired(dl)
-}
+func goneInTime(h *lease.Hold) bool { return h.InTime() }
 
 // lose ends h, which Redis no longer has (or no longer has whole), as
 // lost: its holders are told first; then what Redis still keeps of a
 // hold on several locks (a MultiLock) is given back. locked says the
 // caller holds h.mu.
-func (c *Client) lose(h *hold, locked bool) {
-	if c.wd.end(h, endLost, ErrLeaseLost) && h.parts {
+func (c *Client) lose(h *lease.Hold, locked bool) {
+	if c.wd.End(h, lease.EndLost, ErrLeaseLost) && h.Parts {
 		c.giveBackFrom(h, locked)
 	}
 }
@@ -579,27 +427,27 @@ func (c *Client) lose(h *hold, locked bool) {
 // reset connection, Redis silent) does not change the answer: it is tried
 // again in the background, and the lease frees the lock at the latest.
 // The caller holds h.mu.
-func (c *Client) afterEnd(ctx context.Context, s *spec, h *hold) error {
-	why := h.reason()
-	if why == endParent || why == endLost {
-		if err := c.releaseAll(ctx, h.release); err != nil {
+func (c *Client) afterEnd(ctx context.Context, s *spec, h *lease.Hold) error {
+	why := h.Reason()
+	if why == lease.EndParent || why == lease.EndLost {
+		if err := c.releaseAll(ctx, h.Release); err != nil {
 			c.giveBackFrom(h, true)
 		}
 	}
-	if why == endParent {
+	if why == lease.EndParent {
 		return nil
 	}
 	return s.wrap(endedError(h))
 }
 
 // endedError describes a hold that has ended.
-func endedError(h *hold) error {
-	switch h.reason() {
-	case endUnlocked:
+func endedError(h *lease.Hold) error {
+	switch h.Reason() {
+	case lease.EndUnlocked:
 		return fmt.Errorf("%w (already released)", ErrNotHeld)
-	case endParent:
-		return fmt.Errorf("%w (the hold ended with its context: %v)", ErrNotHeld, context.Cause(h.parent))
-	case endClosed:
+	case lease.EndParent:
+		return fmt.Errorf("%w (the hold ended with its context: %v)", ErrNotHeld, context.Cause(h.Parent))
+	case lease.EndClosed:
 		return ErrClosed
 	default:
 		return errLost
@@ -651,10 +499,10 @@ func (c *Client) undoNow(ctx context.Context, calls ...call) error {
 // released could land after another goroutine's re-entry through h and
 // set the count below what that one took (a Semaphore's permits: other
 // owners could then take more than the semaphore has).
-func (c *Client) undoUnder(ctx context.Context, h *hold, calls ...call) error {
+func (c *Client) undoUnder(ctx context.Context, h *lease.Hold, calls ...call) error {
 	done := make(chan error, 1)
 	go func() {
-		defer h.mu.Unlock()
+		defer h.Mu.Unlock()
 		done <- c.undoNow(context.WithoutCancel(ctx), calls...)
 	}()
 	select {
@@ -685,10 +533,10 @@ func scriptName(k call) string {
 // giveBack releases h in Redis in the background (once the Client is
 // closing, at once), bounded by releaseTimeout: h ended while Redis may
 // still keep it.
-func (c *Client) giveBack(h *hold) { c.giveBackFrom(h, false) }
+func (c *Client) giveBack(h *lease.Hold) { c.giveBackFrom(h, false) }
 
 // giveBackFrom is giveBack for a caller that holds h.mu when locked.
-func (c *Client) giveBackFrom(h *hold, locked bool) {
+func (c *Client) giveBackFrom(h *lease.Hold, locked bool) {
 	give := func(lock, wait bool) {
 		if lock {
 			// In the background, as long as an earlier call through the
@@ -697,20 +545,20 @@ func (c *Client) giveBackFrom(h *hold, locked bool) {
 			if !wait {
 				lctx, cancel = context.WithTimeout(lctx, releaseTimeout)
 			}
-			err := h.mu.lockCtx(lctx)
+			err := h.Mu.LockCtx(lctx)
 			cancel()
 			if err != nil {
 				c.log.Warn("redisync: could not release a hold that ended, busy with a call that has had no reply; Redis frees it when its lease ends",
-					"kind", h.ref.kind, "name", h.ref.name, "owner", h.field, "error", err)
+					"kind", h.Ref.Kind, "name", h.Ref.Name, "owner", h.Field, "error", err)
 				return
 			}
-			defer h.mu.Unlock()
+			defer h.Mu.Unlock()
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 		defer cancel()
-		if err := c.releaseAll(ctx, h.release); err != nil {
+		if err := c.releaseAll(ctx, h.Release); err != nil {
 			c.log.Warn("redisync: could not release a hold that ended; Redis frees it when its lease ends",
-				"kind", h.ref.kind, "name", h.ref.name, "owner", h.field, "error", err)
+				"kind", h.Ref.Kind, "name", h.Ref.Name, "owner", h.Field, "error", err)
 		}
 	}
 	if !c.bgStart() {
@@ -729,15 +577,15 @@ func (c *Client) giveBackFrom(h *hold, locked bool) {
 // for a first acquisition. A context that carries a hold of ref that was
 // lost (or ended with its context, or by Close) is refused: acquiring again
 // would silently make a new hold of what its caller believes it still has.
-func entry(ctx context.Context, ref lockRef) (*hold, error) {
+func entry(ctx context.Context, ref lease.Ref) (*lease.Hold, error) {
 	h := carried(ctx, ref)
 	if h == nil {
 		return nil, nil
 	}
-	switch h.reason() {
-	case live:
+	switch h.Reason() {
+	case lease.NotEnded:
 		return h, nil
-	case endUnlocked:
+	case lease.EndUnlocked:
 		return nil, nil
 	default:
 		return nil, endedError(h)

@@ -6,16 +6,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redisync-go/redisync/internal/lease"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 // ownerOf returns the Redis owner field of the hold of ref ctx carries.
-func ownerOf(t *testing.T, ctx context.Context, ref lockRef) string {
+func ownerOf(t *testing.T, ctx context.Context, ref lease.Ref) string {
 	t.Helper()
 	h := carried(ctx, ref)
 	require.NotNil(t, h)
-	return h.field
+	return h.Field
 }
 
 // checkHolders asserts that hs are want (in any order), each with a lease

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redisync-go/redisync/internal/keys"
+	"github.com/redisync-go/redisync/internal/notify"
 	"github.com/redisync-go/redisync/lua"
 )
 
@@ -201,7 +202,7 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 	if err != nil || n == 0 {
 		return l.wrap(err)
 	}
-	return l.wrap(l.c.await(ctx, l.channel, wakeAll, latchRecheck, func() (bool, time.Duration, error) {
+	return l.wrap(l.c.await(ctx, l.channel, notify.WakeAll, latchRecheck, func() (bool, time.Duration, error) {
 		n, now, err := l.read(ctx)
 		return n == 0 || now != round, latchRecheck, err
 	}))

@@ -110,6 +110,7 @@ func TestLatchSetAgainRightAfterRoundEnds(t *testing.T) {
 // the message wakes it, but its look comes after the new round began)
 // still sees that its round ended.
 func TestLatchRoundEndSeenAfterLateLook(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	for _, end := range latchEnds {
 		t.Run(end.name, func(t *testing.T) {
 			forEachEnv(t, func(t *testing.T, e *testEnv) {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redisync-go/redisync/internal/lease"
+	"github.com/redisync-go/redisync/internal/notify"
 	"github.com/redisync-go/redisync/internal/transport"
 
 	"github.com/redisync-go/redisync/internal/keys"
@@ -89,10 +91,10 @@ func (c *Client) MultiLock(names []string, opts ...MultiLockOption) *MultiLock {
 		m.spec.wrap = wrapLabelled(c, "multilock", ref, ref, layout...)
 	}
 	m.err = m.spec.wrap(err)
-	m.spec.ref = lockRef{c, KindMultiLock, ref}
+	m.spec.ref = lease.Ref{Owner: c, Kind: KindMultiLock, Name: ref}
 	m.spec.parts = true
 	for _, n := range sorted {
-		m.spec.covers = append(m.spec.covers, lockRef{c, KindMutex, n})
+		m.spec.covers = append(m.spec.covers, lease.Ref{Owner: c, Kind: KindMutex, Name: n})
 	}
 	m.spec.lease, m.spec.renewed = lc.leaseOf(c)
 	return m
@@ -248,14 +250,14 @@ func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 			return m.c.underHoldAll(wctx, wait, h, func(count int) []call {
 				calls := make([]call, len(m.groups))
 				for i, g := range m.groups {
-					calls[i] = script(lua.MultiLock, g.keys, leaseMs, h.field, count)
+					calls[i] = script(lua.MultiLock, g.keys, leaseMs, h.Field, count)
 				}
 				return calls
 			})
 		}, func(r []int64) (int, bool) {
 			return int(r[1]), r[0] != 1
 		}, func(n int) error {
-			return m.c.undoUnder(wctx, h, m.unlockCalls(h.field, n)...)
+			return m.c.undoUnder(wctx, h, m.unlockCalls(h.Field, n)...)
 		})
 		if err != nil {
 			return nil, err
@@ -269,7 +271,7 @@ func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 	blocker := m.names[0] // the name the latest attempt found held
 	try := func() (bool, time.Duration, error) {
 		field := a.owner
-		var first stamp
+		var first lease.Stamp
 		var tokens map[string]int64 // WithFencing: by name
 		for i := range m.groups {
 			g := &m.groups[i]
@@ -332,7 +334,7 @@ func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 		channel := multiChannel(on)
 		// In line with the Mutex waiters of the name in this Client, so
 		// that they are not handed it past this waiter (cohort.go).
-		err = m.c.awaitFrom(wctx, mark{}, channel, wakeOne, next, func() (bool, time.Duration, error) {
+		err = m.c.awaitFrom(wctx, notify.Mark{}, channel, notify.WakeOne, next, func() (bool, time.Duration, error) {
 			done, n, err := try()
 			if err == nil && !done && blocker != on {
 				next = n
@@ -345,7 +347,7 @@ func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 		}
 		// The wake-up this waiter took on channel may be one that a
 		// waiter of that name behind it can use.
-		m.c.ps.nudge(channel)
+		m.c.ps.Nudge(channel)
 	}
 	if err != nil {
 		return nil, m.wrap(waitError(err, parent, bounded))
@@ -425,8 +427,8 @@ func (m *MultiLock) Unlock(ctx context.Context) error {
 	if err := m.check(ctx); err != nil {
 		return err
 	}
-	return m.c.release(ctx, &m.spec, 1, func(ctx context.Context, h *hold, count int) (int64, time.Time, error) {
-		calls := m.unlockCalls(h.field, count)
+	return m.c.release(ctx, &m.spec, 1, func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) {
+		calls := m.unlockCalls(h.Field, count)
 		if len(calls) == 1 {
 			return m.c.releaseBy(ctx, calls[0])
 		}

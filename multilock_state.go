@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redisync-go/redisync/internal/lease"
 	"github.com/redisync-go/redisync/lua"
 )
 
@@ -86,7 +87,7 @@ func (m *MultiLock) HoldCount(ctx context.Context) (int, error) {
 	cmds := make([]*redis.StringCmd, len(m.names))
 	_, err := m.c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, name := range m.names {
-			cmds[i] = p.HGet(ctx, name, h.field)
+			cmds[i] = p.HGet(ctx, name, h.Field)
 		}
 		return nil
 	})
@@ -141,10 +142,10 @@ func (m *MultiLock) ForceUnlock(ctx context.Context) (bool, error) {
 // forceAllBy is forceBy for several scripts, the ForceUnlocks of refs'
 // locks: sent at once, and the window in which their grants are not
 // trusted ends when every one has answered, late or not.
-func (c *Client) forceAllBy(ctx context.Context, calls []call, refs ...lockRef) []reply {
+func (c *Client) forceAllBy(ctx context.Context, calls []call, refs ...lease.Ref) []reply {
 	dones := make([]func(), len(refs))
 	for i, ref := range refs {
-		dones[i] = c.wd.force(ref)
+		dones[i] = c.wd.Force(ref)
 	}
 	var left atomic.Int32
 	left.Store(int32(len(calls)))

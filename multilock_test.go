@@ -42,7 +42,7 @@ func multiOps(t *testing.T, c *Client, name string) apiOps {
 			// the field has the same count.
 			n, held := -1, -1
 			for _, key := range m.names {
-				v, err := c.rdb.HGet(context.Background(), key, h.field).Int()
+				v, err := c.rdb.HGet(context.Background(), key, h.Field).Int()
 				if isNil(err) {
 					v, err = 0, nil
 				}
@@ -90,7 +90,7 @@ func TestMultiLockBasics(t *testing.T) {
 			// Redisson's RLock format: field <uuid>:<n> -> count, a lease.
 			v, err := rdb.HGetAll(bg, n).Result()
 			require.NoError(t, err)
-			assert.Equal(t, map[string]string{h.field: "1"}, v, n)
+			assert.Equal(t, map[string]string{h.Field: "1"}, v, n)
 			ttl, err := rdb.PTTL(bg, n).Result()
 			require.NoError(t, err)
 			assert.Greater(t, ttl, 20*time.Second)
@@ -114,7 +114,7 @@ func TestMultiLockBasics(t *testing.T) {
 		rctx, err := c1.MultiLock([]string{"ml:b", "ml:c", "ml:a"}).Lock(lctx)
 		require.NoError(t, err)
 		for _, n := range names {
-			assert.Equal(t, "2", rdb.HGet(bg, n, h.field).Val(), n)
+			assert.Equal(t, "2", rdb.HGet(bg, n, h.Field).Val(), n)
 		}
 		// A Mutex of one of its names is another lock: not re-entered.
 		_, err = c1.Mutex("ml:a").TryLock(lctx)
@@ -122,7 +122,7 @@ func TestMultiLockBasics(t *testing.T) {
 
 		require.NoError(t, m1.Unlock(rctx))
 		for _, n := range names {
-			assert.Equal(t, "1", rdb.HGet(bg, n, h.field).Val(), n)
+			assert.Equal(t, "1", rdb.HGet(bg, n, h.Field).Val(), n)
 		}
 		assert.NoError(t, lctx.Err())
 
@@ -359,8 +359,8 @@ func TestMultiLockCluster(t *testing.T) {
 
 	// The holder's lease is kept by one renewal per slot.
 	h := held(lctx, m.spec.ref)
-	require.Len(t, h.renew, 7)
-	require.Len(t, h.release, 7)
+	require.Len(t, h.Renew, 7)
+	require.Len(t, h.Release, 7)
 
 	// A waiter blocked in a late slot holds nothing meanwhile.
 	require.NoError(t, m.Unlock(lctx))

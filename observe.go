@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/redisync-go/redisync/internal/lease"
 )
 
 // Observer is told what a Client's holds, waits, watchdog and subscription
@@ -163,34 +165,34 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // ended reports the end of h to the observer and, for a lost lease, the log.
-func (c *Client) ended(h *hold, why endReason, cause error) {
-	e := HoldEvent{Kind: h.ref.kind, Name: h.ref.name, Held: time.Since(h.taken)}
-	if why == endLost || why == endForced {
+func (c *Client) ended(h *lease.Hold, why lease.EndReason, cause error) {
+	e := HoldEvent{Kind: h.Ref.Kind, Name: h.Ref.Name, Held: time.Since(h.Taken)}
+	if why == lease.EndLost || why == lease.EndForced {
 		e.Cause = cause
-		c.log.Warn("redisync: lease lost", "kind", e.Kind, "name", e.Name, "owner", h.field, "held", e.Held, "cause", cause)
+		c.log.Warn("redisync: lease lost", "kind", e.Kind, "name", e.Name, "owner", h.Field, "held", e.Held, "cause", cause)
 		if c.obs.LeaseLost != nil {
-			c.obs.LeaseLost(h.parent, e)
+			c.obs.LeaseLost(h.Parent, e)
 		}
 		return
 	}
 	if c.obs.Released != nil {
-		c.obs.Released(h.parent, e)
+		c.obs.Released(h.Parent, e)
 	}
 }
 
-// connDown records that c's connection was lost, by err, and tells the
-// observer if it was up until now.
-func (p *pubsub) connDown(c *subConn, err error) {
-	if c.down.CompareAndSwap(0, time.Now().UnixNano()) && p.obs != nil && p.obs.SubscriptionLost != nil {
-		p.obs.SubscriptionLost(SubscriptionEvent{Node: c.addr, Err: err})
+// subLost tells the observer that the subscription connection to node
+// was lost, by err.
+func (c *Client) subLost(node string, err error) {
+	if c.obs.SubscriptionLost != nil {
+		c.obs.SubscriptionLost(SubscriptionEvent{Node: node, Err: err})
 	}
 }
 
-// connUp records that a reply was read from c, and tells the observer when
-// c was lost until now.
-func (p *pubsub) connUp(c *subConn) {
-	if t := c.down.Swap(0); t != 0 && p.obs != nil && p.obs.SubscriptionRestored != nil {
-		p.obs.SubscriptionRestored(SubscriptionEvent{Node: c.addr, Down: time.Since(time.Unix(0, t))})
+// subRestored tells the observer that the subscription connection to node
+// answers again, after down.
+func (c *Client) subRestored(node string, down time.Duration) {
+	if c.obs.SubscriptionRestored != nil {
+		c.obs.SubscriptionRestored(SubscriptionEvent{Node: node, Down: down})
 	}
 }
 
@@ -198,5 +200,12 @@ func (p *pubsub) connUp(c *subConn) {
 func (c *Client) modeChanged(from, to PubSubMode) {
 	if c.obs.PubSubModeChanged != nil {
 		c.obs.PubSubModeChanged(PubSubModeEvent{From: from, To: to})
+	}
+}
+
+// renewed tells the observer of a renewal round.
+func (c *Client) renewed(r lease.Round) {
+	if c.obs.Renewed != nil {
+		c.obs.Renewed(RenewalEvent{Holds: r.Holds, RoundTrips: r.RoundTrips, Lost: r.Lost, Failed: r.Failed, Took: r.Took})
 	}
 }

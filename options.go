@@ -3,6 +3,8 @@ package redisync
 import (
 	"fmt"
 	"time"
+
+	"github.com/redisync-go/redisync/internal/lease"
 )
 
 // The options of the locks are typed per primitive: each constructor takes
@@ -14,7 +16,8 @@ import (
 //
 //	WithLease, WithRenewedLease   LockOption: every lock (all six)
 //	WithFencing                   FencingOption: Mutex, FairMutex, RWMutex,
-//	                              MultiLock, Election
+//	                              MultiLock (an Election's terms are its
+//	                              tokens: it does not take the option)
 //	WithWaiterTimeout             WaiterOption: FairMutex, RWMutex
 //	WithPermits                   SemaphoreOption
 //
@@ -64,9 +67,9 @@ type MultiLockOption interface {
 	multiLockOption()
 }
 
-// ElectionOption configures an Election (Client.Election): WithLease,
-// WithRenewedLease and WithFencing (which changes nothing: terms are
-// fencing tokens already) are ElectionOptions.
+// ElectionOption configures an Election (Client.Election): WithLease and
+// WithRenewedLease are ElectionOptions. WithFencing is not: an Election's
+// terms are its fencing tokens, always.
 type ElectionOption interface {
 	option
 	electionOption()
@@ -84,15 +87,14 @@ type LockOption interface {
 	ElectionOption
 }
 
-// FencingOption is the option of the locks that give fencing tokens: a
-// MutexOption, FairOption, RWOption, MultiLockOption and ElectionOption.
+// FencingOption is the option of the locks that give fencing tokens when
+// asked: a MutexOption, FairOption, RWOption and MultiLockOption.
 // WithFencing is one.
 type FencingOption interface {
 	MutexOption
 	FairOption
 	RWOption
 	MultiLockOption
-	ElectionOption
 }
 
 // WaiterOption is the option of the locks whose waiters register in
@@ -124,7 +126,6 @@ func (fencingOpt) mutexOption()                 {}
 func (fencingOpt) fairOption()                  {}
 func (fencingOpt) rwOption()                    {}
 func (fencingOpt) multiLockOption()             {}
-func (fencingOpt) electionOption()              {}
 
 func (o waiterOpt) apply(lc *lockConfig) error { return o(lc) }
 func (waiterOpt) fairOption()                  {}
@@ -154,7 +155,7 @@ func WithLease(d time.Duration) LockOption {
 		if err := checkLease("lease", d); err != nil {
 			return err
 		}
-		lc.lease = wholeMs(d)
+		lc.lease = lease.WholeMs(d)
 		return nil
 	})
 }
@@ -176,7 +177,7 @@ func WithRenewedLease(d time.Duration) LockOption {
 		if err := checkLease("renewed lease", d); err != nil {
 			return err
 		}
-		lc.renewed = wholeMs(d)
+		lc.renewed = lease.WholeMs(d)
 		return nil
 	})
 }

@@ -13,12 +13,14 @@ import (
 
 // Options are typed per primitive: an option that does not apply to a
 // constructor does not compile there, and one that applies to several
-// primitives is an option of each. Each case is a small program built
-// against this module (go build, with the programs laid over the module
-// by -overlay: nothing is written in the source tree); the misuses must
-// fail to compile, with the compiler naming the option type, and the
-// right uses must compile.
+// primitives is an option of each. Each case is a function in a file of
+// its own, in one small package built against this module (go build, with
+// the files laid over the module by -overlay: nothing is written in the
+// source tree; -gcflags=-e: every error reported); the misuses must fail
+// to compile, with the compiler naming the option type, and the right
+// uses must compile.
 func TestOptionsTyped(t *testing.T) {
+	t.Parallel() // it waits for the compiler
 	goCmd := filepath.Join(runtime.GOROOT(), "bin", "go")
 	if _, err := os.Stat(goCmd); err != nil {
 		if goCmd, err = exec.LookPath("go"); err != nil {
@@ -60,7 +62,10 @@ func TestOptionsTyped(t *testing.T) {
 		{"rw_ok", `c.RWMutex("x", redisync.WithRenewedLease(time.Second), redisync.WithFencing(), redisync.WithWaiterTimeout(time.Second))`, ""},
 		{"sem_ok", `c.Semaphore("x", redisync.WithLease(time.Second), redisync.WithPermits(3)); c.Semaphore("x", redisync.WithRenewedLease(time.Second))`, ""},
 		{"multi_ok", `c.MultiLock([]string{"x"}, redisync.WithRenewedLease(time.Second), redisync.WithFencing())`, ""},
-		{"elect_ok", `c.Election("x", redisync.WithLease(time.Second), redisync.WithFencing())`, ""},
+		{"elect_ok", `c.Election("x", redisync.WithLease(time.Second), redisync.WithRenewedLease(time.Second))`, ""},
+		// An Election's terms are its tokens: WithFencing would change
+		// nothing, so it does not compile there.
+		{"elect_fencing", `c.Election("x", redisync.WithFencing())`, "does not implement redisync.ElectionOption"},
 		{"slices_ok", `fo := []redisync.FairOption{redisync.WithLease(time.Second), redisync.WithWaiterTimeout(time.Second)}; c.FairMutex("x", fo...)
 	so := []redisync.SemaphoreOption{redisync.WithRenewedLease(time.Second), redisync.WithPermits(2)}; c.Semaphore("x", so...)`, ""},
 		{"several_ok", `l := redisync.WithLease(time.Second)
@@ -73,7 +78,6 @@ func TestOptionsTyped(t *testing.T) {
 	f := redisync.WithFencing()
 	var _ redisync.MutexOption = f
 	var _ redisync.MultiLockOption = f
-	var _ redisync.ElectionOption = f
 	w := redisync.WithWaiterTimeout(time.Second)
 	var _ redisync.FairOption = w
 	var _ redisync.RWOption = w`, ""},
@@ -81,15 +85,13 @@ func TestOptionsTyped(t *testing.T) {
 
 	dir := t.TempDir()
 	overlay := map[string]string{}
-	var pkgs []string
 	for _, c := range cases {
-		src := fmt.Sprintf("package main\n\nimport (\n\t\"time\"\n\n\t\"github.com/redisync-go/redisync\"\n)\n\nvar _ = time.Second\n\nfunc main() {\n\tvar c *redisync.Client\n\t_ = c\n\t%s\n}\n", c.body)
+		src := fmt.Sprintf("package optprobe\n\nimport (\n\t\"time\"\n\n\t\"github.com/redisync-go/redisync\"\n)\n\nvar _ = time.Second\n\nfunc probe_%s() {\n\tvar c *redisync.Client\n\t_ = c\n\t%s\n}\n", c.name, c.body)
 		file := filepath.Join(dir, c.name+".go")
 		if err := os.WriteFile(file, []byte(src), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		overlay[filepath.Join(root, "internal", "optprobe", c.name, "main.go")] = file
-		pkgs = append(pkgs, "./internal/optprobe/"+c.name)
+		overlay[filepath.Join(root, "internal", "optprobe", c.name+".go")] = file
 	}
 	ov, err := json.Marshal(map[string]any{"Replace": overlay})
 	if err != nil {
@@ -99,24 +101,24 @@ func TestOptionsTyped(t *testing.T) {
 	if err := os.WriteFile(ovFile, ov, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(goCmd, append([]string{"build", "-overlay", ovFile}, pkgs...)...)
+	args := append([]string{"build", "-gcflags=-e", "-overlay", ovFile}, raceFlags...)
+	cmd := exec.Command(goCmd, append(args, "./internal/optprobe")...)
 	cmd.Dir = root
 	out, _ := cmd.CombinedOutput()
 	t.Logf("go build:\n%s", out)
-	// go build prints each package's errors after a line "# <package>".
-	byPkg := map[string][]string{}
-	pkg := ""
+	// Each error line starts with its file's path: the case's name.
+	byCase := map[string][]string{}
 	for _, line := range strings.Split(string(out), "\n") {
-		if p, ok := strings.CutPrefix(line, "# "); ok {
-			pkg = p[strings.LastIndexByte(p, '/')+1:]
-			continue
-		}
-		if pkg != "" && strings.TrimSpace(line) != "" {
-			byPkg[pkg] = append(byPkg[pkg], line)
+		file, _, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if name, isGo := strings.CutSuffix(filepath.Base(file), ".go"); ok && isGo {
+			byCase[name] = append(byCase[name], line)
 		}
 	}
+	if len(byCase) == 0 && strings.Contains(string(out), "no Go files") {
+		t.Fatalf("the probe package was not built: %s", out)
+	}
 	for _, c := range cases {
-		errs := byPkg[c.name]
+		errs := byCase[c.name]
 		switch {
 		case c.want == "" && len(errs) > 0:
 			t.Errorf("%s: does not compile: %s", c.name, errs)

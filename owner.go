@@ -4,6 +4,8 @@ import (
 	"context"
 	"strconv"
 	"sync/atomic"
+
+	"github.com/redisync-go/redisync/internal/lease"
 )
 
 // A context carries holds, not an owner. Each first acquisition of a lock
@@ -11,14 +13,6 @@ import (
 // context carries that hold under a key naming the lock, so a nested Lock of
 // the same lock with it re-enters, while any other lock sees no hold and
 // gives the caller a fresh owner of its own.
-
-// lockRef names one lock of one Client: the key under which a context
-// carries a hold of it.
-type lockRef struct {
-	c    *Client
-	kind string // KindMutex, KindFairMutex, KindRWRead, KindRWWrite, KindSemaphore, KindMultiLock, KindElection
-	name string
-}
 
 // scope is started by WithOwner: holds taken outside it are not re-entered
 // inside it.
@@ -45,17 +39,17 @@ func scopeOf(ctx context.Context) *scope {
 
 // carried returns the hold of ref that ctx carries, live or ended, or nil;
 // a hold taken outside ctx's WithOwner scope is not ctx's.
-func carried(ctx context.Context, ref lockRef) *hold {
-	h, _ := ctx.Value(ref).(*hold)
-	if h == nil || h.scope != scopeOf(ctx) {
+func carried(ctx context.Context, ref lease.Ref) *lease.Hold {
+	h, _ := ctx.Value(ref).(*lease.Hold)
+	if h == nil || h.Scope != scopeOf(ctx) {
 		return nil
 	}
 	return h
 }
 
 // held returns the live hold of ref that ctx carries, or nil.
-func held(ctx context.Context, ref lockRef) *hold {
-	if h := carried(ctx, ref); h != nil && h.live() {
+func held(ctx context.Context, ref lease.Ref) *lease.Hold {
+	if h := carried(ctx, ref); h != nil && h.Live() {
 		return h
 	}
 	return nil

@@ -25,6 +25,7 @@ import (
 // one of them, re-entries inside the hold work, shared holds (readers,
 // permits) do overlap, and nothing is left behind.
 func TestExclusionUnderContention(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	forEachEnvKind(t, func(t *testing.T, e *testEnv, k apiKind, name string) {
 		bg := context.Background()
 		clients := []*Client{e.client(t), e.client(t), e.client(t)}
@@ -100,6 +101,7 @@ func TestExclusionUnderContention(t *testing.T) {
 // another process gets it then, not before the lease could have run out,
 // and the crashed side's hold is marked lost too.
 func TestFailureModeCrashedHolderFreesLock(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	forEachEnvKind(t, func(t *testing.T, e *testEnv, k apiKind, name string) {
 		if e.mr != nil {
 			e.mr.ClockTTL(true) // leases run out in real time
@@ -263,14 +265,12 @@ func TestWaitersSurviveKilledSubscription(t *testing.T) {
 			}()
 		}
 		eventually(t, 2*time.Second, "the waiters subscribed", func() bool {
-			c2.ps.mu.Lock()
-			defer c2.ps.mu.Unlock()
 			n := 0
-			for _, ch := range c2.ps.chans {
-				if !c2.ps.confirmed(ch) {
+			for _, ch := range c2.ps.Channels() {
+				if !ch.Subscribed {
 					return false
 				}
-				n += len(ch.waiters)
+				n += ch.Waiters
 			}
 			return n == waiters
 		})

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redisync-go/redisync/internal/lease"
+	"github.com/redisync-go/redisync/internal/notify"
 	"github.com/redisync-go/redisync/internal/transport"
 
 	"github.com/redis/go-redis/v9"
@@ -57,7 +59,7 @@ func (c *Client) Mutex(name string, opts ...MutexOption) *Mutex {
 		err = fmt.Errorf("%w: on a Cluster, name %q and its unlock channel %q (Redisson's naming) hash to different slots", ErrInvalid, name, m.channel)
 	}
 	m.err = m.spec.wrap(err)
-	m.spec.ref = lockRef{c, KindMutex, name}
+	m.spec.ref = lease.Ref{Owner: c, Kind: KindMutex, Name: name}
 	m.spec.lease, m.spec.renewed = lc.leaseOf(c)
 	return m
 }
@@ -147,11 +149,11 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx con
 	}
 	if h != nil {
 		hctx, err := m.c.reenter(parent, wctx, wait, &m.spec, h, func(count int) call {
-			return m.script(h.field, count)
+			return m.script(h.Field, count)
 		}, func(r []int64) (int, bool) {
 			return int(r[1]), r[0] != 1
 		}, func(n int) call {
-			return script(lua.Unlock, []string{m.name}, h.field, n, h.lease.Milliseconds(), publish, unlockMessage, m.channel)
+			return script(lua.Unlock, []string{m.name}, h.Field, n, h.Lease.Milliseconds(), publish, unlockMessage, m.channel)
 		})
 		if err != nil {
 			return nil, err
@@ -182,12 +184,12 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx con
 	// rather than trying: fair among the goroutines of one process, and
 	// one failing round trip fewer per acquisition under contention. Its
 	// wait is still bounded by the holder's lease as last seen.
-	var mk mark
+	var mk notify.Mark
 	var next time.Duration
 	queued := false
 	if wait {
 		var until time.Time
-		mk, queued, until = m.c.ps.mark(m.channel)
+		mk, queued, until = m.c.ps.Mark(m.channel)
 		if y, yielding := m.c.co.keyYielding(m.name, time.Now()); yielding {
 			queued, until = true, y // other clients' turn (cohort.go)
 		}
@@ -238,11 +240,11 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx con
 			return a.grant(h.field, 1, renew(h.field))
 		},
 	}
-	if err := m.c.awaitFrom(wctx, mk, m.channel, wakeOne, next, try, false, acc); err != nil {
+	if err := m.c.awaitFrom(wctx, mk, m.channel, notify.WakeOne, next, try, false, acc); err != nil {
 		return nil, m.wrap(waitError(err, parent, bounded))
 	}
 	if !handed {
-		m.c.ps.rotate(m.channel)
+		m.c.ps.Rotate(m.channel)
 	}
 	return a.hctx, nil
 }
@@ -297,13 +299,13 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	if err := m.check(ctx); err != nil {
 		return err
 	}
-	return m.c.release(ctx, &m.spec, 1, func(ctx context.Context, h *hold, count int) (int64, time.Time, error) {
+	return m.c.release(ctx, &m.spec, 1, func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) {
 		if count == 1 && !m.c.noCohort {
-			if ho, mine := m.c.co.claim(m.name, m.c.ps.confirmedOn(m.channel)); ho != nil {
+			if ho, mine := m.c.co.claim(m.name, m.c.ps.ConfirmedOn(m.channel)); ho != nil {
 				return m.handOver(ctx, h, ho, mine)
 			}
 		}
-		return m.c.releaseBy(ctx, script(lua.Unlock, []string{m.name}, h.field, count, h.lease.Milliseconds(), publish, unlockMessage, m.channel))
+		return m.c.releaseBy(ctx, script(lua.Unlock, []string{m.name}, h.Field, count, h.Lease.Milliseconds(), publish, unlockMessage, m.channel))
 	})
 }
 
@@ -312,13 +314,13 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 // releases it for other clients; it reports h released (2), or lost
 // (goneAt) when Redis no longer had h's hold and the call was written
 // once (see writes). mine is this client's subscriptions to the channel.
-func (m *Mutex) handOver(ctx context.Context, h *hold, ho *handoff, mine int) (int64, time.Time, error) {
+func (m *Mutex) handOver(ctx context.Context, h *lease.Hold, ho *handoff, mine int) (int64, time.Time, error) {
 	if m.handInMemory(h, ho) {
 		return 2, time.Time{}, nil
 	}
 	ho.release = ho.acc.release(ho.field)
 	ho.st = m.c.stamp(&m.spec)
-	ho.st.handoff = true
+	ho.st.Handoff = true
 	pub := m.c.mode.publish()
 	count := ""
 	if ho.bounded {
@@ -328,7 +330,7 @@ func (m *Mutex) handOver(ctx context.Context, h *hold, ho *handoff, mine int) (i
 	if ho.acc.fence != "" {
 		keys = append(keys, ho.acc.fence)
 	}
-	k, w := transport.Counted(script(lua.Handoff, keys, h.field, ho.field, ho.acc.lease.Milliseconds(), count, pub, unlockMessage, mine, m.channel))
+	k, w := transport.Counted(script(lua.Handoff, keys, h.Field, ho.field, ho.acc.lease.Milliseconds(), count, pub, unlockMessage, mine, m.channel))
 	k.Takes, k.Direct = true, true // a release: bounded by ctx, releaseTimeout
 	// When the releaser leaves first (no reply within releaseTimeout),
 	// the script may still run: what it granted is given back when its
@@ -339,7 +341,7 @@ func (m *Mutex) handOver(ctx context.Context, h *hold, ho *handoff, mine int) (i
 			m.c.undo(ho.release)
 		}
 	})
-	ho.st.sent = rep.Sent
+	ho.st.Sent = rep.Sent
 	r, err := m.c.acquired(rep)
 	herr := err // what the receiver is told
 	if rep.Gone {
@@ -376,19 +378,17 @@ func (m *Mutex) handOver(ctx context.Context, h *hold, ho *handoff, mine int) (i
 // it last) and the ForceUnlock epoch as it is now, so a ForceUnlock in
 // this process from now on refuses the waiter's grant (given back, which
 // frees the lock), as it refuses a grant whose script is in flight.
-func (m *Mutex) handInMemory(h *hold, ho *handoff) bool {
-	if m.c.scriptHandoff || ho.bounded || ho.acc.fence != "" || m.c.ack.on() || !h.renewed || !ho.acc.renewed || ho.acc.lease != h.lease {
+func (m *Mutex) handInMemory(h *lease.Hold, ho *handoff) bool {
+	if m.c.scriptHandoff || ho.bounded || ho.acc.fence != "" || m.c.ack.on() || !h.Renewed || !ho.acc.renewed || ho.acc.lease != h.Lease {
 		return false
 	}
-	h.tmu.Lock()
-	why, sent := h.why, h.sent
-	h.tmu.Unlock()
-	if why != endUnlocked {
+	why, sent := h.Ended()
+	if why != lease.EndUnlocked {
 		return false
 	}
-	ho.field = h.field
-	ho.release = ho.acc.release(h.field)
-	ho.st = stamp{sent: sent, epoch: m.c.wd.epoch(m.spec.ref, nil), handoff: true}
+	ho.field = h.Field
+	ho.release = ho.acc.release(h.Field)
+	ho.st = lease.Stamp{Sent: sent, Epoch: m.c.wd.Epoch(m.spec.ref, nil), Handoff: true}
 	if !m.c.co.settle(ho, []int64{1, 1, 0}, nil) {
 		m.c.giveBackHandoff(ho) // the waiter left: the lock is freed
 	}
@@ -435,12 +435,12 @@ func hashLocked(ctx context.Context, c *Client, key string) (bool, error) {
 }
 
 // hashHolds returns the holds that the hold of ref ctx carries has in Redis.
-func hashHolds(ctx context.Context, c *Client, ref lockRef) (int, error) {
+func hashHolds(ctx context.Context, c *Client, ref lease.Ref) (int, error) {
 	h := held(ctx, ref)
 	if h == nil {
 		return 0, nil
 	}
-	n, err := c.rdb.HGet(ctx, ref.name, h.field).Int()
+	n, err := c.rdb.HGet(ctx, ref.Name, h.Field).Int()
 	if isNil(err) {
 		return 0, nil
 	}

@@ -135,9 +135,7 @@ func TestMutexWaitEndsWithContextAndLeavesNothing(t *testing.T) {
 			require.NoError(t, err)
 			assert.Empty(t, chans, "the waiters unsubscribed")
 		}
-		c.ps.mu.Lock()
-		assert.Empty(t, c.ps.chans)
-		c.ps.mu.Unlock()
+		assert.Empty(t, c.ps.Channels())
 		_ = holder
 	})
 }
@@ -404,7 +402,7 @@ func TestUnlockScriptIsIdempotent(t *testing.T) {
 		require.NoError(t, err)
 		_, err = m.Lock(ctx)
 		require.NoError(t, err)
-		field := held(ctx, m.spec.ref).field
+		field := held(ctx, m.spec.ref).Field
 		rdb := e.rdb(t)
 		for i := 0; i < 2; i++ { // the same command, delivered twice
 			n, err := lua.Unlock.Run(context.Background(), rdb, []string{"retried"}, field, 2, 30000, "publish", "0", "ch").Int64()
@@ -600,6 +598,7 @@ func TestMutexRedisRestart(t *testing.T) {
 }
 
 func TestWatchdogRenewsInBatches(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	forEachEnv(t, func(t *testing.T, e *testEnv) {
 		const locks = 100
 		const lease = 1500 * time.Millisecond

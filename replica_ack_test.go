@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisync-go/redisync/internal/faultproxy"
+	"github.com/redisync-go/redisync/internal/lease"
 	"github.com/redisync-go/redisync/internal/redistest"
 	"github.com/redisync-go/redisync/lua"
 )
@@ -69,6 +70,7 @@ func returnsAfterResume(t *testing.T, replica *redistest.Server, acquire func() 
 // them: with the replica paused they wait for it, and right after they
 // return the replica has the hash.
 func TestReplicaAckLockIsOnTheReplica(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	e := realEnv(t)
 	replica := ackReplica(t, e)
 	rr := replica.Client(t)
@@ -77,7 +79,7 @@ func TestReplicaAckLockIsOnTheReplica(t *testing.T) {
 	bg := context.Background()
 
 	lctx := returnsAfterResume(t, replica, func() (context.Context, error) { return m.Lock(bg) })
-	field := lctx.Value(m.spec.ref).(*hold).field
+	field := lctx.Value(m.spec.ref).(*lease.Hold).Field
 	got, err := rr.HGetAll(bg, "ack").Result()
 	require.NoError(t, err)
 	assert.Equal(t, map[string]string{field: "1"}, got, "the replica has the lock when Lock returns")

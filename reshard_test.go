@@ -249,10 +249,8 @@ func TestReshardInProgress(t *testing.T) {
 			}()
 			channel := waiter.Mutex(name).channel
 			eventually(t, 5*time.Second, "the waiter subscribed", func() bool {
-				waiter.ps.mu.Lock()
-				defer waiter.ps.mu.Unlock()
-				ch := waiter.ps.chans[channel]
-				return ch != nil && len(ch.waiters) == 1 && waiter.ps.confirmed(ch)
+				ch, ok := waiter.ps.Channel(channel)
+				return ok && ch.Waiters == 1 && ch.Subscribed
 			})
 			mig := rc.BeginMigration(t, redistest.SlotOf(t, rc.Masters[0], name), rc.Masters[1])
 			mig.Move(t, name)

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/redisync-go/redisync/internal/keys"
+	"github.com/redisync-go/redisync/internal/lease"
+	"github.com/redisync-go/redisync/internal/notify"
 	"github.com/redisync-go/redisync/lua"
 )
 
@@ -86,7 +88,7 @@ func (c *Client) RWMutex(name string, opts ...RWOption) *RWMutex {
 		err = fmt.Errorf("%w: lock name %q has a \"}\" outside a hash tag", ErrInvalid, name)
 	}
 	r.err = wrap(err)
-	lease, renewed := lc.leaseOf(c)
+	d, renewed := lc.leaseOf(c)
 	if lc.waiter > 0 {
 		r.waiter = lc.waiter
 	}
@@ -94,8 +96,8 @@ func (c *Client) RWMutex(name string, opts ...RWOption) *RWMutex {
 		r.fence = fenceKey(name)
 		wrap = wrapFor(c, "rw lock", name, append(layout, keyType{r.fence, "string"})...)
 	}
-	r.rspec = spec{ref: lockRef{c, KindRWRead, name}, lease: lease, renewed: renewed, wrap: wrap}
-	r.wspec = spec{ref: lockRef{c, KindRWWrite, name}, lease: lease, renewed: renewed, fenced: r.fence != "", wrap: wrap}
+	r.rspec = spec{ref: lease.Ref{Owner: c, Kind: KindRWRead, Name: name}, lease: d, renewed: renewed, wrap: wrap}
+	r.wspec = spec{ref: lease.Ref{Owner: c, Kind: KindRWWrite, Name: name}, lease: d, renewed: renewed, fenced: r.fence != "", wrap: wrap}
 	return r
 }
 
@@ -199,11 +201,11 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 			unlock = lua.RWRUnlock
 		}
 		hctx, err := r.c.reenter(parent, wctx, wait, s, h, func(count int) call {
-			return r.script(script, h.field, "", count, false)
+			return r.script(script, h.Field, "", count, false)
 		}, func(res []int64) (int, bool) {
 			return int(res[1]), res[0] != 1
 		}, func(n int) call {
-			return call{Script: unlock, Keys: r.keys, Args: []any{h.field, n, h.lease.Milliseconds(), publish, r.rchan, r.wchan}}
+			return call{Script: unlock, Keys: r.keys, Args: []any{h.Field, n, h.Lease.Milliseconds(), publish, r.rchan, r.wchan}}
 		})
 		if err != nil {
 			return nil, err
@@ -236,9 +238,9 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		// A downgrade: a read hold granted to the write hold's owner,
 		// which outlives the write hold's context but not the context the
 		// write hold was taken with, nor ctx when ctx ends on its own.
-		writer = oh.field
+		writer = oh.Field
 		p, cancel := context.WithCancelCause(context.WithoutCancel(parent))
-		stopW := context.AfterFunc(oh.parent, func() { cancel(context.Cause(oh.parent)) })
+		stopW := context.AfterFunc(oh.Parent, func() { cancel(context.Cause(oh.Parent)) })
 		// own follows parent (cancelled with it, in the same call when
 		// parent's chain is the standard library's), and its methods do
 		// not call parent's: ownEnd also runs in the write hold's end,
@@ -250,7 +252,7 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 			}
 		}
 		stopOwn := context.AfterFunc(own, func() {
-			if oh.live() {
+			if oh.Live() {
 				ownEnd()
 			}
 		})
@@ -258,7 +260,7 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		// whether parent ended first is decided when the write hold ends,
 		// before its context (and so parent, if derived from it) is
 		// cancelled.
-		oh.first(ownEnd)
+		oh.First(ownEnd)
 		a.hparent = p
 		ends = []func() bool{stopW, stopOwn, func() bool { cancel(nil); stopOwnCtx(); return true }}
 	}
@@ -277,7 +279,7 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		if oh == nil {
 			return nil
 		}
-		if why := oh.reason(); why != live && why != endUnlocked {
+		if why := oh.Reason(); why != lease.NotEnded && why != lease.EndUnlocked {
 			return endedError(oh)
 		}
 		return nil
@@ -309,9 +311,9 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 	}
 	done, next, err := try()
 	if err == nil && !done && wait {
-		channel, policy := r.wchan, wakeOne
+		channel, policy := r.wchan, notify.WakeOne
 		if read {
-			channel, policy = r.rchan, wakeAll
+			channel, policy = r.rchan, notify.WakeAll
 		}
 		err = r.c.await(wctx, channel, policy, next, try)
 	}
@@ -362,8 +364,8 @@ func (r *RWMutex) RUnlock(ctx context.Context) error {
 	if err := r.check(ctx); err != nil {
 		return err
 	}
-	return r.c.release(ctx, &r.rspec, 1, func(ctx context.Context, h *hold, count int) (int64, time.Time, error) {
-		return r.c.releaseBy(ctx, call{Script: lua.RWRUnlock, Keys: r.keys, Args: []any{h.field, count, h.lease.Milliseconds(), publish, r.rchan, r.wchan}})
+	return r.c.release(ctx, &r.rspec, 1, func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) {
+		return r.c.releaseBy(ctx, call{Script: lua.RWRUnlock, Keys: r.keys, Args: []any{h.Field, count, h.Lease.Milliseconds(), publish, r.rchan, r.wchan}})
 	})
 }
 
@@ -375,8 +377,8 @@ func (r *RWMutex) Unlock(ctx context.Context) error {
 	if err := r.check(ctx); err != nil {
 		return err
 	}
-	return r.c.release(ctx, &r.wspec, 1, func(ctx context.Context, h *hold, count int) (int64, time.Time, error) {
-		return r.c.releaseBy(ctx, call{Script: lua.RWUnlock, Keys: r.keys, Args: []any{h.field, count, h.lease.Milliseconds(), publish, r.rchan, r.wchan}})
+	return r.c.release(ctx, &r.wspec, 1, func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) {
+		return r.c.releaseBy(ctx, call{Script: lua.RWUnlock, Keys: r.keys, Args: []any{h.Field, count, h.Lease.Milliseconds(), publish, r.rchan, r.wchan}})
 	})
 }
 
@@ -432,7 +434,7 @@ func (r *RWMutex) count(ctx context.Context, s *spec, prefix string) (int, error
 	if h == nil {
 		return 0, nil
 	}
-	n, err := r.c.rdb.HGet(ctx, r.name, prefix+h.field).Int()
+	n, err := r.c.rdb.HGet(ctx, r.name, prefix+h.Field).Int()
 	if err != nil {
 		if isNil(err) {
 			return 0, nil

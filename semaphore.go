@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redisync-go/redisync/internal/keys"
+	"github.com/redisync-go/redisync/internal/lease"
 	"github.com/redisync-go/redisync/lua"
 )
 
@@ -92,7 +93,7 @@ func (c *Client) Semaphore(name string, opts ...SemaphoreOption) *Semaphore {
 		err = fmt.Errorf("%w: semaphore name %q contains \"}\" without a hash tag", ErrInvalid, name)
 	}
 	s.err = s.spec.wrap(err)
-	s.spec.ref = lockRef{c, KindSemaphore, name}
+	s.spec.ref = lease.Ref{Owner: c, Kind: KindSemaphore, Name: name}
 	s.spec.lease, s.spec.renewed = lc.leaseOf(c)
 	s.permits = lc.permits
 	return s
@@ -264,9 +265,9 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 	if err != nil {
 		return nil, s.wrap(err)
 	}
-	if h != nil && (h.lease != s.spec.lease || h.renewed != s.spec.renewed) {
+	if h != nil && (h.Lease != s.spec.lease || h.Renewed != s.spec.renewed) {
 		return nil, s.wrap(fmt.Errorf("%w: the context holds permits with a %s, this handle asks for a %s",
-			ErrInvalid, leaseText(h.lease, h.renewed), leaseText(s.spec.lease, s.spec.renewed)))
+			ErrInvalid, leaseText(h.Lease, h.Renewed), leaseText(s.spec.lease, s.spec.renewed)))
 	}
 	leaseMs := s.spec.lease.Milliseconds()
 	a := s.c.acquisition(&s.spec, parent, wctx, wait, nil, func(field string) call {
@@ -296,27 +297,27 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 		if held+n > maxPermits {
 			return false, 0, fmt.Errorf("%w: would hold more than %d permits", ErrInvalid, maxPermits)
 		}
-		r, err := s.c.underHold(wctx, wait, h, func(count int) call { return acquire(h.field, count) }, func(r []int64) {
+		r, err := s.c.underHold(wctx, wait, h, func(count int) call { return acquire(h.Field, count) }, func(r []int64) {
 			if r[0] == 1 {
-				s.c.undoHeld(giveBack(h.field, r[1]))
+				s.c.undoHeld(giveBack(h.Field, r[1]))
 			}
 		})
 		if err == nil {
 			switch r[0] {
 			case -1: // the hold's lease ran out in Redis before this process noticed
-				s.c.wd.end(h, endLost, ErrLeaseLost)
+				s.c.wd.End(h, lease.EndLost, ErrLeaseLost)
 			case 1:
-				h.count = int(r[1])
-				s.c.wd.extend(h, h.lastSent)
+				h.Count = int(r[1])
+				s.c.wd.Extend(h, h.LastSent)
 			}
-			h.mu.Unlock()
+			h.Mu.Unlock()
 		}
 		switch {
 		case errors.Is(err, errEnded):
 			return false, 0, endedError(h)
 		case notReplicated(err) != nil: // WithReplicaAck: take the n back, under h's lock
 			nr := notReplicated(err)
-			nr.undo = s.c.undoUnder(wctx, h, giveBack(h.field, int64(nr.count())))
+			nr.undo = s.c.undoUnder(wctx, h, giveBack(h.Field, int64(nr.count())))
 			return false, 0, err
 		case err != nil:
 			return false, 0, err
@@ -325,13 +326,13 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 		case r[0] == 0:
 			neverSet = r[2] == 0
 			return false, semBound(r[1]), nil
-		case !h.live():
+		case !h.Live():
 			// Lost (or ended) while the script was on its way: its
 			// permits go with the hold's give-back, as a Mutex
 			// re-entry's do.
 			return false, 0, endedError(h)
 		}
-		hctx = h.contextFor(parent)
+		hctx = h.ContextFor(parent)
 		return true, 0, nil
 	}
 	try := func() (bool, time.Duration, error) {
@@ -421,8 +422,8 @@ func (s *Semaphore) Release(ctx context.Context, n int) error {
 	if err := s.checkN("release", n); err != nil {
 		return err
 	}
-	return s.c.release(ctx, &s.spec, n, func(ctx context.Context, h *hold, count int) (int64, time.Time, error) {
-		return s.c.releaseBy(ctx, script(lua.SemRelease, s.keys, h.field, n, count, publish, semReclaimLimit, s.channel))
+	return s.c.release(ctx, &s.spec, n, func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) {
+		return s.c.releaseBy(ctx, script(lua.SemRelease, s.keys, h.Field, n, count, publish, semReclaimLimit, s.channel))
 	})
 }
 
@@ -444,9 +445,9 @@ func (s *Semaphore) heldWithin(ctx, wctx context.Context) (int, error) {
 	if h == nil {
 		return 0, nil
 	}
-	if err := h.mu.lockCtx(wctx); err != nil {
+	if err := h.Mu.LockCtx(wctx); err != nil {
 		return 0, err
 	}
-	defer h.mu.Unlock()
-	return h.count, nil
+	defer h.Mu.Unlock()
+	return h.Count, nil
 }

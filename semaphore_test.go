@@ -19,11 +19,9 @@ import (
 
 // semWaiters counts the local waiters registered on c's shared subscription.
 func semWaiters(c *Client) int {
-	c.ps.mu.Lock()
-	defer c.ps.mu.Unlock()
 	n := 0
-	for _, ch := range c.ps.chans {
-		n += len(ch.waiters)
+	for _, ch := range c.ps.Channels() {
+		n += ch.Waiters
 	}
 	return n
 }
@@ -31,18 +29,8 @@ func semWaiters(c *Client) int {
 // semSubscribed reports whether c has a confirmed subscription to channel
 // with at least n local waiters.
 func semSubscribed(c *Client, channel string, n int) bool {
-	c.ps.mu.Lock()
-	defer c.ps.mu.Unlock()
-	ch := c.ps.chans[channel]
-	if ch == nil || len(ch.waiters) < n {
-		return false
-	}
-	select {
-	case <-ch.ready:
-		return true
-	default:
-		return false
-	}
+	ch, ok := c.ps.Channel(channel)
+	return ok && ch.Waiters >= n && ch.Ready
 }
 
 // semState reads a semaphore's three keys as one string, to show that a
@@ -137,7 +125,7 @@ func TestSemaphoreOwners(t *testing.T) {
 		require.NoError(t, err)
 		b, err := s.Acquire(bg, 1)
 		require.NoError(t, err)
-		require.NotEqual(t, held(a, s.spec.ref).field, held(b, s.spec.ref).field)
+		require.NotEqual(t, held(a, s.spec.ref).Field, held(b, s.spec.ref).Field)
 		require.Equal(t, 1, s.held(a))
 		require.Equal(t, 1, s.held(b))
 
@@ -276,6 +264,7 @@ func TestSemaphorePermits(t *testing.T) {
 // closes under the Client, which never releases) gives its permits back
 // within one watchdog timeout, while a live holder keeps them longer.
 func TestSemaphoreCrashedHolder(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	forEachEnv(t, func(t *testing.T, e *testEnv) {
 		const wdt = 600 * time.Millisecond
 		bg := context.Background()
@@ -380,9 +369,7 @@ func TestSemaphoreWaitEndsWithContext(t *testing.T) {
 
 		require.Equal(t, 0, semWaiters(c), "waiter left registered")
 		eventually(t, time.Second, "channel unsubscribed", func() bool {
-			c.ps.mu.Lock()
-			defer c.ps.mu.Unlock()
-			return len(c.ps.chans) == 0
+			return len(c.ps.Channels()) == 0
 		})
 		require.Equal(t, 1, available(t, s), "a cancelled wait leaked a permit")
 		require.NoError(t, holder.Release(hctx, 1))
@@ -501,6 +488,7 @@ func TestSemaphoreAcquireMoreThanTotal(t *testing.T) {
 // written behind the library's back) are still found by a waiter, within
 // the bounded re-check.
 func TestSemaphoreLostMessage(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	forEachEnv(t, func(t *testing.T, e *testEnv) {
 		bg := context.Background()
 		c := e.client(t)

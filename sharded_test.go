@@ -71,10 +71,8 @@ func redissonPeer(t *testing.T, rdb redis.UniversalClient, c *Client, name strin
 		got <- err
 	}()
 	eventually(t, 2*time.Second, "the waiter to be subscribed", func() bool {
-		c.ps.mu.Lock()
-		defer c.ps.mu.Unlock()
-		x := c.ps.chans[ch]
-		return x != nil && len(x.waiters) == 1 && c.ps.confirmed(x)
+		x, ok := c.ps.Channel(ch)
+		return ok && x.Waiters == 1 && x.Subscribed
 	})
 	start := time.Now()
 	require.NoError(t, rdb.Eval(bg, redissonUnlock, []string{name, ch}, "0", field, pub).Err())
@@ -286,11 +284,9 @@ func TestClusterOneShardedConnectionPerNode(t *testing.T) {
 		}()
 	}
 	eventually(t, 5*time.Second, "every channel confirmed", func() bool {
-		c.ps.mu.Lock()
-		defer c.ps.mu.Unlock()
 		n := 0
-		for _, ch := range c.ps.chans {
-			if c.ps.confirmed(ch) {
+		for _, ch := range c.ps.Channels() {
+			if ch.Subscribed {
 				n++
 			}
 		}
@@ -302,14 +298,12 @@ func TestClusterOneShardedConnectionPerNode(t *testing.T) {
 		assert.Equal(t, 1, strings.Count(list, "ssub=")-strings.Count(list, "ssub=0 "),
 			"one sharded subscription connection on %s:\n%s", m.Addr(), list)
 	}
-	c.ps.mu.Lock()
-	assert.Len(t, c.ps.conns, 3)
-	for _, ch := range c.ps.chans {
-		node, err := cc.MasterForKey(bg, ch.name)
+	assert.Len(t, c.ps.Nodes(), 3)
+	for _, ch := range c.ps.Channels() {
+		node, err := cc.MasterForKey(bg, ch.Name)
 		require.NoError(t, err)
-		assert.Equal(t, node.Options().Addr, ch.conn.addr, ch.name)
+		assert.Equal(t, node.Options().Addr, ch.Node, ch.Name)
 	}
-	c.ps.mu.Unlock()
 	for i, name := range names {
 		require.NoError(t, holder.Mutex(name).Unlock(holds[i]))
 	}
@@ -390,11 +384,9 @@ func TestClusterShardedSubscriptionKilled(t *testing.T) {
 		}()
 	}
 	allConfirmed := func() bool {
-		c.ps.mu.Lock()
-		defer c.ps.mu.Unlock()
 		n := 0
-		for _, ch := range c.ps.chans {
-			if c.ps.confirmed(ch) {
+		for _, ch := range c.ps.Channels() {
+			if ch.Subscribed {
 				n++
 			}
 		}

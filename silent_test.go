@@ -65,6 +65,7 @@ func timed(t *testing.T, limit time.Duration, what string, heal func(), f func()
 // (the release retried in the background); a release that was not the
 // last one is counted once its reply comes, so the next Unlock is the last.
 func TestSilentReleaseReturnsWithinItsBound(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	const limit = releaseTimeout + 2*time.Second
 	bg := context.Background()
 	var waiter <-chan faultLockResult // the local waiter of the handover row
@@ -266,6 +267,7 @@ func TestUnlockAfterContextEndedOverResets(t *testing.T) {
 // A re-entry waits for the hold's lock (held by an earlier call through the
 // hold whose reply is slow) only as long as its context lasts.
 func TestReentryWaitsForTheHoldWithinItsContext(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	bg := context.Background()
 	rows := []struct {
 		name string

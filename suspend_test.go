@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redisync-go/redisync/internal/lease"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -12,12 +13,12 @@ import (
 // suspend stands for the machine being suspended for d (a laptop lid, a
 // VM suspended by its guest): the monotonic clock, which Go's timers and
 // time.Since read, does not count that time; the wall clock does (see
-// clock.go). It cannot suspend the test's machine, nor Redis: only the
+// internal/lease/clock.go). It cannot suspend the test's machine, nor Redis: only the
 // client's reading of the two clocks moves.
 func suspend(t *testing.T, d time.Duration) {
 	t.Helper()
-	testSuspend.Add(int64(d))
-	t.Cleanup(func() { testSuspend.Add(-int64(d)) })
+	lease.TestSuspend.Add(int64(d))
+	t.Cleanup(func() { lease.TestSuspend.Add(-int64(d)) })
 }
 
 // Issue 24: the local deadline ran on the monotonic clock, which stops

@@ -115,7 +115,7 @@ type swRow struct {
 	// frees whoever holds the lock when it runs (B too: B's release then
 	// says its lease was lost, as documented).
 	forces bool
-	want    swWant
+	want   swWant
 	// atReturn checks what must hold when the call returns; after, what
 	// must hold once the fault is over (when the fault was short).
 	atReturn func(r *swRun, err error)

@@ -98,7 +98,7 @@ func swSemOps(n int) func(c *Client, name string, opts []anyOpt) swOps {
 				if h == nil {
 					return 0, nil
 				}
-				v, err := c.rdb.HGet(context.Background(), s.keys[1], h.field).Int()
+				v, err := c.rdb.HGet(context.Background(), s.keys[1], h.Field).Int()
 				if isNil(err) {
 					return 0, nil
 				}
@@ -119,7 +119,7 @@ func swMultiOps(c *Client, name string, opts []anyOpt) swOps {
 			}
 			least := -1 // the least count among the names
 			for _, key := range m.names {
-				v, err := c.rdb.HGet(context.Background(), key, h.field).Int()
+				v, err := c.rdb.HGet(context.Background(), key, h.Field).Int()
 				if isNil(err) {
 					v, err = 0, nil
 				}

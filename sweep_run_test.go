@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisync-go/redisync/internal/faultproxy"
+	"github.com/redisync-go/redisync/internal/notify"
 	"github.com/redisync-go/redisync/lua"
 )
 
@@ -363,10 +364,10 @@ func newSweepRun(t *testing.T, row *swRow, m swMode) *swRun {
 	}
 	// B's subscription connection, up before B waits: B is to hear the
 	// first release the fault makes.
-	w, err := r.b.ps.subscribe("sweep:warm-up", wakeAll)
+	w, err := r.b.ps.Subscribe("sweep:warm-up", notify.WakeAll)
 	require.NoError(t, err)
-	require.NoError(t, w.ready(bg, 5*time.Second))
-	w.leave()
+	require.NoError(t, w.Ready(bg, 5*time.Second))
+	w.Leave()
 	r.base = r.state()
 	if m.lost {
 		r.opts = []anyOpt{WithLease(swLostLease)}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redisync-go/redisync/internal/notify"
 )
 
 // releaseTimeout bounds a release whose caller's context is already done.
@@ -62,7 +63,7 @@ type attempt func() (done bool, next time.Duration, err error)
 // happens between the caller's try and the subscription is not missed. It
 // returns ctx's error when ctx ends and ErrClosed when the client closes.
 func (c *Client) await(ctx context.Context, channel string, wake func(string) int, first time.Duration, try attempt) error {
-	return c.awaitFrom(ctx, mark{}, channel, wake, first, try, false, nil)
+	return c.awaitFrom(ctx, notify.Mark{}, channel, wake, first, try, false, nil)
 }
 
 // awaitShared is await for waiters that may need different amounts of one
@@ -70,23 +71,23 @@ func (c *Client) await(ctx context.Context, channel string, wake func(string) in
 // what came free passes its wake-up to the next waiter behind it, which may
 // need less, instead of leaving it idle until the next bound.
 func (c *Client) awaitShared(ctx context.Context, channel string, wake func(string) int, first time.Duration, try attempt) error {
-	return c.awaitFrom(ctx, mark{}, channel, wake, first, try, true, nil)
+	return c.awaitFrom(ctx, notify.Mark{}, channel, wake, first, try, true, nil)
 }
 
-// awaitFrom is await for a caller that took m (c.ps.mark(channel)) before its
+// awaitFrom is await for a caller that took m (c.ps.Mark(channel)) before its
 // own try, or instead of it: when the channel was live then and nothing was
 // delivered on it since, the retry before the first wait is skipped, saving
 // a round trip per wait under contention. With acc, the waiter can be
 // handed the lock by a local releaser while it waits (cohort.go): then
 // acc.take stands for the next try.
-func (c *Client) awaitFrom(ctx context.Context, m mark, channel string, wake func(string) int, first time.Duration, try attempt, passOn bool, acc *acceptor) error {
-	w, err := c.ps.subscribe(channel, wake)
+func (c *Client) awaitFrom(ctx context.Context, m notify.Mark, channel string, wake func(string) int, first time.Duration, try attempt, passOn bool, acc *acceptor) error {
+	w, err := c.ps.Subscribe(channel, wake)
 	if err != nil {
 		return err
 	}
 	var e *waitEntry // with acc: it may be handed the lock while idle
 	if acc != nil {
-		e = c.co.join(channel, acc, w.wakeNow, w.c)
+		e = c.co.join(channel, acc, w.WakeNow, w.Woken())
 	}
 	defer func() {
 		if e != nil {
@@ -94,18 +95,18 @@ func (c *Client) awaitFrom(ctx context.Context, m mark, channel string, wake fun
 				c.giveBackHandoff(h)
 			}
 		}
-		w.leave()
+		w.Leave()
 	}()
 	// waitIdle waits, and meanwhile the waiter may be handed the lock.
 	waitIdle := func(d time.Duration) (bool, error) {
 		if e != nil {
 			c.co.setIdle(e, true)
 		}
-		return w.wait(ctx, d)
+		return w.Wait(ctx, d)
 	}
-	w.note(first)
-	if w.missed(m) {
-		if err := w.ready(ctx, first); err != nil {
+	w.Note(first)
+	if w.Missed(m) {
+		if err := w.Ready(ctx, first); err != nil {
 			return err
 		}
 	} else if _, err := waitIdle(first); err != nil {
@@ -138,9 +139,9 @@ func (c *Client) awaitFrom(ctx context.Context, m mark, channel string, wake fun
 		if err != nil || done {
 			return err
 		}
-		w.note(next)
+		w.Note(next)
 		if woken && passOn {
-			w.passOn()
+			w.PassOn()
 		}
 		if woken, err = waitIdle(next); err != nil {
 			return err

@@ -80,12 +80,20 @@ func TestMatrix(t *testing.T) {
 					if g.opts.shared {
 						t.Parallel()
 					}
+					cellSlots <- struct{}{}
+					defer func() { <-cellSlots }()
 					runCellWith(t, fx, c, c.prim(), func(msg string) { t.Error(msg) }, g.opts)
 				})
 			}
 		})
 	}
 }
+
+// cellSlots bounds the cells that run at once, whatever go test's
+// -parallel says: each is seconds of contention across three Clients on a
+// shared deployment, and four at a time is what two cores carry while
+// other packages' tests run beside them.
+var cellSlots = make(chan struct{}, 4)
 
 // distinctSlots fails t unless the locks of cells are in slots of their
 // own: cells that run at once each move their lock's slot.

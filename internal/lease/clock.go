@@ -1,4 +1,4 @@
-package redisync
+package lease
 
 import (
 	"sync/atomic"
@@ -20,9 +20,9 @@ import (
 // monoBase is the origin of the holds' deadlines.
 var monoBase = time.Now()
 
-// testSuspend is added to every lead: tests stand for a suspend with it
+// TestSuspend is added to every lead: tests stand for a suspend with it
 // (see suspend_test.go). Always 0 otherwise.
-var testSuspend atomic.Int64
+var TestSuspend atomic.Int64
 
 // clockAt is a moment on the holds' clock: t's monotonic reading, and the
 // wall clock's lead over it, both since monoBase.
@@ -30,7 +30,7 @@ type clockAt struct{ mono, lead int64 }
 
 func clockOf(t time.Time) clockAt {
 	mono := int64(t.Sub(monoBase))
-	return clockAt{mono: mono, lead: t.UnixNano() - monoBase.UnixNano() - mono + testSuspend.Load()}
+	return clockAt{mono: mono, lead: t.UnixNano() - monoBase.UnixNano() - mono + TestSuspend.Load()}
 }
 
 // since returns how long it is from a to now on the holds' clock: the

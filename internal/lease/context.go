@@ -1,10 +1,8 @@
-package redisync
+package lease
 
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
-	"time"
 )
 
 // The hold's context tells the truth from the moment its local deadline
@@ -19,35 +17,7 @@ import (
 // context with cause ErrLeaseLost before that method returns. Contexts the
 // user derives from them are cancelled by that, as soon as it happens.
 
-// dlStore is a hold's local deadline (see deadline), on the holds' clock
-// (clock.go), readable without its lock; nil when the hold has none to
-// watch (not yet registered, or ended).
-type dlStore struct{ at atomic.Pointer[clockAt] }
-
-func (d *dlStore) set(t time.Time) { at := clockOf(t); d.at.Store(&at) }
-func (d *dlStore) clear()          { d.at.Store(nil) }
-
-// passed reports whether the deadline has passed.
-func (d *dlStore) passed() bool {
-	at := d.at.Load()
-	return at != nil && at.since(clockOf(time.Now())) >= 0
-}
-
-// left returns how long until the deadline passes (0 when it has, or when
-// there is none).
-func (d *dlStore) left() time.Duration {
-	at := d.at.Load()
-	if at == nil {
-		return 0
-	}
-	return time.Duration(max(0, -at.since(clockOf(time.Now()))))
-}
-
-// expired reports whether the deadline dl (see deadline) has passed on the
-// holds' clock.
-func expired(dl time.Time) bool { return clockOf(dl).since(clockOf(time.Now())) >= 0 }
-
-// overdue ends h as lost if its local deadline has passed and it is still
+// Overdue ends h as lost if its local deadline has passed and it is still
 // live, as its timer would (the timer may not have run yet: the process
 // was stopped), and reports whether its deadline had passed. When it
 // returns true, every context of the hold is cancelled: if another
@@ -55,13 +25,13 @@ func expired(dl time.Time) bool { return clockOf(dl).since(clockOf(time.Now())) 
 // hold's firsts must not call the methods of its contexts: see
 // hold.first). The give-back to Redis runs in the background: the caller
 // may hold h.mu.
-func (h *hold) overdue() bool {
+func (h *Hold) Overdue() bool {
 	if !h.dl.passed() {
 		return false
 	}
-	c := h.ref.c
-	if c.wd.end(h, endLost, ErrLeaseLost) {
-		go c.giveBack(h)
+	k := h.k
+	if k.End(h, EndLost, k.cfg.Errors.Lost) {
+		go k.cfg.GiveBack(h)
 	} else {
 		<-h.over // ended by another goroutine, which is cancelling its contexts
 	}
@@ -73,7 +43,7 @@ func (h *hold) overdue() bool {
 // (see overdue), so what they report is true from that moment on.
 type holdCtx struct {
 	context.Context
-	h *hold
+	h *Hold
 }
 
 func (c *holdCtx) Err() error {
@@ -83,33 +53,33 @@ func (c *holdCtx) Err() error {
 	// Read again whatever overdue says: the hold may have ended since the
 	// read above (its end cancels the context, then clears the deadline
 	// that overdue looks at).
-	c.h.overdue()
+	c.h.Overdue()
 	return c.Context.Err()
 }
 
 func (c *holdCtx) Done() <-chan struct{} {
-	c.h.overdue()
+	c.h.Overdue()
 	return c.Context.Done()
 }
 
 // Value also serves context.Cause, which reads the cancellation's cause
 // through it.
 func (c *holdCtx) Value(key any) any {
-	c.h.overdue()
+	c.h.Overdue()
 	return c.Context.Value(key)
 }
 
 func (c *holdCtx) String() string {
-	return fmt.Sprintf("%v.WithHold(%s %q)", c.Context, c.h.ref.kind, c.h.ref.name)
+	return fmt.Sprintf("%v.WithHold(%s %q)", c.Context, c.h.Ref.Kind, c.h.Ref.Name)
 }
 
-// tie cancels cancel, with the hold's cause, when h ends, synchronously
+// Tie cancels cancel, with the hold's cause, when h ends, synchronously
 // (at once if it has ended); untie undoes it.
-func (h *hold) tie(cancel context.CancelCauseFunc) (untie func()) {
+func (h *Hold) Tie(cancel context.CancelCauseFunc) (untie func()) {
 	h.tmu.Lock()
-	if h.why != live {
+	if h.why != NotEnded {
 		h.tmu.Unlock()
-		cancel(context.Cause(h.ctx))
+		cancel(context.Cause(h.Ctx))
 		return func() {}
 	}
 	if h.ties == nil {
@@ -126,16 +96,16 @@ func (h *hold) tie(cancel context.CancelCauseFunc) (untie func()) {
 	}
 }
 
-// contextFor returns the context a re-entry with ctx hands out: ctx itself
+// ContextFor returns the context a re-entry with ctx hands out: ctx itself
 // when it ends with the hold (it is the hold's context, or carries values
 // on top of it), else a child of ctx that also ends when the hold does,
 // and like the hold's own context tells from its deadline.
-func (h *hold) contextFor(ctx context.Context) context.Context {
-	if ctx.Done() == h.ctx.Done() {
+func (h *Hold) ContextFor(ctx context.Context) context.Context {
+	if ctx.Done() == h.Ctx.Done() {
 		return ctx
 	}
 	cctx, cancel := context.WithCancelCause(ctx)
-	untie := h.tie(cancel)
+	untie := h.Tie(cancel)
 	context.AfterFunc(cctx, untie)
 	return &holdCtx{Context: cctx, h: h}
 }

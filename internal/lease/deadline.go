@@ -1,0 +1,57 @@
+package lease
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// margin is how long before a lease's expiry in Redis its holder is told it
+// is lost: room for the difference between the two clocks' rates, for the
+// timer's latency (up to 10ms measured under the race detector on a busy
+// 2-core machine) and for the holder to react.
+func margin(lease time.Duration) time.Duration {
+	return max(lease/10, min(lease/2, 20*time.Millisecond))
+}
+
+// Deadline is when a lease set by a script sent at sent must be taken as
+// lost. Redis counts expiries on a clock of whole milliseconds, so a PEXPIRE
+// of n ms can expire as little as n-1 ms after it ran: the Deadline counts
+// a millisecond less, then the margin.
+func Deadline(sent time.Time, lease time.Duration) time.Time {
+	return sent.Add(lease - time.Millisecond - margin(lease))
+}
+
+// WholeMs rounds d up to whole milliseconds, the resolution of Redis's
+// leases, so the local deadline and Redis count the same lease.
+func WholeMs(d time.Duration) time.Duration {
+	return (d + time.Millisecond - 1) / time.Millisecond * time.Millisecond
+}
+
+// dlStore is a hold's local deadline (see deadline), on the holds' clock
+// (clock.go), readable without its lock; nil when the hold has none to
+// watch (not yet registered, or ended).
+type dlStore struct{ at atomic.Pointer[clockAt] }
+
+func (d *dlStore) set(t time.Time) { at := clockOf(t); d.at.Store(&at) }
+
+func (d *dlStore) clear() { d.at.Store(nil) }
+
+// passed reports whether the deadline has passed.
+func (d *dlStore) passed() bool {
+	at := d.at.Load()
+	return at != nil && at.since(clockOf(time.Now())) >= 0
+}
+
+// left returns how long until the deadline passes (0 when it has, or when
+// there is none).
+func (d *dlStore) left() time.Duration {
+	at := d.at.Load()
+	if at == nil {
+		return 0
+	}
+	return time.Duration(max(0, -at.since(clockOf(time.Now()))))
+}
+
+// Expired reports whether the deadline dl (see deadline) has passed on the
+// holds' clock.
+func Expired(dl time.Time) bool { return clockOf(dl).since(clockOf(time.Now())) >= 0 }

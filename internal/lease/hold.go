@@ -1,0 +1,166 @@
+package lease
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redisync-go/redisync/internal/transport"
+)
+
+// EndReason says why a hold ended.
+type EndReason uint8
+
+const (
+	NotEnded    EndReason = iota
+	EndUnlocked           // its last hold was released
+	EndParent             // the context it was taken with ended
+	EndLost               // its lease was lost, or may have been
+	EndForced             // ForceUnlock in this process
+	EndClosed             // Client.Close
+)
+
+// Hold is one owner's Hold of one lock (or of one semaphore's permits) in
+// this process. While it lives, its lease is kept alive by the watchdog (or,
+// for a fixed lease, watched), and its context is live; when it ends, for
+// whatever reason, its context is cancelled first, and then redisync makes
+// sure Redis does not keep it either.
+type Hold struct {
+	Ref     Ref
+	Field   string // the owner's Redis field
+	Scope   any    // the owner's scope it was taken in (redisync's WithOwner); compared only
+	Lease   time.Duration
+	Renewed bool // renewed by the watchdog; false for a fixed lease
+	// Renew and release hold one call per Redis slot the hold is on (one
+	// for every primitive but a MultiLock across slots). Each Renew call
+	// returns 1 while held there, 0 once gone: the hold is renewed when
+	// every one says 1, and lost when any says 0. The release calls give
+	// up the whole hold, and are harmless when it is already gone.
+	Renew   []transport.Call
+	Release []transport.Call
+	One     [2]transport.Call // backs renew and release for one call each: no allocation
+	Parent  context.Context
+	Ctx     context.Context // carries the hold; ends with it
+	cancel  context.CancelCauseFunc
+
+	// Parts: the hold is on several locks, and can be lost from some of
+	// them only (a MultiLock): a loss gives back the others. covers are
+	// those locks, which a ForceUnlock in this process ends it with.
+	Parts  bool
+	Covers []Ref
+
+	// Mu serialises the scripts that change this hold (re-entries,
+	// releases, a give-back), so the count sent stays in step with Redis
+	// even when goroutines share the hold. A call waits for it only as
+	// long as its context lasts (lockCtx): an earlier call that left may
+	// keep it until its reply comes.
+	Mu       HoldLock
+	Count    int
+	LastSent time.Time // when the newest script under mu was sent
+
+	Taken  time.Time        // when it was granted
+	Token  int64            // fencing token (WithFencing); 0: none, and re-entries share it
+	Tokens map[string]int64 // a fenced MultiLock's: each name's token (token is one of them)
+
+	dl   dlStore       // the local deadline while live, for the hold's contexts (context.go)
+	over chan struct{} // closed once the hold has ended and its contexts are cancelled
+
+	tmu   sync.Mutex // guards the fields below
+	sent  time.Time  // when the newest script that set the lease was sent
+	timer *time.Timer
+	why   EndReason
+	stops []func() bool                      // undone when the hold ends
+	ties  map[uint64]context.CancelCauseFunc // re-entries' contexts, cancelled when it ends
+	nties uint64
+	// firsts run when the hold ends, before its context is cancelled:
+	// what they see of other contexts was not caused by its end.
+	firsts []func()
+
+	k *Keeper // set by Add
+}
+
+// Live reports whether h is Live; a hold whose local deadline has passed is
+// not, even before its timer has run (it is ended then, see overdue).
+func (h *Hold) Live() bool {
+	return h.Reason() == NotEnded
+}
+
+// Reason says why h ended, or live; see live.
+func (h *Hold) Reason() EndReason {
+	h.Overdue()
+	h.tmu.Lock()
+	why := h.why
+	h.tmu.Unlock()
+	if why != NotEnded {
+		// Ended: once every context of the hold is cancelled, so that a
+		// caller told it ended finds its context done too.
+		<-h.over
+	}
+	return why
+}
+
+// OnEnd registers stop to be called when the hold ends (at once if it has).
+func (h *Hold) OnEnd(stop func() bool) {
+	h.tmu.Lock()
+	if h.why == NotEnded {
+		h.stops = append(h.stops, stop)
+		h.tmu.Unlock()
+		return
+	}
+	h.tmu.Unlock()
+	stop()
+}
+
+// First registers f to run when the hold ends, before its context is
+// cancelled; at once if it has ended. f runs while the hold is ending: it
+// must not call the methods of the hold's contexts, nor of contexts
+// derived from them, which wait for the end.
+func (h *Hold) First(f func()) {
+	h.tmu.Lock()
+	if h.why == NotEnded {
+		h.firsts = append(h.firsts, f)
+		h.tmu.Unlock()
+		return
+	}
+	h.tmu.Unlock()
+	f()
+}
+
+// Stamp is what an attempt notes before sending its script: when, and the
+// lock's ForceUnlock epoch (with those of the locks it covers).
+type Stamp struct {
+	Sent    time.Time
+	Epoch   uint64
+	Handoff bool // the attempt was a local holder's hand-over (redisync's cohort)
+}
+
+// Ref names one lock of one Client: the key under which a context
+// carries a hold of it.
+type Ref struct {
+	Owner any    // the client the lock is one of (its identity only)
+	Kind  string // the kind of lock (redisync's KindMutex, ...)
+	Name  string
+}
+
+// Ended reports why h ended (NotEnded while it lives), and when the
+// newest script that set its lease was sent, without waiting for its end
+// to complete (see Reason).
+func (h *Hold) Ended() (why EndReason, sent time.Time) {
+	h.tmu.Lock()
+	defer h.tmu.Unlock()
+	return h.why, h.sent
+}
+
+// InTime reports whether h's local deadline, as its newest lease set it,
+// has not passed yet: a reply that came now came while h could still be
+// held.
+func (h *Hold) InTime() bool {
+	h.tmu.Lock()
+	dl := Deadline(h.sent, h.Lease)
+	h.tmu.Unlock()
+	return !Expired(dl)
+}
+
+// Left returns how long until h's local deadline passes (0 once it has,
+// or when h is not registered or has ended).
+func (h *Hold) Left() time.Duration { return h.dl.left() }

@@ -1,0 +1,343 @@
+package lease
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/redisync-go/redisync/internal/transport"
+)
+
+// Keeper owns a client's table of live holds and the one goroutine that
+// renews their leases, in pipelined batches, so 10,000 holds cost a
+// handful of round trips, not 10,000 timers. The holds of one lease (the
+// client's watchdog timeout, Config.Lease, or a lock's WithRenewedLease) form a cadence,
+// renewed all together every third of that lease; the loop wakes for the
+// cadence due first, and renews in the same round every cadence due
+// within half the shortest interval, so that slower cadences share the
+// rounds of the fastest.
+//
+// Each hold also has a local deadline, counted from when the newest script
+// that set its lease was sent, a margin before Redis could let the lease
+// expire. A timer fires it independently of the renewal loop, so a renewal
+// stuck on a silent connection cannot keep a holder from hearing that its
+// lease is gone before anyone else can take the lock.
+type Keeper struct {
+	cfg      Config
+	interval time.Duration
+
+	mu      sync.Mutex
+	holds   map[*Hold]struct{}
+	cad     map[time.Duration]time.Time // the next round of each cadence (by lease) of renewed holds
+	kick    chan struct{}               // wakes the loop: a new cadence
+	forced  map[Ref]uint64              // ForceUnlocks so far, per lock
+	forcing map[Ref]int                 // ForceUnlocks in flight, per lock
+	calm    map[Ref]chan struct{}       // closed when a lock's last one in flight answers
+	closed  bool
+
+	stop chan struct{}
+	done chan struct{}
+	// rounds is the renewals' context, cancelled by close: a renewal on
+	// a silent link does not hold Close up.
+	rounds context.Context
+	cancel context.CancelFunc
+}
+
+// batchSize bounds one pipeline; 10,000 holds take 5 round trips per tick.
+const batchSize = 2000
+
+// Config is what a Keeper is made with: the transport its renewals go
+// through, and what it calls back.
+type Config struct {
+	Transport *transport.Transport
+	// Lease is the default lease; the loop sleeps at most a third of it.
+	Lease time.Duration
+	// Closed is closed when the owner closes: Unforced stops waiting.
+	Closed <-chan struct{}
+	Log    *slog.Logger
+	// GiveBack releases in Redis, in the background, a hold that ended
+	// while Redis may still have it.
+	GiveBack func(*Hold)
+	// Ended is told of every hold's end, once, after its contexts are
+	// cancelled.
+	Ended func(h *Hold, why EndReason, cause error)
+	// Acked, when set, checks a renewal's reply: an error (replicas did
+	// not acknowledge it) counts as a failed renewal.
+	Acked func(transport.Reply) error
+	// Renewed, when set, is told of every round that renewed holds.
+	Renewed func(Round)
+	// Errors are the errors it reports.
+	Errors Errors
+}
+
+// Errors are the owner's errors, which the Keeper reports: Lost is the
+// cause of a lost hold's contexts, ClosedHold that of the holds ended by
+// Close; Closed is what Add and Unforced return once closed; Untrusted is
+// what Add returns for a grant a ForceUnlock may have overtaken.
+type Errors struct {
+	Lost, Closed, ClosedHold, Untrusted error
+}
+
+// Round is what one renewal round did.
+type Round struct {
+	Holds, Lost, Failed, RoundTrips int
+	Took                            time.Duration
+}
+
+// New starts the keeper of cfg; Close stops it.
+func New(cfg Config) *Keeper {
+	w := &Keeper{
+		cfg:      cfg,
+		interval: cfg.Lease / 3,
+		holds:    map[*Hold]struct{}{},
+		cad:      map[time.Duration]time.Time{},
+		kick:     make(chan struct{}, 1),
+		forced:   map[Ref]uint64{},
+		forcing:  map[Ref]int{},
+		calm:     map[Ref]chan struct{}{},
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	w.rounds, w.cancel = context.WithCancel(context.Background())
+	go w.run()
+	return w
+}
+
+// Add starts h, whose lease was set by a script stamped st: h gets its
+// context (h.Ctx: a child of h.Parent that carries h under h.Ref, and
+// tells from its deadline), and its lease is kept from now on. It
+// registers nothing and returns Errors.Closed once the keeper is closed,
+// and Errors.Untrusted when a ForceUnlock of the lock came after st; h's
+// context is then cancelled with that error.
+func (w *Keeper) Add(h *Hold, st Stamp) error {
+	h.k = w
+	h.dl.clear() // until registered
+	h.over = make(chan struct{})
+	cctx, cancel := context.WithCancelCause(h.Parent)
+	h.Ctx, h.cancel = &holdCtx{Context: context.WithValue(cctx, h.Ref, h), h: h}, cancel
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		cancel(w.cfg.Errors.Closed)
+		return w.cfg.Errors.Closed
+	}
+	if !w.trusted(st.Epoch, h.Ref, h.Covers) {
+		cancel(w.cfg.Errors.Untrusted)
+		return w.cfg.Errors.Untrusted
+	}
+	sent := st.Sent
+	w.holds[h] = struct{}{}
+	if _, ok := w.cad[h.Lease]; h.Renewed && !ok {
+		// The first hold of its lease: its cadence's first round is a
+		// third of the lease from now; the loop may be asleep for longer.
+		w.cad[h.Lease] = time.Now().Add(h.Lease / 3)
+		select {
+		case w.kick <- struct{}{}:
+		default:
+		}
+	}
+	h.tmu.Lock()
+	h.sent = sent
+	h.dl.set(Deadline(sent, h.Lease))
+	h.timer = time.AfterFunc(h.dl.left(), func() {
+		if w.End(h, EndLost, w.cfg.Errors.Lost) {
+			w.cfg.GiveBack(h) // Redis may keep it a little longer: give it back
+		}
+	})
+	h.tmu.Unlock()
+	return nil
+}
+
+// Extend moves h's local deadline after a script sent at sent set its lease.
+// A deadline that has passed is not moved: the hold was lost then, whether
+// or not anyone has looked yet, and a late reply does not bring it back.
+func (w *Keeper) Extend(h *Hold, sent time.Time) {
+	h.tmu.Lock()
+	defer h.tmu.Unlock()
+	if h.why != NotEnded || !sent.After(h.sent) || h.dl.passed() {
+		return
+	}
+	h.sent = sent
+	h.dl.set(Deadline(sent, h.Lease))
+	h.timer.Reset(h.dl.left())
+}
+
+// End ends h for why: it leaves the table, its deadline stops, and its
+// context is cancelled with cause, before anything else happens. It reports
+// whether this call ended it; only one caller ever gets true.
+func (w *Keeper) End(h *Hold, why EndReason, cause error) bool {
+	w.mu.Lock()
+	delete(w.holds, h)
+	w.mu.Unlock()
+	h.tmu.Lock()
+	if h.why != NotEnded {
+		h.tmu.Unlock()
+		return false
+	}
+	h.why = why
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+	stops, ties, firsts := h.stops, h.ties, h.firsts
+	h.stops, h.ties, h.firsts = nil, nil, nil
+	h.tmu.Unlock()
+	for _, f := range firsts {
+		f()
+	}
+	h.cancel(cause)
+	for _, cancel := range ties {
+		cancel(cause)
+	}
+	// Only now that every context of the hold is cancelled: until then,
+	// one that finds the deadline passed waits for this (see overdue).
+	h.dl.clear()
+	close(h.over)
+	for _, stop := range stops {
+		stop()
+	}
+	w.cfg.Ended(h, why, cause)
+	return true
+}
+
+// Epoch returns how many times ref's lock was force-unlocked in this
+// process: a grant whose script was sent before a ForceUnlock and whose
+// reply came after it cannot tell which ran first, and is given back.
+// A hold that covers other locks (a MultiLock's names) counts theirs too:
+// the sum, which moves when any of them is force-unlocked.
+func (w *Keeper) Epoch(ref Ref, covers []Ref) uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.epochLocked(ref, covers)
+}
+
+func (w *Keeper) epochLocked(ref Ref, covers []Ref) uint64 {
+	n := w.forced[ref]
+	for _, r := range covers {
+		n += w.forced[r]
+	}
+	return n
+}
+
+// trusted reports whether a grant of ref (covering covers) stamped with
+// epoch can be trusted: no ForceUnlock of any of them came after the
+// stamp, and none is in flight. Call with w.mu held.
+func (w *Keeper) trusted(epoch uint64, ref Ref, covers []Ref) bool {
+	if w.epochLocked(ref, covers) != epoch || w.forcing[ref] > 0 {
+		return false
+	}
+	for _, r := range covers {
+		if w.forcing[r] > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// Force ends, with ErrLeaseLost, every hold of ref's lock (any owner),
+// before a ForceUnlock frees it, and makes grants in flight unusable: the
+// epoch is bumped under the same lock that collects the holds, so a grant
+// either registers before and is ended here, or finds the epoch moved.
+// Call done once the ForceUnlock's script has answered (from the
+// transport's late callback when the caller left before: the script may
+// still be on its way, and frees what holds the lock when it runs): until
+// then no grant of the lock is trusted (its script may have run before
+// the ForceUnlock's, and its hold be freed by it), new attempts wait for
+// it (see unforced), and the epoch moves again, so that a grant sent
+// meanwhile and answered later is refused too. A MultiLock's hold that
+// covers the lock ends too, and done gives back its other locks (only
+// then: the ForceUnlock finds the lock held, as it was). A MultiLock's
+// grant in flight is refused as well (its stamp counts the ForceUnlocks
+// of every name it covers).
+func (w *Keeper) Force(ref Ref) (done func()) {
+	w.mu.Lock()
+	w.forced[ref]++
+	if w.forcing[ref]++; w.forcing[ref] == 1 {
+		w.calm[ref] = make(chan struct{})
+	}
+	var hs []*Hold
+	for h := range w.holds {
+		if h.Ref == ref || slices.Contains(h.Covers, ref) {
+			hs = append(hs, h)
+		}
+	}
+	w.mu.Unlock()
+	var others []*Hold // MultiLocks: their other names are given back after
+	for _, h := range hs {
+		if w.End(h, EndForced, w.cfg.Errors.Lost) && h.Ref != ref {
+			others = append(others, h)
+		}
+	}
+	return func() {
+		for _, h := range others {
+			w.cfg.GiveBack(h)
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		// A grant whose script ran before the ForceUnlock's can answer
+		// after it: refused while it is in flight, and by the epoch after.
+		w.forced[ref]++
+		if w.forcing[ref]--; w.forcing[ref] == 0 {
+			delete(w.forcing, ref)
+			close(w.calm[ref])
+			delete(w.calm, ref)
+		}
+	}
+}
+
+// resumed sets again the timers of every hold after the wall clock jumped
+// ahead of the monotonic one (the machine was suspended): the timers count
+// monotonic time, and would tell the holders late. A hold whose deadline
+// passed meanwhile is told at once; so is one whose context is read first
+// (see dlStore).
+func (w *Keeper) resumed() {
+	w.mu.Lock()
+	hs := make([]*Hold, 0, len(w.holds))
+	for h := range w.holds {
+		hs = append(hs, h)
+	}
+	w.mu.Unlock()
+	for _, h := range hs {
+		h.tmu.Lock()
+		if h.why == NotEnded && h.timer != nil {
+			h.timer.Reset(h.dl.left())
+		}
+		h.tmu.Unlock()
+	}
+}
+
+// Unforced returns the epoch of ref's lock (with those of covers, see
+// epoch) once no ForceUnlock of any of them is in flight in this process:
+// an attempt stamped while one is could not tell whether its script ran
+// before the ForceUnlock's, and its grant would be refused; stamped after
+// the ForceUnlock's script answered, it ran after it. Without wait it
+// reports false at once instead of waiting; it returns ctx's error when
+// ctx ends first, and ErrClosed when the client closes.
+func (w *Keeper) Unforced(ctx context.Context, ref Ref, covers []Ref, wait bool) (uint64, bool, error) {
+	for {
+		w.mu.Lock()
+		ch := w.calm[ref]
+		for _, r := range covers {
+			if ch == nil {
+				ch = w.calm[r]
+			}
+		}
+		if ch == nil {
+			epoch := w.epochLocked(ref, covers)
+			w.mu.Unlock()
+			return epoch, true, nil
+		}
+		w.mu.Unlock()
+		if !wait {
+			return 0, false, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return 0, false, ctx.Err()
+		case <-w.cfg.Closed:
+			return 0, false, w.cfg.Errors.Closed
+		}
+	}
+}

@@ -1,0 +1,274 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisync-go/redisync/internal/redistest"
+	"github.com/redisync-go/redisync/internal/transport"
+	"github.com/redisync-go/redisync/lua"
+)
+
+// The keeper on its own, against a real server: holds are plain Redis
+// hashes with one owner field, renewed by lua/renew.lua and given up by
+// lua/drop.lua, as a Mutex's are; the callbacks record what they are told.
+
+var (
+	errLost       = errors.New("test: lease lost")
+	errClosed     = errors.New("test: closed")
+	errClosedHold = errors.New("test: closed hold")
+	errUntrusted  = errors.New("test: untrusted")
+	bg            = context.Background()
+)
+
+type env struct {
+	rdb    *redis.Client
+	tr     *transport.Transport
+	k      *Keeper
+	closed chan struct{}
+
+	mu     sync.Mutex
+	ended  map[*Hold]EndReason
+	given  []*Hold
+	rounds []Round
+}
+
+func newEnv(t *testing.T, lease time.Duration) *env {
+	t.Helper()
+	srv := redistest.Start(t)
+	e := &env{rdb: srv.Client(t), closed: make(chan struct{}), ended: map[*Hold]EndReason{}}
+	e.tr = transport.New(e.rdb, transport.Options{Publish: func() string { return "publish" },
+		ReleaseTimeout: 5 * time.Second, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	t.Cleanup(func() { e.tr.Close(); e.tr.Drain(5 * time.Second) })
+	e.k = New(Config{
+		Transport: e.tr, Lease: lease, Closed: e.closed, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		GiveBack: func(h *Hold) { e.mu.Lock(); e.given = append(e.given, h); e.mu.Unlock() },
+		Ended:    func(h *Hold, why EndReason, _ error) { e.mu.Lock(); e.ended[h] = why; e.mu.Unlock() },
+		Renewed:  func(r Round) { e.mu.Lock(); e.rounds = append(e.rounds, r); e.mu.Unlock() },
+		Errors:   Errors{Lost: errLost, Closed: errClosed, ClosedHold: errClosedHold, Untrusted: errUntrusted},
+	})
+	t.Cleanup(e.close)
+	return e
+}
+
+func (e *env) close() {
+	select {
+	case <-e.closed:
+	default:
+		close(e.closed)
+		e.k.Close(time.Now().Add(5 * time.Second))
+	}
+}
+
+func (e *env) endOf(h *Hold) (EndReason, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	why, ok := e.ended[h]
+	return why, ok
+}
+
+// hold takes key in Redis for field with lease d and registers its hold.
+func (e *env) hold(t *testing.T, key string, d time.Duration, renewed bool) *Hold {
+	t.Helper()
+	st := Stamp{Sent: time.Now(), Epoch: e.k.Epoch(Ref{Owner: e, Kind: "test", Name: key}, nil)}
+	require.NoError(t, e.rdb.HSet(bg, key, "owner", 1).Err())
+	require.NoError(t, e.rdb.PExpire(bg, key, d).Err())
+	h := &Hold{Ref: Ref{Owner: e, Kind: "test", Name: key}, Field: "owner", Lease: d, Renewed: renewed,
+		Parent: bg, Count: 1, Taken: time.Now(), Mu: NewHoldLock()}
+	h.One = [2]transport.Call{
+		{Script: lua.Renew, Keys: []string{key}, Args: []any{"owner", d.Milliseconds()}},
+		{Script: lua.Drop, Keys: []string{key}, Args: []any{"owner", transport.Publish, "0", key + ":ch"}},
+	}
+	h.Renew, h.Release = h.One[:1:1], h.One[1:2:2]
+	require.NoError(t, e.k.Add(h, st))
+	return h
+}
+
+func eventually(t *testing.T, d time.Duration, what string, f func() bool) {
+	t.Helper()
+	require.Eventually(t, f, d, 5*time.Millisecond, what)
+}
+
+// A renewed hold's lease is kept in Redis past its first term, in rounds
+// every third of the lease, and its context stays live.
+func TestRenewalKeepsTheLease(t *testing.T) {
+	e := newEnv(t, 300*time.Millisecond)
+	h := e.hold(t, "l:renew", 300*time.Millisecond, true)
+	time.Sleep(900 * time.Millisecond)
+	require.NoError(t, h.Ctx.Err(), "the hold ended although its lease was renewed")
+	assert.EqualValues(t, 1, e.rdb.Exists(bg, "l:renew").Val(), "the lease ran out in Redis")
+	e.mu.Lock()
+	assert.GreaterOrEqual(t, len(e.rounds), 2, "renewal rounds")
+	e.mu.Unlock()
+	assert.Greater(t, h.Left(), 100*time.Millisecond, "the local deadline moved with the renewals")
+}
+
+// A hold whose key Redis lost is ended as lost at the next round, its
+// context cancelled with Errors.Lost, and the owner told.
+func TestLostInRedisEndsTheHold(t *testing.T) {
+	e := newEnv(t, 300*time.Millisecond)
+	h := e.hold(t, "l:lost", 300*time.Millisecond, true)
+	require.NoError(t, e.rdb.Del(bg, "l:lost").Err())
+	select {
+	case <-h.Ctx.Done():
+	case <-time.After(2 * time.Second):
+		t.Fatal("the hold outlived its key by two rounds")
+	}
+	assert.ErrorIs(t, context.Cause(h.Ctx), errLost)
+	why, ok := e.endOf(h)
+	require.True(t, ok, "the owner was not told")
+	assert.Equal(t, EndLost, why)
+	assert.Equal(t, EndLost, h.Reason())
+}
+
+// A fixed lease (not renewed) ends at its local deadline, before Redis
+// lets it expire: the holder is told first.
+func TestFixedLeaseEndsBeforeRedisExpiresIt(t *testing.T) {
+	e := newEnv(t, 30*time.Second)
+	h := e.hold(t, "l:fixed", 200*time.Millisecond, false)
+	<-h.Ctx.Done()
+	assert.EqualValues(t, 1, e.rdb.Exists(bg, "l:fixed").Val(), "Redis let the lease expire before the holder was told")
+	assert.ErrorIs(t, context.Cause(h.Ctx), errLost)
+	eventually(t, time.Second, "given back", func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return len(e.given) == 1
+	})
+}
+
+// A grant stamped before a ForceUnlock of its lock is refused (the
+// ForceUnlock may have freed it after its script ran), and so is one
+// stamped while the ForceUnlock is in flight; Force ends the live holds
+// of the lock at once.
+func TestForceMakesEarlierGrantsUntrusted(t *testing.T) {
+	e := newEnv(t, 30*time.Second)
+	ref := Ref{Owner: e, Kind: "test", Name: "l:force"}
+	held := e.hold(t, "l:force", 30*time.Second, true)
+	before := e.k.Epoch(ref, nil)
+	done := e.k.Force(ref)
+	assert.Error(t, held.Ctx.Err(), "a hold of the forced lock lives on")
+	assert.ErrorIs(t, context.Cause(held.Ctx), errLost)
+	_, ok, err := e.k.Unforced(bg, ref, nil, false)
+	require.NoError(t, err)
+	assert.False(t, ok, "a grant is trusted while the ForceUnlock is in flight")
+	h := &Hold{Ref: ref, Field: "other", Lease: time.Second, Parent: bg, Mu: NewHoldLock()}
+	assert.ErrorIs(t, e.k.Add(h, Stamp{Sent: time.Now(), Epoch: before}), errUntrusted)
+	assert.Error(t, h.Ctx.Err(), "a refused hold's context is live")
+	done()
+	epoch, ok, err := e.k.Unforced(bg, ref, nil, false)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.NotEqual(t, before, epoch)
+	h2 := &Hold{Ref: ref, Field: "other", Lease: time.Second, Parent: bg, Mu: NewHoldLock()}
+	assert.ErrorIs(t, e.k.Add(h2, Stamp{Sent: time.Now(), Epoch: before}), errUntrusted, "stamped before, answered after")
+	h3 := &Hold{Ref: ref, Field: "other", Lease: time.Second, Parent: bg, Mu: NewHoldLock()}
+	require.NoError(t, e.k.Add(h3, Stamp{Sent: time.Now(), Epoch: epoch}))
+	e.k.End(h3, EndUnlocked, nil)
+}
+
+// Close ends every hold (cause Errors.ClosedHold), releases them in Redis,
+// and refuses new ones.
+func TestCloseEndsAndReleases(t *testing.T) {
+	e := newEnv(t, 30*time.Second)
+	h := e.hold(t, "l:close", 30*time.Second, true)
+	e.close()
+	assert.ErrorIs(t, context.Cause(h.Ctx), errClosedHold)
+	assert.EqualValues(t, 0, e.rdb.Exists(bg, "l:close").Val(), "Close left the hold in Redis")
+	h2 := &Hold{Ref: Ref{Owner: e, Kind: "test", Name: "x"}, Lease: time.Second, Parent: bg, Mu: NewHoldLock()}
+	assert.ErrorIs(t, e.k.Add(h2, Stamp{Sent: time.Now()}), errClosed)
+}
+
+// The contexts a hold hands out end with it: its own, those derived from
+// it, and a re-entry's made from another context (ContextFor).
+func TestContextForEndsWithTheHold(t *testing.T) {
+	e := newEnv(t, 30*time.Second)
+	h := e.hold(t, "l:ctx", 30*time.Second, true)
+	type key struct{}
+	vctx := context.WithValue(h.Ctx, key{}, 1)
+	assert.Equal(t, vctx, h.ContextFor(vctx), "a context derived by values is the hold's own")
+	other, cancel := context.WithCancel(bg)
+	defer cancel()
+	rctx := h.ContextFor(other)
+	require.NoError(t, rctx.Err())
+	e.k.End(h, EndUnlocked, context.Canceled)
+	assert.Error(t, rctx.Err(), "a re-entry's context outlived the hold")
+	assert.Error(t, vctx.Err())
+}
+
+// endingCtx ends a hold in the middle of its first Err, after reading
+// that it is live: what another goroutine (the hold's timer, on a process
+// that resumed from a stop) may do between two instructions.
+type endingCtx struct {
+	context.Context
+	end func()
+}
+
+func (c *endingCtx) Err() error {
+	err := c.Context.Err()
+	if c.end != nil {
+		c.end()
+		c.end = nil
+	}
+	return err
+}
+
+// loseNow ends h as lost, as its timer does.
+func loseNow(e *env, h *Hold) { e.k.End(h, EndLost, errLost) }
+
+// A hold context's Err never says live once it has seen the hold end: a
+// hold that ends while Err runs (its end cancels the context, then clears
+// the deadline) must not be reported live because its deadline is gone.
+// This happened with a downgrade's context on resuming from a stop (1 run
+// of TestPausedHolderIsToldAtOnce in about 20).
+func TestHoldCtxErrSeesAnEndDuringTheCall(t *testing.T) {
+	e := newEnv(t, 30*time.Second)
+	h := e.hold(t, "holdctx:end", 30*time.Second, true)
+	inner := h.Ctx.(*holdCtx).Context
+	tctx := &holdCtx{Context: &endingCtx{Context: inner, end: func() { loseNow(e, h) }}, h: h}
+	assert.Error(t, tctx.Err(), "the hold ended during Err: it is not live")
+	assert.ErrorIs(t, context.Cause(h.Ctx), errLost)
+	assert.Error(t, h.Ctx.Err())
+}
+
+// A hold whose deadline has passed is not reported live while another
+// goroutine is ending it: its timer, on a process that resumed from a
+// stop, may be preempted in the middle of the end's firsts (a downgrade's
+// check), and the holder's goroutine must not read "live" meanwhile.
+func TestHoldCtxErrWhileAnotherGoroutineEndsIt(t *testing.T) {
+	e := newEnv(t, 30*time.Second)
+	h := e.hold(t, "holdctx:firsts", 30*time.Second, true)
+	lctx := h.Ctx
+	inFirst, release := make(chan struct{}), make(chan struct{})
+	h.First(func() { close(inFirst); <-release })
+	h.dl.set(time.Now().Add(-time.Millisecond)) // as after a stop
+	go loseNow(e, h)
+	<-inFirst
+	got := make(chan error, 1)
+	go func() { got <- lctx.Err() }()
+	select {
+	case err := <-got:
+		// It may answer at once, but not "live", and not "ended" with
+		// Done still open.
+		assert.Error(t, err, "Err said live while the hold was being ended")
+		select {
+		case <-lctx.Done():
+		default:
+			t.Error("Err said ended with Done still open")
+		}
+		close(release)
+		return
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	assert.Error(t, <-got, "the hold ended: not live")
+	assert.ErrorIs(t, context.Cause(lctx), errLost)
+}

@@ -1,0 +1,268 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redisync-go/redisync/internal/transport"
+)
+
+// due returns the cadences (by lease) whose round is due at now, or
+// nearly: within half the shortest interval of them all, so that the
+// rounds of the slower cadences join those of the fastest (renewed a
+// little early, never late) instead of adding rounds of their own.
+func (w *Keeper) due(now time.Time) map[time.Duration]bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var due map[time.Duration]bool
+	slack := time.Duration(0)
+	for lease := range w.cad {
+		if slack == 0 || lease/6 < slack {
+			slack = lease / 6
+		}
+	}
+	for lease, next := range w.cad {
+		if !next.After(now.Add(slack)) {
+			if due == nil {
+				due = map[time.Duration]bool{}
+			}
+			due[lease] = true
+		}
+	}
+	return due
+}
+
+// snapshot returns the renewed holds of the cadences due, and forgets
+// those of them that have no hold left (under the same lock as add, which
+// starts a cadence again for its next hold).
+func (w *Keeper) snapshot(due map[time.Duration]bool) []*Hold {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	hs := make([]*Hold, 0, len(w.holds))
+	live := map[time.Duration]bool{}
+	for h := range w.holds {
+		if h.Renewed && due[h.Lease] {
+			hs = append(hs, h)
+			live[h.Lease] = true
+		}
+	}
+	for lease := range due {
+		if !live[lease] {
+			delete(w.cad, lease)
+		}
+	}
+	return hs
+}
+
+// schedule sets the next round of the cadences due, which a round started
+// at start renewed: a third of their lease after start (counted from the
+// start of the round, so a slow round does not stretch the time between
+// two renewals), sooner for those with a failed renewal, so a blip costs
+// little of the lease (the deadlines still stand).
+func (w *Keeper) schedule(due, failed map[time.Duration]bool, start time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for lease := range due {
+		if _, ok := w.cad[lease]; !ok {
+			continue // no hold left
+		}
+		next := lease / 3
+		if failed[lease] {
+			next = min(next/3, time.Second)
+		}
+		w.cad[lease] = start.Add(next)
+	}
+}
+
+// wait returns how long the loop may sleep: until the first cadence is
+// due (the default interval when there is none: a new one kicks it).
+func (w *Keeper) wait() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	d := w.interval
+	now := time.Now()
+	for _, next := range w.cad {
+		d = min(d, next.Sub(now))
+	}
+	return max(d, 0)
+}
+
+func (w *Keeper) run() {
+	defer close(w.done)
+	t := time.NewTimer(w.interval)
+	defer t.Stop()
+	jump := time.NewTicker(jumpEvery)
+	defer jump.Stop()
+	last := clockOf(time.Now()).lead
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-jump.C:
+			if now := clockOf(time.Now()).lead; now-last > int64(jumpSlack) {
+				w.resumed()
+				last = now
+			} else {
+				last = min(last, now)
+			}
+			continue
+		case <-w.kick:
+		case <-t.C:
+		}
+		start := time.Now()
+		if due := w.due(start); due != nil {
+			w.schedule(due, w.renewAll(due), start)
+		}
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+		t.Reset(w.wait())
+	}
+}
+
+// renewAll renews every renewed hold of the cadences due, and returns
+// those of them with a renewal that failed for a reason other than the
+// hold being gone.
+func (w *Keeper) renewAll(due map[time.Duration]bool) map[time.Duration]bool {
+	start := time.Now()
+	hs := w.snapshot(due)
+	var r Round
+	r.Holds = len(hs)
+	var firstErr error
+	failed := map[time.Duration]bool{}
+	for len(hs) > 0 {
+		n := min(len(hs), batchSize)
+		if err := w.renewBatch(hs[:n], &r, failed); err != nil && firstErr == nil {
+			firstErr = err
+		}
+		hs = hs[n:]
+	}
+	r.Took = time.Since(start)
+	if r.Failed > 0 && w.rounds.Err() == nil {
+		w.cfg.Log.Warn("redisync: lease renewals failed; retrying until their deadlines", "failed", r.Failed, "of", r.Holds, "error", firstErr)
+	}
+	if w.cfg.Renewed != nil && r.Holds > 0 {
+		w.cfg.Renewed(r)
+	}
+	return failed
+}
+
+// renewBatch renews hs, counting in r, and returns the first error of a
+// renewal that failed for a reason other than the hold being gone; the
+// leases of those holds are set in failed. Each
+// renewal is dated by when its own pipeline was sent: one that Redis
+// answered with NOSCRIPT and that was sent again counts from then. A hold
+// on several slots (a MultiLock) is renewed when every one of its calls
+// renewed, dated by the earliest of their pipelines; it is lost when any
+// found it gone.
+func (w *Keeper) renewBatch(hs []*Hold, r *Round, failed map[time.Duration]bool) error {
+	calls := make([]transport.Call, 0, len(hs))
+	for _, h := range hs {
+		for _, k := range h.Renew {
+			k.Takes = true
+			k.Once = true // a failed renewal is retried sooner than the transport would
+			calls = append(calls, k)
+		}
+	}
+	replies := w.cfg.Transport.DoAll(w.rounds, calls)
+	pipes := map[uint64]bool{}
+	var first error
+	for _, h := range hs {
+		rs := replies[:len(h.Renew)]
+		replies = replies[len(h.Renew):]
+		var sent time.Time
+		gone := false
+		var err error
+		for _, rep := range rs {
+			if rep.Pipe != 0 {
+				pipes[rep.Pipe] = true
+			}
+			n, rerr := rep.Int64()
+			if rerr == nil && n == 1 {
+				rerr = w.acked(rep) // renewed, but not acknowledged: a failed renewal
+			}
+			switch {
+			case rerr == nil && n == 1:
+				if sent.IsZero() || rep.Sent.Before(sent) {
+					sent = rep.Sent
+				}
+			case rerr == nil || IsGone(rerr):
+				gone = true
+			case err == nil:
+				err = rerr
+			}
+		}
+		switch {
+		case gone:
+			r.Lost++
+			if w.End(h, EndLost, w.cfg.Errors.Lost) && h.Parts {
+				w.cfg.GiveBack(h) // a MultiLock: what Redis still keeps of it
+			}
+		case err == nil:
+			w.Extend(h, sent)
+		default:
+			r.Failed++ // transient: retried until the deadline fires
+			failed[h.Lease] = true
+			if first == nil {
+				first = err
+			}
+		}
+	}
+	r.RoundTrips += len(pipes)
+	return first
+}
+
+// IsGone reports whether a renewal error means the hold cannot exist any
+// more: its key now holds another type of value.
+func IsGone(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && strings.HasPrefix(err.Error(), "WRONGTYPE")
+}
+
+// Close stops the renewal loop (a round in flight is abandoned), ends
+// every hold (their contexts are cancelled first, with a cause matching
+// both ErrClosed and ErrLeaseLost), then releases them in Redis,
+// best-effort, in one pipeline, waiting for it until deadline.
+func (w *Keeper) Close(deadline time.Time) {
+	w.mu.Lock()
+	w.closed = true
+	hs := make([]*Hold, 0, len(w.holds))
+	for h := range w.holds {
+		hs = append(hs, h)
+	}
+	w.mu.Unlock()
+	close(w.stop)
+	w.cancel()
+	<-w.done
+
+	var ended []*Hold
+	for _, h := range hs {
+		if w.End(h, EndClosed, w.cfg.Errors.ClosedHold) {
+			ended = append(ended, h)
+		}
+	}
+	if len(ended) == 0 {
+		return
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	calls := make([]transport.Call, 0, len(ended))
+	for _, h := range ended {
+		calls = append(calls, h.Release...)
+	}
+	w.cfg.Transport.DoAll(ctx, calls)
+}
+
+// acked is Config.Acked, or nil without it.
+func (w *Keeper) acked(r transport.Reply) error {
+	if w.cfg.Acked == nil {
+		return nil
+	}
+	return w.cfg.Acked(r)
+}
