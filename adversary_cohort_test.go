@@ -17,7 +17,7 @@ import (
 	"github.com/redisync-go/redisync/lua"
 )
 
-// Adversarial tests of the Mutex's cohort handoff (cohort.go,
+// Adversarial tests of the Mutex's cohort handoff (internal/cohort,
 // lua/handoff.lua). Each comment states the promise, the sequence and what
 // goes wrong on the code it was written against.
 
@@ -33,7 +33,7 @@ import (
 // goroutine of the same Client waits for "{coll}", which another client
 // holds; the holder of "coll" unlocks.
 //
-// What goes wrong: claim (cohort.go) picks the first idle waiter of the
+// What goes wrong: claim (internal/cohort) picks the first idle waiter of the
 // channel, whatever lock it waits for, and handOver runs handoff.lua on the
 // releaser's key ("coll") for that waiter's field. The waiter of "{coll}"
 // gets a hold of "{coll}" (its context is live, its Lock returns nil) while
@@ -164,7 +164,7 @@ func TestAdvCohortRunNeverBoundedWhenChannelIsRecreated(t *testing.T) {
 // is lost.
 //
 // What goes wrong: handOver settles an abandoned handoff with an error, so
-// giveBackHandoff (cohort.go) calls sweep, which does nothing once the
+// giveBackHandoff (handover.go) calls sweep, which does nothing once the
 // Client is closed (bgStart is false): nothing gives the lock back, and it
 // stays held by an owner of a closed Client for its whole lease (30s).
 func TestAdvCohortCloseDuringHandoffWhoseReplyIsLost(t *testing.T) {
@@ -205,20 +205,8 @@ func TestAdvCohortCloseDuringHandoffWhoseReplyIsLost(t *testing.T) {
 }
 
 // advIdleWaiters counts the waiters of c on channel that may be handed the
-// lock now (cohort.go: waiting, not trying, not reserved).
-func advIdleWaiters(c *Client, channel string) int {
-	c.co.mu.Lock()
-	defer c.co.mu.Unlock()
-	n := 0
-	for _, es := range c.co.entries {
-		for _, e := range es {
-			if e.channel == channel && e.idle && e.h == nil {
-				n++
-			}
-		}
-	}
-	return n
-}
+// lock now (internal/cohort: waiting, not trying, not reserved).
+func advIdleWaiters(c *Client, channel string) int { return c.co.Idle(channel) }
 
 // advPoll polls cond every 200µs until it holds or d has passed.
 func advPoll(d time.Duration, cond func() bool) {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redisync-go/redisync/internal/cohort"
 	"github.com/redisync-go/redisync/internal/lease"
 	"github.com/redisync-go/redisync/internal/notify"
 	"github.com/redisync-go/redisync/internal/transport"
@@ -33,7 +34,7 @@ type Client struct {
 
 	wd   *lease.Keeper
 	ps   *notify.Hub
-	co   *cohort
+	co   *cohort.Queue
 	tr   *transport.Transport
 	mode pubMode
 
@@ -116,9 +117,9 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	c.wd = lease.New(lease.Config{Transport: c.tr, Lease: c.lease, Closed: c.closed, Log: c.log,
 		GiveBack: c.giveBack, Ended: c.ended, Acked: c.renewedAck, Renewed: c.renewed,
 		Errors: lease.Errors{Lost: ErrLeaseLost, Closed: ErrClosed, ClosedHold: errClosedHold, Untrusted: errUntrusted}})
-	c.co = newCohort()
+	c.co = cohort.NewQueue(ErrClosed)
 	c.ps = notify.New(notify.Config{RDB: rdb, Closed: c.closed, ClosedErr: ErrClosed, Log: c.log,
-		Mode: c.mode.sharded, Hold: c.co.chanYielding, Lost: c.subLost, Restored: c.subRestored})
+		Mode: c.mode.sharded, Hold: c.co.ChanYielding, Lost: c.subLost, Restored: c.subRestored})
 	if mode := c.PubSub(); mode != PubSubAuto {
 		c.ps.SetMode(mode == PubSubSharded)
 	}

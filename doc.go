@@ -230,8 +230,11 @@
 //	            (grant, re-entry, release, give-back), pending.go (a
 //	            release whose caller left), owner.go (holds carried in
 //	            contexts), wait.go (waiting between attempts), force.go,
-//	            cohort.go (which local waiter a lock is handed to, and the
-//	            runs' bounds), pubsubmode.go (which pub/sub mode)
+//	            handover.go (what a hand-over nobody took gives back),
+//	            pubsubmode.go (which pub/sub mode)
+//	cohort      package internal/cohort: the local waiters a Mutex can
+//	            be handed to, the pick of one, the runs of hand-overs and
+//	            the yields that bound them; handed the closed error
 //	lease       package internal/lease: a hold, its contexts, its local
 //	            deadline on a clock that counts a suspend, its end; the
 //	            Keeper (the table of live holds, the renewal loop, the
@@ -249,6 +252,7 @@
 //	scripts     lua/*.lua, embedded by package lua; internal/keys names
 //	            the keys and channels
 //
-// lease imports transport, transport imports lua, notify imports none of
-// them (only go-redis); nothing imports upward.
+// cohort imports lease and transport, lease imports transport, transport
+// imports lua, notify imports none of them (only go-redis); nothing
+// imports upward.
 package redisync

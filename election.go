@@ -185,7 +185,7 @@ func (e *Election) campaign(parent, wctx context.Context, value string, bounded 
 			return false, d, err
 		}
 		if r[0] != 1 {
-			return false, bound(r[1], e.spec.lease/3), nil
+			return false, lease.Bound(r[1], e.spec.lease/3), nil
 		}
 		term.Store(a.token)
 		return a.grant(field, 1, script(lua.ElectRenew, e.keys[:1], field, leaseMs))

@@ -186,7 +186,7 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 			return false, d, err
 		}
 		if r[0] != 1 {
-			next := bound(r[1], f.spec.lease/3)
+			next := lease.Bound(r[1], f.spec.lease/3)
 			if wait {
 				next = min(next, f.refresh())
 			}

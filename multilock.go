@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redisync-go/redisync/internal/cohort"
 	"github.com/redisync-go/redisync/internal/lease"
 	"github.com/redisync-go/redisync/internal/notify"
 	"github.com/redisync-go/redisync/internal/transport"
@@ -294,7 +295,7 @@ func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 					return false, d, err
 				}
 				blocker = g.keys[r[2]-1]
-				return false, bound(r[1], m.spec.lease/3), nil
+				return false, lease.Bound(r[1], m.spec.lease/3), nil
 			}
 			if i == 0 {
 				first = a.st // its lease counts from the first slot's script
@@ -333,7 +334,7 @@ func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 		on := blocker
 		channel := multiChannel(on)
 		// In line with the Mutex waiters of the name in this Client, so
-		// that they are not handed it past this waiter (cohort.go).
+		// that they are not handed it past this waiter (internal/cohort).
 		err = m.c.awaitFrom(wctx, notify.Mark{}, channel, notify.WakeOne, next, func() (bool, time.Duration, error) {
 			done, n, err := try()
 			if err == nil && !done && blocker != on {
@@ -341,7 +342,7 @@ func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 				return false, 0, errBlockerMoved
 			}
 			return done, n, err
-		}, false, blocking(on))
+		}, false, cohort.Blocking(on))
 		if !errors.Is(err, errBlockerMoved) {
 			break
 		}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redisync-go/redisync/internal/cohort"
 	"github.com/redisync-go/redisync/internal/lease"
 	"github.com/redisync-go/redisync/internal/notify"
 	"github.com/redisync-go/redisync/internal/transport"
@@ -174,7 +175,7 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx con
 			return false, d, err
 		}
 		if r[0] != 1 {
-			return false, bound(r[1], m.spec.lease/3), nil
+			return false, lease.Bound(r[1], m.spec.lease/3), nil
 		}
 		return a.grant(field, int(r[1]), renew(field))
 	}
@@ -190,8 +191,8 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx con
 	if wait {
 		var until time.Time
 		mk, queued, until = m.c.ps.Mark(m.channel)
-		if y, yielding := m.c.co.keyYielding(m.name, time.Now()); yielding {
-			queued, until = true, y // other clients' turn (cohort.go)
+		if y, yielding := m.c.co.KeyYielding(m.name, time.Now()); yielding {
+			queued, until = true, y // other clients' turn (internal/cohort)
 		}
 		next = time.Until(until)
 		queued = queued && next > 0
@@ -210,34 +211,34 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx con
 		next = n
 	}
 	handed := false
-	acc := &acceptor{
-		key:     m.name,
-		lease:   m.spec.lease,
-		renewed: m.spec.renewed,
-		fence:   m.fence,
-		field:   func() string { return a.owner },
-		release: a.release,
-		take: func(h *handoff) (bool, time.Duration, error) {
+	acc := &cohort.Acceptor{
+		Key:     m.name,
+		Lease:   m.spec.lease,
+		Renewed: m.spec.renewed,
+		Fence:   m.fence,
+		Field:   func() string { return a.owner },
+		Release: a.release,
+		Take: func(h *cohort.Handoff) (bool, time.Duration, error) {
 			switch {
-			case errors.Is(h.err, ErrNotReplicated):
-				return false, 0, h.err // given back by the releaser
-			case errors.Is(h.err, errHandoffLeft):
+			case errors.Is(h.Err, ErrNotReplicated):
+				return false, 0, h.Err // given back by the releaser
+			case errors.Is(h.Err, errHandoffLeft):
 				// Its late grant is given back (and swept): not adopted.
-				return a.granted(h.field, nil, errUntrusted)
-			case h.err != nil:
+				return a.granted(h.Field, nil, errUntrusted)
+			case h.Err != nil:
 				a.dirty = true // it may hold the lock: the next try adopts it
 				return false, 0, nil
-			case !h.granted:
-				return false, h.next, nil
+			case !h.Granted:
+				return false, h.Next, nil
 			}
-			if h.field != a.owner && a.dirty {
+			if h.Field != a.owner && a.dirty {
 				// Handed the releaser's field in memory: what this
 				// waiter's own attempts may have left is swept.
 				m.c.sweep(m.spec.lease, a.all(a.owner)...)
 				a.dirty = false
 			}
-			a.st, a.token, handed = h.st, fenceToken(a.s, h.reply), true
-			return a.grant(h.field, 1, renew(h.field))
+			a.st, a.token, handed = h.St, fenceToken(a.s, h.Reply), true
+			return a.grant(h.Field, 1, renew(h.Field))
 		},
 	}
 	if err := m.c.awaitFrom(wctx, mk, m.channel, notify.WakeOne, next, try, false, acc); err != nil {
@@ -301,7 +302,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	}
 	return m.c.release(ctx, &m.spec, 1, func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) {
 		if count == 1 && !m.c.noCohort {
-			if ho, mine := m.c.co.claim(m.name, m.c.ps.ConfirmedOn(m.channel)); ho != nil {
+			if ho, mine := m.c.co.Claim(m.name, m.c.ps.ConfirmedOn(m.channel)); ho != nil {
 				return m.handOver(ctx, h, ho, mine)
 			}
 		}
@@ -310,27 +311,27 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 }
 
 // handOver hands the lock from h, releasing its last hold, to the local
-// waiter reserved by ho (cohort.go), or at the end of a run of handoffs
+// waiter reserved by ho (internal/cohort), or at the end of a run of handoffs
 // releases it for other clients; it reports h released (2), or lost
 // (goneAt) when Redis no longer had h's hold and the call was written
 // once (see writes). mine is this client's subscriptions to the channel.
-func (m *Mutex) handOver(ctx context.Context, h *lease.Hold, ho *handoff, mine int) (int64, time.Time, error) {
+func (m *Mutex) handOver(ctx context.Context, h *lease.Hold, ho *cohort.Handoff, mine int) (int64, time.Time, error) {
 	if m.handInMemory(h, ho) {
 		return 2, time.Time{}, nil
 	}
-	ho.release = ho.acc.release(ho.field)
-	ho.st = m.c.stamp(&m.spec)
-	ho.st.Handoff = true
+	ho.Release = ho.Acc.Release(ho.Field)
+	ho.St = m.c.stamp(&m.spec)
+	ho.St.Handoff = true
 	pub := m.c.mode.publish()
 	count := ""
-	if ho.bounded {
+	if ho.Bounded {
 		count = m.c.subCounter(pub)
 	}
 	keys := []string{m.name}
-	if ho.acc.fence != "" {
-		keys = append(keys, ho.acc.fence)
+	if ho.Acc.Fence != "" {
+		keys = append(keys, ho.Acc.Fence)
 	}
-	k, w := transport.Counted(script(lua.Handoff, keys, h.Field, ho.field, ho.acc.lease.Milliseconds(), count, pub, unlockMessage, mine, m.channel))
+	k, w := transport.Counted(script(lua.Handoff, keys, h.Field, ho.Field, ho.Acc.Lease.Milliseconds(), count, pub, unlockMessage, mine, m.channel))
 	k.Takes, k.Direct = true, true // a release: bounded by ctx, releaseTimeout
 	// When the releaser leaves first (no reply within releaseTimeout),
 	// the script may still run: what it granted is given back when its
@@ -338,10 +339,10 @@ func (m *Mutex) handOver(ctx context.Context, h *lease.Hold, ho *handoff, mine i
 	// (errHandoffLeft), so that the grant is nobody's.
 	rep := m.c.tr.Do(ctx, k, func(r reply) {
 		if v, err := r.Int64Slice(); err == nil && len(v) > 0 && v[0] == 1 {
-			m.c.undo(ho.release)
+			m.c.undo(ho.Release)
 		}
 	})
-	ho.st.Sent = rep.Sent
+	ho.St.Sent = rep.Sent
 	r, err := m.c.acquired(rep)
 	herr := err // what the receiver is told
 	if rep.Gone {
@@ -354,10 +355,10 @@ func (m *Mutex) handOver(ctx context.Context, h *lease.Hold, ho *handoff, mine i
 		// done when the receiver's call returns, and settle below is
 		// what lets it return: wait for the undo first (ctx is the
 		// release's, detached, so releaseTimeout bounds it).
-		nr.undo = m.c.undoNow(ctx, ho.release)
+		nr.undo = m.c.undoNow(ctx, ho.Release)
 		r = nil
 	}
-	if !m.c.co.settle(ho, r, herr) {
+	if !m.c.co.Settle(ho, r, herr) {
 		m.c.giveBackHandoff(ho)
 	}
 	if err != nil && notReplicated(err) == nil {
@@ -370,7 +371,7 @@ func (m *Mutex) handOver(ctx context.Context, h *lease.Hold, ho *handoff, mine i
 }
 
 // handInMemory hands h's lock to ho's waiter without a round trip (see
-// cohort.go), and reports whether it did: within the run's bound, when the
+// internal/cohort), and reports whether it did: within the run's bound, when the
 // hold ended by its own last release (not forced) and the waiter's lease
 // is the same watchdog lease, with neither a fencing token nor a replica
 // acknowledgement to get from Redis. The waiter takes over h's Redis
@@ -378,18 +379,18 @@ func (m *Mutex) handOver(ctx context.Context, h *lease.Hold, ho *handoff, mine i
 // it last) and the ForceUnlock epoch as it is now, so a ForceUnlock in
 // this process from now on refuses the waiter's grant (given back, which
 // frees the lock), as it refuses a grant whose script is in flight.
-func (m *Mutex) handInMemory(h *lease.Hold, ho *handoff) bool {
-	if m.c.scriptHandoff || ho.bounded || ho.acc.fence != "" || m.c.ack.on() || !h.Renewed || !ho.acc.renewed || ho.acc.lease != h.Lease {
+func (m *Mutex) handInMemory(h *lease.Hold, ho *cohort.Handoff) bool {
+	if m.c.scriptHandoff || ho.Bounded || ho.Acc.Fence != "" || m.c.ack.on() || !h.Renewed || !ho.Acc.Renewed || ho.Acc.Lease != h.Lease {
 		return false
 	}
 	why, sent := h.Ended()
 	if why != lease.EndUnlocked {
 		return false
 	}
-	ho.field = h.Field
-	ho.release = ho.acc.release(h.Field)
-	ho.st = lease.Stamp{Sent: sent, Epoch: m.c.wd.Epoch(m.spec.ref, nil), Handoff: true}
-	if !m.c.co.settle(ho, []int64{1, 1, 0}, nil) {
+	ho.Field = h.Field
+	ho.Release = ho.Acc.Release(h.Field)
+	ho.St = lease.Stamp{Sent: sent, Epoch: m.c.wd.Epoch(m.spec.ref, nil), Handoff: true}
+	if !m.c.co.Settle(ho, []int64{1, 1, 0}, nil) {
 		m.c.giveBackHandoff(ho) // the waiter left: the lock is freed
 	}
 	return true

@@ -293,7 +293,7 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 			return false, d, err
 		}
 		if res[0] != 1 {
-			next := bound(res[1], s.lease/3)
+			next := lease.Bound(res[1], s.lease/3)
 			if wait {
 				next = min(next, r.waiter/3)
 			}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redisync-go/redisync/internal/cohort"
 	"github.com/redisync-go/redisync/internal/notify"
 )
 
@@ -78,20 +79,20 @@ func (c *Client) awaitShared(ctx context.Context, channel string, wake func(stri
 // own try, or instead of it: when the channel was live then and nothing was
 // delivered on it since, the retry before the first wait is skipped, saving
 // a round trip per wait under contention. With acc, the waiter can be
-// handed the lock by a local releaser while it waits (cohort.go): then
+// handed the lock by a local releaser while it waits (internal/cohort): then
 // acc.take stands for the next try.
-func (c *Client) awaitFrom(ctx context.Context, m notify.Mark, channel string, wake func(string) int, first time.Duration, try attempt, passOn bool, acc *acceptor) error {
+func (c *Client) awaitFrom(ctx context.Context, m notify.Mark, channel string, wake func(string) int, first time.Duration, try attempt, passOn bool, acc *cohort.Acceptor) error {
 	w, err := c.ps.Subscribe(channel, wake)
 	if err != nil {
 		return err
 	}
-	var e *waitEntry // with acc: it may be handed the lock while idle
+	var e *cohort.Entry // with acc: it may be handed the lock while idle
 	if acc != nil {
-		e = c.co.join(channel, acc, w.WakeNow, w.Woken())
+		e = c.co.Join(channel, acc, w.WakeNow, w.Woken())
 	}
 	defer func() {
 		if e != nil {
-			if h := c.co.leave(e); h != nil {
+			if h := c.co.Leave(e); h != nil {
 				c.giveBackHandoff(h)
 			}
 		}
@@ -100,7 +101,7 @@ func (c *Client) awaitFrom(ctx context.Context, m notify.Mark, channel string, w
 	// waitIdle waits, and meanwhile the waiter may be handed the lock.
 	waitIdle := func(d time.Duration) (bool, error) {
 		if e != nil {
-			c.co.setIdle(e, true)
+			c.co.SetIdle(e, true)
 		}
 		return w.Wait(ctx, d)
 	}
@@ -116,18 +117,18 @@ func (c *Client) awaitFrom(ctx context.Context, m notify.Mark, channel string, w
 	for {
 		var done bool
 		var next time.Duration
-		var h *handoff
+		var h *cohort.Handoff
 		if e != nil {
-			h = c.co.setIdle(e, false)
+			h = c.co.SetIdle(e, false)
 		}
 		if h != nil {
-			if h, err = c.co.handed(ctx, e, c.closed); err != nil {
+			if h, err = c.co.Handed(ctx, e, c.closed); err != nil {
 				return err
 			}
-			done, next, err = acc.take(h)
-		} else if y, ok := c.co.yielding(acc, time.Now()); ok {
+			done, next, err = acc.Take(h)
+		} else if y, ok := c.co.Yielding(acc, time.Now()); ok {
 			// This client holds back for another client's waiter
-			// (cohort.go), whatever made w look again: a wake-up it may
+			// (internal/cohort), whatever made w look again: a wake-up it may
 			// have missed, its wait's bound.
 			if _, err := waitIdle(time.Until(y)); err != nil {
 				return err
@@ -146,20 +147,6 @@ func (c *Client) awaitFrom(ctx context.Context, m notify.Mark, channel string, w
 		if woken, err = waitIdle(next); err != nil {
 			return err
 		}
-	}
-}
-
-// bound turns a PTTL reply into the longest wait before the next try: the
-// remaining lease, a millisecond when the key is gone, and fallback when the
-// key has no expiry (it was not written by redisync or Redisson).
-func bound(pttl int64, fallback time.Duration) time.Duration {
-	switch {
-	case pttl == -1:
-		return fallback
-	case pttl <= 0:
-		return time.Millisecond
-	default:
-		return time.Duration(pttl) * time.Millisecond
 	}
 }
 
