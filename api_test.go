@@ -284,6 +284,7 @@ func noLocalWaiters(t *testing.T, c *Client) {
 // after the 30s watchdog lease), and a later Unlock returns nil. While the
 // hold's context is live, the owner holds the lock.
 func TestAPIHoldEndsWithItsContext(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	forEachEnvKind(t, func(t *testing.T, e *testEnv, k apiKind, name string) {
 		bg := context.Background()
 		c1, c2, c3 := e.client(t), e.client(t), e.client(t)
@@ -590,6 +591,7 @@ func TestAPITryLockForHoldOutlivesTheWait(t *testing.T) {
 // 3. Re-entry is per lock: goroutines handed a hold's context of lock A
 // exclude each other on lock B, and share the hold on A itself.
 func TestAPIReentryIsPerLock(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	forEachEnv(t, func(t *testing.T, e *testEnv) {
 		// A and B of the same kind, and A a Mutex with B of every kind.
 		for _, ka := range apiKinds {
@@ -975,6 +977,7 @@ func TestAPIObserverAndLoggerRefuseNil(t *testing.T) {
 // 6. Acquired fires once per first acquisition with how long it waited;
 // Released fires once, at the last release, with how long it was held.
 func TestAPIObserverAcquiredAndReleased(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	forEachEnvKind(t, func(t *testing.T, e *testEnv, k apiKind, name string) {
 		bg := context.Background()
 		var o obsRecorder

@@ -483,6 +483,7 @@ func faultTellsHolderFirst(t *testing.T, k faultExclusiveKind, free func(a *Clie
 // says it holds it. Fixed: the holder's context is done before anyone else
 // can take the lock.
 func TestForceUnlockTellsHolderFirst(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	for _, k := range faultExclusiveKinds {
 		t.Run(k.kind, func(t *testing.T) {
 			hctx := faultTellsHolderFirst(t, k, func(a *Client, name string) error {
@@ -500,6 +501,7 @@ func TestForceUnlockTellsHolderFirst(t *testing.T) {
 // another process can hold the lock while the closing client's holder still
 // believes it holds it. Fixed: holders are told first.
 func TestCloseTellsHolderFirst(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	for _, k := range faultExclusiveKinds {
 		t.Run(k.kind, func(t *testing.T) {
 			hctx := faultTellsHolderFirst(t, k, func(a *Client, _ string) error { return a.Close() })
@@ -912,6 +914,7 @@ func TestResentLastUnlockSucceeds(t *testing.T) {
 // taking the missing field for its own release resent. (A stopped
 // process, whose timers have not run yet, is TestPausedHolderIsToldAtOnce.)
 func TestLostLastUnlockReportsLeaseLost(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	forEachEnv(t, func(t *testing.T, e *testEnv) {
 		ctx := context.Background()
 		c := e.client(t)

@@ -83,6 +83,7 @@ func marked(mark string) context.Context {
 // a Lock ended by Close. Not of a call refused before it tried, nor of a
 // re-entry; and no Acquired for any of them.
 func TestObserverAcquireFailed(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
 	forEachEnvKind(t, func(t *testing.T, e *testEnv, k apiKind, name string) {
 		var l obsLog
 		c := e.client(t, WithObserver(l.observer()))
