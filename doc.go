@@ -226,8 +226,10 @@
 //	            replica_ack.go, observe.go (events and logging), errors.go:
 //	            what the primitives and the layers below them consult
 //	holds       (still in the root package) acquire.go (a first
-//	            acquisition across the attempts of a wait), hold.go
-//	            (grant, re-entry, release, give-back), pending.go (a
+//	            acquisition across the attempts of a wait), grant.go,
+//	            reenter.go, release.go, undo.go (every way of giving back
+//	            what a call took, and the one rule that orders them),
+//	            hold.go (what a lock handle tells them), pending.go (a
 //	            release whose caller left), owner.go (holds carried in
 //	            contexts), wait.go (waiting between attempts), force.go,
 //	            handover.go (what a hand-over nobody took gives back),

@@ -1,0 +1,220 @@
+package redisync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redisync-go/redisync/internal/lease"
+)
+
+// reenter acquires once more through h, the live hold ctx carries,
+// waiting as long as wctx lasts (with wait, riding out a Redis that is
+// not ready, see notReady): build makes the script's call for h's
+// count, parse reads its reply (the new count, or lost when Redis no
+// longer has the hold), and undo makes the call that takes back a
+// re-entry to count n, for a re-entry that was not acknowledged
+// (WithReplicaAck) or whose caller left. A handle whose lease or fencing
+// differs from the hold's is refused, changing nothing.
+func (c *Client) reenter(ctx, wctx context.Context, wait bool, s *spec, h *lease.Hold,
+	build func(count int) call, parse func([]int64) (n int, lost bool), undo func(n int) call) (context.Context, error) {
+	return c.reenterBy(ctx, wctx, s, h, func() ([]int64, error) {
+		return c.underHold(wctx, wait, h, build, func(v []int64) {
+			if v[0] == 1 {
+				c.undoHeld(undo(int(v[1])))
+			}
+		})
+	}, parse, func(n int) error { return c.undoUnder(wctx, h, undo(n)) })
+}
+
+// reenterBy is reenter with the sending step given: send runs the
+// re-entry under h's lock as underHold (or underHoldAll) does, and undo
+// takes back a re-entry to count n that was not acknowledged, under h's
+// lock, which send left held for it (see undoUnder).
+func (c *Client) reenterBy(ctx, wctx context.Context, s *spec, h *lease.Hold,
+	send func() ([]int64, error), parse func([]int64) (n int, lost bool), undo func(n int) error) (context.Context, error) {
+	if h.Lease != s.lease || h.Renewed != s.renewed {
+		return nil, s.wrap(fmt.Errorf("%w: the context holds it with a %s, this handle asks for a %s",
+			ErrInvalid, leaseText(h.Lease, h.Renewed), leaseText(s.lease, s.renewed)))
+	}
+	if (h.Token != 0) != s.fenced {
+		return nil, s.wrap(fmt.Errorf("%w: the context holds it %s, this handle asks for it %s",
+			ErrInvalid, fencingText(h.Token != 0), fencingText(s.fenced)))
+	}
+	r, err := send()
+	var n int
+	var lost bool
+	if err == nil {
+		if n, lost = parse(r); !lost {
+			h.Count = n
+			c.wd.Extend(h, h.LastSent)
+		}
+		h.Mu.Unlock()
+	}
+	switch {
+	case errors.Is(err, errEnded):
+		return nil, s.wrap(endedError(h))
+	case notReplicated(err) != nil:
+		nr := notReplicated(err)
+		nr.undo = undo(nr.count())
+		return nil, s.wrap(err)
+	case err != nil:
+		// wctx is TryLockFor's bound when it is not ctx: its end while
+		// ctx lives is ErrNotAcquired, as for a first acquisition.
+		return nil, s.wrap(waitError(err, ctx, wctx != ctx))
+	case lost:
+		c.lose(h, false) // told before the caller returns
+		return nil, s.wrap(errLost)
+	case !h.Live():
+		return nil, s.wrap(endedError(h))
+	}
+	return h.ContextFor(ctx), nil
+}
+
+// errEnded reports, inside underHold, a hold found ended.
+var errEnded = errors.New("redisync: the hold has ended")
+
+// underHold sends the call build makes for h's count, under h's lock, and
+// waits for the lock and for the reply as long as ctx lasts. On success it
+// returns the reply with h's lock still held, for the caller to apply and
+// unlock; on an error the lock is released (or was never taken, when ctx
+// ended while waiting for it). When ctx ends during the call, the lock
+// stays held until the reply comes, and then taken (unless nil) runs with
+// the reply when the script took something, to give it back, and waits
+// for that (undoHeld): the lock is released after it. A reply that took
+// something the replicas did not acknowledge (WithReplicaAck) is a
+// *notReplicatedError, returned with h's lock still held: the caller
+// takes it back under the lock (undoUnder).
+func (c *Client) underHold(ctx context.Context, wait bool, h *lease.Hold, build func(count int) call, taken func([]int64)) ([]int64, error) {
+	for {
+		if err := h.Mu.LockCtx(ctx); err != nil {
+			return nil, err
+		}
+		if !h.Live() {
+			h.Mu.Unlock()
+			return nil, errEnded
+		}
+		k := build(h.Count)
+		k.Takes = true
+		r := c.tr.Do(ctx, k, func(r reply) {
+			defer h.Mu.Unlock()
+			if v, err := r.Int64Slice(); err == nil && taken != nil && len(v) >= 2 {
+				taken(v)
+			}
+		})
+		if r.Gone {
+			return nil, r.Err()
+		}
+		v, err := c.acquired(r)
+		if notReplicated(err) != nil {
+			return nil, err // h's lock stays held for the undo
+		}
+		if err != nil {
+			h.Mu.Unlock()
+			var re redis.Error
+			if wait && errors.As(err, &re) && notReady(err) {
+				// Redis is loading its data or settling: the script did
+				// not run; a waiting call rides it out.
+				if err := sleepCtx(ctx, retryAfter); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			return nil, err
+		}
+		h.LastSent = r.Sent
+		return v, nil
+	}
+}
+
+// sleepCtx waits d, or less if ctx ends first (then it returns ctx's
+// error).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// underHoldAll is underHold for a hold on several slots: build makes one
+// call per slot, all sent at once. It returns the first reply that did
+// not take (the hold is gone there), else the first reply, with h's lock
+// held; lastSent is the earliest of their sends. With wait, it rides out
+// a Redis that is not ready, as underHold does. Its scripts set absolute
+// counts, so a call abandoned when ctx ends, or one that ran where others
+// failed, needs no give-back: the next call through the hold sets every
+// count again, and the last release deletes the hold whatever its count.
+// A *notReplicatedError is returned with h's lock held, as by underHold.
+func (c *Client) underHoldAll(ctx context.Context, wait bool, h *lease.Hold, build func(count int) []call) ([]int64, error) {
+	for {
+		if err := h.Mu.LockCtx(ctx); err != nil {
+			return nil, err
+		}
+		if !h.Live() {
+			h.Mu.Unlock()
+			return nil, errEnded
+		}
+		calls := build(h.Count)
+		for i := range calls {
+			calls[i].Takes = true
+		}
+		var first []int64
+		var sent time.Time
+		var ferr error
+		for _, r := range c.tr.DoAll(ctx, calls) {
+			v, err := c.acquired(r)
+			switch {
+			case err != nil:
+				if ferr == nil || notReplicated(ferr) != nil || notReady(ferr) {
+					ferr = err // an unknown outcome before a refused one
+				}
+			case first == nil || v[0] != 1 && first[0] == 1:
+				first = v
+			}
+			if err == nil && (sent.IsZero() || r.Sent.Before(sent)) {
+				sent = r.Sent
+			}
+		}
+		if notReplicated(ferr) != nil {
+			return nil, ferr // h's lock stays held for the undo
+		}
+		if ferr != nil {
+			h.Mu.Unlock()
+			var re redis.Error
+			if wait && errors.As(ferr, &re) && notReady(ferr) {
+				if err := sleepCtx(ctx, retryAfter); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			return nil, ferr
+		}
+		h.LastSent = sent
+		return first, nil
+	}
+}
+
+// entry returns the live hold of ref that a Lock with ctx re-enters, or nil
+// for a first acquisition. A context that carries a hold of ref that was
+// lost (or ended with its context, or by Close) is refused: acquiring again
+// would silently make a new hold of what its caller believes it still has.
+func entry(ctx context.Context, ref lease.Ref) (*lease.Hold, error) {
+	h := carried(ctx, ref)
+	if h == nil {
+		return nil, nil
+	}
+	switch h.Reason() {
+	case lease.NotEnded:
+		return h, nil
+	case lease.EndUnlocked:
+		return nil, nil
+	default:
+		return nil, endedError(h)
+	}
+}
