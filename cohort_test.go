@@ -571,9 +571,9 @@ func TestCohortOnCluster(t *testing.T) {
 			// Sharded: the hand-over script counts the other clients'
 			// subscriptions on the lock's channel, and each client gets
 			// a fair share. Classic on a Cluster it cannot count them
-			// (any node may hold them) and the unlock message crosses the
-			// cluster bus: each client still gets turns, but not a fair
-			// share every time (one client took 6 to 60 of 600 in about
+			// (any node may hold them), and each client still gets
+			// turns, but not a fair share every time (cause not found
+			// yet; one client took 6 to 60 of 600 in about
 			// one run in eight, with the hand-over in memory or by script
 			// alike): a known weakness, checked here only as no
 			// starvation.
