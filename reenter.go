@@ -89,12 +89,8 @@ var errEnded = errors.New("redisync: the hold has ended")
 // takes it back under the lock (undoUnder).
 func (c *Client) underHold(ctx context.Context, wait bool, h *lease.Hold, build func(count int) call, taken func([]int64)) ([]int64, error) {
 	for {
-		if err := h.Mu.LockCtx(ctx); err != nil {
+		if err := lockLive(ctx, h); err != nil {
 			return nil, err
-		}
-		if !h.Live() {
-			h.Mu.Unlock()
-			return nil, errEnded
 		}
 		k := build(h.Count)
 		k.Takes = true
@@ -108,25 +104,48 @@ func (c *Client) underHold(ctx context.Context, wait bool, h *lease.Hold, build 
 			return nil, r.Err()
 		}
 		v, err := c.acquired(r)
-		if notReplicated(err) != nil {
-			return nil, err // h's lock stays held for the undo
-		}
 		if err != nil {
-			h.Mu.Unlock()
-			var re redis.Error
-			if wait && errors.As(err, &re) && notReady(err) {
-				// Redis is loading its data or settling: the script did
-				// not run; a waiting call rides it out.
-				if err := sleepCtx(ctx, retryAfter); err != nil {
-					return nil, err
-				}
-				continue
+			if again, err := failedUnder(ctx, wait, h, err); !again {
+				return nil, err
 			}
-			return nil, err
+			continue
 		}
 		h.LastSent = r.Sent
 		return v, nil
 	}
+}
+
+// lockLive takes h's lock, waiting as long as ctx lasts, for a call
+// through h: it fails with errEnded, the lock released, when h has ended.
+func lockLive(ctx context.Context, h *lease.Hold) error {
+	if err := h.Mu.LockCtx(ctx); err != nil {
+		return err
+	}
+	if !h.Live() {
+		h.Mu.Unlock()
+		return errEnded
+	}
+	return nil
+}
+
+// failedUnder handles err, the failure of a call sent under h's lock
+// (underHold, underHoldAll): a *notReplicatedError keeps the lock held
+// for the undo; otherwise the lock is released, and with wait a Redis
+// that is loading its data or settling (the script did not run) is ridden
+// out: again says to send the call once more, after retryAfter.
+func failedUnder(ctx context.Context, wait bool, h *lease.Hold, err error) (again bool, _ error) {
+	if notReplicated(err) != nil {
+		return false, err // h's lock stays held for the undo
+	}
+	h.Mu.Unlock()
+	var re redis.Error
+	if wait && errors.As(err, &re) && notReady(err) {
+		if err := sleepCtx(ctx, retryAfter); err != nil {
+			return false, err
+		}
+		return true, nil
+	}
+	return false, err
 }
 
 // sleepCtx waits d, or less if ctx ends first (then it returns ctx's
@@ -153,12 +172,8 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // A *notReplicatedError is returned with h's lock held, as by underHold.
 func (c *Client) underHoldAll(ctx context.Context, wait bool, h *lease.Hold, build func(count int) []call) ([]int64, error) {
 	for {
-		if err := h.Mu.LockCtx(ctx); err != nil {
+		if err := lockLive(ctx, h); err != nil {
 			return nil, err
-		}
-		if !h.Live() {
-			h.Mu.Unlock()
-			return nil, errEnded
 		}
 		calls := build(h.Count)
 		for i := range calls {
@@ -181,19 +196,11 @@ func (c *Client) underHoldAll(ctx context.Context, wait bool, h *lease.Hold, bui
 				sent = r.Sent
 			}
 		}
-		if notReplicated(ferr) != nil {
-			return nil, ferr // h's lock stays held for the undo
-		}
 		if ferr != nil {
-			h.Mu.Unlock()
-			var re redis.Error
-			if wait && errors.As(ferr, &re) && notReady(ferr) {
-				if err := sleepCtx(ctx, retryAfter); err != nil {
-					return nil, err
-				}
-				continue
+			if again, err := failedUnder(ctx, wait, h, ferr); !again {
+				return nil, err
 			}
-			return nil, ferr
+			continue
 		}
 		h.LastSent = sent
 		return first, nil
