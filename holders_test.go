@@ -151,6 +151,15 @@ func TestHolders(t *testing.T) {
 	assert.ErrorContains(t, err, "WRONGTYPE", "a Semaphore's hash is not a Mutex")
 	_, err = c.RWMutex("h:sem").Holders(bg)
 	assert.ErrorContains(t, err, "WRONGTYPE")
+	// A Mutex's hash is not a Semaphore's: its scripts and Holders share
+	// one type check (lua/sem_type.lua).
+	mctx, err := c.Mutex("h:mx").Lock(bg)
+	require.NoError(t, err)
+	_, err = c.Semaphore("h:mx").Holders(bg)
+	assert.ErrorContains(t, err, "WRONGTYPE", "a Mutex's hash is not a Semaphore")
+	_, err = c.Semaphore("h:mx").TryAcquire(bg, 1)
+	assert.ErrorContains(t, err, "WRONGTYPE", "a Mutex's hash is not a Semaphore")
+	require.NoError(t, c.Mutex("h:mx").Unlock(mctx))
 	_, err = c.Mutex("").Holders(bg)
 	assert.ErrorIs(t, err, ErrInvalid)
 }

@@ -5,5 +5,5 @@ package lua
 var (
 	Holders    = Load("holders.lua")
 	RWHolders  = Load("rw_holders.lua")
-	SemHolders = Load("sem_holders.lua")
+	SemHolders = LoadWith("sem_holders.lua", "sem_type.lua")
 )

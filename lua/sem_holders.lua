@@ -10,17 +10,7 @@
 -- Returns {field, permits, lease, ...}, three elements per holder, lease
 -- being the ms left of its lease. Holders whose lease has run out (not yet
 -- reclaimed) are left out. A name's hash with other fields than "permits"
--- and "used" is another primitive's: WRONGTYPE.
-local n = redis.call('hlen', KEYS[1])
-if n > 0 then
-  local v = redis.call('hmget', KEYS[1], 'permits', 'used')
-  local k = 0
-  if v[1] then k = k + 1 end
-  if v[2] then k = k + 1 end
-  if k ~= n then
-    return redis.error_reply('WRONGTYPE key is not a Semaphore')
-  end
-end
+-- and "used" is another primitive's: WRONGTYPE (sem_type.lua, prepended).
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local all = redis.call('hgetall', KEYS[2])

@@ -26,21 +26,6 @@ if redis.replicate_commands then
   redis.replicate_commands()
 end
 
--- The name's hash holds "permits" and "used" only: a hash with other
--- fields is another primitive's (a Mutex's, an RWMutex's), refused.
-do
-  local n = redis.call('hlen', KEYS[1])
-  if n > 0 then
-    local v = redis.call('hmget', KEYS[1], 'permits', 'used')
-    local k = 0
-    if v[1] then k = k + 1 end
-    if v[2] then k = k + 1 end
-    if k ~= n then
-      return redis.error_reply('WRONGTYPE key is not a Semaphore')
-    end
-  end
-end
-
 -- sem_now returns Redis's clock in milliseconds.
 local function sem_now()
   local t = redis.call('time')

@@ -1,7 +1,7 @@
 package lua
 
 // The scripts of the Semaphore. Each is sem_prelude.lua (the helpers they
-// share) followed by its own file.
+// share) and sem_type.lua (the type check) followed by its own file.
 var (
 	SemAcquire   = loadSem("sem_acquire.lua")
 	SemRelease   = loadSem("sem_release.lua")
@@ -11,4 +11,6 @@ var (
 	SemAvailable = loadSem("sem_available.lua")
 )
 
-func loadSem(name string) *Script { return LoadWith(name, "migrating.lua", "sem_prelude.lua") }
+func loadSem(name string) *Script {
+	return LoadWith(name, "migrating.lua", "sem_prelude.lua", "sem_type.lua")
+}
