@@ -101,15 +101,15 @@ func eventually(t *testing.T, d time.Duration, what string, f func() bool) {
 // A renewed hold's lease is kept in Redis past its first term, in rounds
 // every third of the lease, and its context stays live.
 func TestRenewalKeepsTheLease(t *testing.T) {
-	e := newEnv(t, 300*time.Millisecond)
-	h := e.hold(t, "l:renew", 300*time.Millisecond, true)
-	time.Sleep(900 * time.Millisecond)
+	e := newEnv(t, 600*time.Millisecond)
+	h := e.hold(t, "l:renew", 600*time.Millisecond, true)
+	time.Sleep(1800 * time.Millisecond)
 	require.NoError(t, h.Ctx.Err(), "the hold ended although its lease was renewed")
 	assert.EqualValues(t, 1, e.rdb.Exists(bg, "l:renew").Val(), "the lease ran out in Redis")
 	e.mu.Lock()
 	assert.GreaterOrEqual(t, len(e.rounds), 2, "renewal rounds")
 	e.mu.Unlock()
-	assert.Greater(t, h.Left(), 100*time.Millisecond, "the local deadline moved with the renewals")
+	assert.Greater(t, h.Left(), 200*time.Millisecond, "the local deadline moved with the renewals")
 }
 
 // A hold whose key Redis lost is ended as lost at the next round, its
@@ -134,7 +134,9 @@ func TestLostInRedisEndsTheHold(t *testing.T) {
 // lets it expire: the holder is told first.
 func TestFixedLeaseEndsBeforeRedisExpiresIt(t *testing.T) {
 	e := newEnv(t, 30*time.Second)
-	h := e.hold(t, "l:fixed", 200*time.Millisecond, false)
+	// A 1s lease: its margin (100ms) leaves room for a loaded machine
+	// between the hold's end and the EXISTS below.
+	h := e.hold(t, "l:fixed", time.Second, false)
 	<-h.Ctx.Done()
 	assert.EqualValues(t, 1, e.rdb.Exists(bg, "l:fixed").Val(), "Redis let the lease expire before the holder was told")
 	assert.ErrorIs(t, context.Cause(h.Ctx), errLost)
