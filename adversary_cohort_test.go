@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisync-go/redisync/internal/faultproxy"
+	"github.com/redisync-go/redisync/internal/holds"
 	"github.com/redisync-go/redisync/lua"
 )
 
@@ -328,7 +329,7 @@ func TestAdvCohortHandoffUsesReceiversHandle(t *testing.T) {
 	require.True(t, ok)
 	assert.Greater(t, tok2, tok1, "tokens increase across a handoff whose reply was lost")
 	assert.Equal(t, admin.Get(bg, fenceKey(name)).Val(), strconv.FormatInt(tok2, 10))
-	n, err := admin.HGet(bg, name, carried(got2.hctx, f2.spec.ref).Field).Int()
+	n, err := admin.HGet(bg, name, holds.Carried(got2.hctx, f2.spec.Ref).Field).Int()
 	require.NoError(t, err)
 	assert.Equal(t, 1, n)
 	require.NoError(t, f2.Unlock(got2.hctx))

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisync-go/redisync/internal/faultproxy"
+	"github.com/redisync-go/redisync/internal/holds"
 	"github.com/redisync-go/redisync/internal/keys"
 	"github.com/redisync-go/redisync/lua"
 )
@@ -676,8 +677,8 @@ func TestAdvHugeLeaseOverflows(t *testing.T) {
 	}
 
 	m := e.client(t).Mutex("adv:forever2", WithLease(forever))
-	if m.err == nil && (m.spec.renewed || m.spec.lease != forever.Truncate(time.Millisecond)) {
-		t.Errorf("WithLease(MaxInt64) silently became a %s", leaseText(m.spec.lease, m.spec.renewed))
+	if m.err == nil && (m.spec.Renewed || m.spec.Lease != forever.Truncate(time.Millisecond)) {
+		t.Errorf("WithLease(MaxInt64) silently became a %s", holds.LeaseText(m.spec.Lease, m.spec.Renewed))
 	}
 	// Fixed: both are refused (above MaxLease).
 	require.ErrorIs(t, err, ErrInvalid)

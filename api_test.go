@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redisync-go/redisync/internal/holds"
 	"github.com/redisync-go/redisync/internal/keys"
 )
 
@@ -163,7 +164,7 @@ func semOps(n int) func(t *testing.T, c *Client, name string) apiOps {
 			tryFor: func(ctx context.Context, d time.Duration) (context.Context, error) { return s.TryAcquireFor(ctx, n, d) },
 			unlock: func(ctx context.Context) error { return s.Release(ctx, n) },
 			count: func(ctx context.Context) int {
-				h := held(ctx, s.spec.ref)
+				h := holds.Held(ctx, s.spec.Ref)
 				if h == nil {
 					return 0
 				}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redisync-go/redisync/internal/cohort"
+	"github.com/redisync-go/redisync/internal/errs"
+	"github.com/redisync-go/redisync/internal/holds"
 	"github.com/redisync-go/redisync/internal/lease"
 	"github.com/redisync-go/redisync/internal/notify"
 	"github.com/redisync-go/redisync/internal/transport"
@@ -30,20 +32,17 @@ type Client struct {
 	rdb   redis.UniversalClient
 	id    string // identifies this client's owners: "<id>:<n>"
 	lease time.Duration
-	ack   replicaAck // WithReplicaAck; zero: off
+	ack   holds.Ack // WithReplicaAck; zero: off
 
-	wd   *lease.Keeper
-	ps   *notify.Hub
-	co   *cohort.Queue
-	tr   *transport.Transport
-	mode pubMode
+	holds *holds.Machine
+	wd    *lease.Keeper
+	ps    *notify.Hub
+	co    *cohort.Queue
+	tr    *transport.Transport
+	mode  pubMode
 
 	closeOnce sync.Once
 	closed    chan struct{}
-
-	bgMu     sync.Mutex
-	bg       sync.WaitGroup // background give-backs (hold.go)
-	bgClosed bool
 
 	obs Observer
 	log *slog.Logger
@@ -112,14 +111,17 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	c.mode.rdb = rdb
 	c.mode.changed = c.modeChanged
 	c.mode.init()
-	c.tr = transport.New(rdb, transport.Options{AckReplicas: c.ack.k, AckTimeout: c.ack.timeout, Publish: c.mode.publish,
-		ReleaseTimeout: releaseTimeout, Log: c.log, NoFullDuplex: !fullDuplexFor(rdb)})
+	c.tr = transport.New(rdb, transport.Options{AckReplicas: c.ack.K, AckTimeout: c.ack.Timeout, Publish: c.mode.publish,
+		ReleaseTimeout: holds.ReleaseTimeout, Log: c.log, NoFullDuplex: !fullDuplexFor(rdb)})
 	c.wd = lease.New(lease.Config{Transport: c.tr, Lease: c.lease, Closed: c.closed, Log: c.log,
-		GiveBack: c.giveBack, Ended: c.ended, Acked: c.renewedAck, Renewed: c.renewed,
-		Errors: lease.Errors{Lost: ErrLeaseLost, Closed: ErrClosed, ClosedHold: errClosedHold, Untrusted: errUntrusted}})
+		GiveBack: func(h *lease.Hold) { c.holds.GiveBack(h) }, Ended: c.ended,
+		Acked: func(r reply) error { return c.holds.RenewedAck(r) }, Renewed: c.renewed,
+		Errors: lease.Errors{Lost: ErrLeaseLost, Closed: ErrClosed, ClosedHold: errs.ClosedHold, Untrusted: holds.ErrUntrusted}})
 	c.co = cohort.NewQueue(ErrClosed)
 	c.ps = notify.New(notify.Config{RDB: rdb, Closed: c.closed, ClosedErr: ErrClosed, Log: c.log,
 		Mode: c.mode.sharded, Hold: c.co.ChanYielding, Lost: c.subLost, Restored: c.subRestored})
+	c.holds = holds.New(holds.Config{ID: c.id, Transport: c.tr, Keeper: c.wd, Hub: c.ps, Queue: c.co, Closed: c.closed,
+		Log: c.log, Ack: c.ack, Cluster: isCluster(rdb), Acquired: c.acquiredEvent, AcquireFailed: c.failedEvent})
 	if mode := c.PubSub(); mode != PubSubAuto {
 		c.ps.SetMode(mode == PubSubSharded)
 	}
@@ -167,7 +169,7 @@ func (c *Client) ID() string {
 // Close stops the watchdog and the subscription. Waits in progress end with
 // ErrClosed; holds are released best-effort and their contexts cancelled with
 // a cause that matches both ErrClosed and ErrLeaseLost. Close waits for
-// those releases at most releaseTimeout (5s) in all, even while Redis does
+// those releases at most 5s in all, even while Redis does
 // not answer; a lock whose release did not reach Redis is freed when its
 // lease ends. Later calls return ErrClosed. Close does not close the redis
 // client it was given.
@@ -178,42 +180,15 @@ func (c *Client) Close() error {
 	err := ErrClosed
 	c.closeOnce.Do(func() {
 		err = nil
-		deadline := time.Now().Add(releaseTimeout)
+		deadline := time.Now().Add(holds.ReleaseTimeout)
 		close(c.closed)
 		c.tr.Close() // its workers stop once their lanes are empty
 		c.wd.Close(deadline)
 		c.ps.Close()
-		c.bgMu.Lock()
-		c.bgClosed = true
-		c.bgMu.Unlock()
-		waitAtMost(&c.bg, time.Until(deadline))
+		c.holds.Close(deadline)
 		c.tr.Drain(time.Until(deadline))
 	})
 	return err
-}
-
-// bgStart counts one more background give-back, unless the client is
-// closed (Close releases every hold itself).
-func (c *Client) bgStart() bool {
-	c.bgMu.Lock()
-	defer c.bgMu.Unlock()
-	if c.bgClosed {
-		return false
-	}
-	c.bg.Add(1)
-	return true
-}
-
-// waitAtMost waits for wg, at most d.
-func waitAtMost(wg *sync.WaitGroup, d time.Duration) {
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-	}
 }
 
 // usable refuses a nil context, and a handle or Client not made the way

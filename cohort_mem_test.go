@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisync-go/redisync/internal/faultproxy"
+	"github.com/redisync-go/redisync/internal/holds"
 )
 
 // Hand-over in memory (issue 25): a Mutex's last Unlock, with a goroutine
@@ -30,7 +31,7 @@ func TestMemHandoffKeepsFieldAndLease(t *testing.T) {
 	require.NoError(t, err)
 	fields := admin.HGetAll(bg, m.Name()).Val()
 	w := idleWaiter(t, bg, c, m)
-	before := held(hctx, m.spec.ref).Left()
+	before := holds.Held(hctx, m.spec.Ref).Left()
 
 	scripts := h.OnCommand(faultproxy.CommandRule{Name: "evalsha", Action: faultproxy.DelayBefore(0)})
 	require.NoError(t, m.Unlock(hctx))
@@ -38,7 +39,7 @@ func TestMemHandoffKeepsFieldAndLease(t *testing.T) {
 	require.NoError(t, got.err)
 	assert.Zero(t, scripts.Fired(), "a script was sent for a hand-over in memory")
 	assert.Equal(t, fields, admin.HGetAll(bg, m.Name()).Val(), "the Redis owner field changed")
-	nh := held(got.hctx, m.spec.ref)
+	nh := holds.Held(got.hctx, m.spec.Ref)
 	require.NotNil(t, nh)
 	assert.InDelta(t, before.Seconds(), nh.Left().Seconds(), 0.05, "the new holder's deadline is not the lease's")
 	assert.Error(t, hctx.Err(), "the old hold's context is live")

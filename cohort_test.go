@@ -15,6 +15,7 @@ import (
 
 	"github.com/redisync-go/redisync/internal/cohort"
 	"github.com/redisync-go/redisync/internal/faultproxy"
+	"github.com/redisync-go/redisync/internal/holds"
 	"github.com/redisync-go/redisync/lua"
 )
 
@@ -447,7 +448,7 @@ func TestCohortHandoffRacesWatchdog(t *testing.T) {
 				assert.Equal(t, int32(1), inside.Add(1))
 				if rand.IntN(3) == 0 {
 					time.Sleep(200 * time.Millisecond) // longer than the lease: renewed
-					field := carried(ctx, m.spec.ref).Field
+					field := holds.Carried(ctx, m.spec.Ref).Field
 					n, err := check.HGet(context.Background(), m.Name(), field).Int()
 					assert.NoError(t, err, "a handed-over hold was not renewed")
 					assert.Equal(t, 1, n)

@@ -223,17 +223,17 @@
 //	            multilock.go (and multilock_state.go): what each promises,
 //	            one file each; holders.go lists who holds them
 //	options     client.go (the Client, New, Close), fencing.go,
-//	            replica_ack.go, observe.go (events and logging), errors.go:
-//	            what the primitives and the layers below them consult
-//	holds       (still in the root package) acquire.go (a first
-//	            acquisition across the attempts of a wait), grant.go,
-//	            reenter.go, release.go, undo.go (every way of giving back
-//	            what a call took, and the one rule that orders them),
-//	            hold.go (what a lock handle tells them), pending.go (a
-//	            release whose caller left), owner.go (holds carried in
-//	            contexts), wait.go (waiting between attempts), force.go,
-//	            handover.go (what a hand-over nobody took gives back),
-//	            pubsubmode.go (which pub/sub mode)
+//	            replica_ack.go, observe.go (events and logging), errors.go,
+//	            pubsubmode.go (which pub/sub mode): what the primitives
+//	            and the layers below them consult
+//	holds       package internal/holds: a first acquisition across the
+//	            attempts of a wait (acquire.go, grant.go), re-entry,
+//	            release, every way of giving back what a call took and
+//	            the one rule that orders them (undo.go), holds carried in
+//	            contexts, waiting between attempts; handed the layers
+//	            below and the observer's callbacks (holds.Config)
+//	errors      package internal/errs: the sentinel errors every layer
+//	            returns, exported by errors.go
 //	cohort      package internal/cohort: the local waiters a Mutex can
 //	            be handed to, the pick of one, the runs of hand-overs and
 //	            the yields that bound them; handed the closed error
@@ -254,7 +254,7 @@
 //	scripts     lua/*.lua, embedded by package lua; internal/keys names
 //	            the keys and channels
 //
-// cohort imports lease and transport, lease imports transport, transport
-// imports lua, notify imports none of them (only go-redis); nothing
-// imports upward.
+// holds imports cohort, lease, notify, transport and errs; cohort imports
+// lease and transport, lease imports transport, transport imports lua,
+// notify imports none of them (only go-redis); nothing imports upward.
 package redisync

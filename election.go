@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redisync-go/redisync/internal/errs"
+	"github.com/redisync-go/redisync/internal/holds"
 	"github.com/redisync-go/redisync/internal/keys"
 	"github.com/redisync-go/redisync/internal/lease"
 	"github.com/redisync-go/redisync/internal/notify"
@@ -58,7 +60,7 @@ type Election struct {
 	name    string
 	keys    []string // the election, its term counter
 	channel string
-	spec    spec
+	spec    holds.Spec
 	err     error
 }
 
@@ -78,19 +80,19 @@ func (c *Client) Election(name string, opts ...ElectionOption) *Election {
 		e.channel = keys.Companion(name, "elect")
 		e.keys = []string{name, keys.Companion(name, "elect-term")}
 	}
-	e.spec.wrap = wrapFor(c, "election", name, keyType{name, "hash"}, keyType{e.keys[1], "string"})
+	e.spec.Wrap = wrapFor(c, "election", name, keyType{name, "hash"}, keyType{e.keys[1], "string"})
 	if c == nil {
-		e.err = e.spec.wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
+		e.err = e.spec.Wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
 		return e
 	}
 	lc, err := lockSetup(name, opts)
 	if err == nil && !keys.Taggable(name) {
 		err = fmt.Errorf("%w: election name %q contains \"}\" without a hash tag", ErrInvalid, name)
 	}
-	e.err = e.spec.wrap(err)
-	e.spec.ref = lease.Ref{Owner: c, Kind: KindElection, Name: name}
-	e.spec.fenced = true // terms are its tokens
-	e.spec.lease, e.spec.renewed = lc.leaseOf(c)
+	e.err = e.spec.Wrap(err)
+	e.spec.Ref = lease.Ref{Owner: c, Kind: KindElection, Name: name}
+	e.spec.Fenced = true // terms are its tokens
+	e.spec.Lease, e.spec.Renewed = lc.leaseOf(c)
 	return e
 }
 
@@ -110,10 +112,10 @@ func (e *Election) check(ctx context.Context) error {
 	if e.err != nil {
 		return e.err
 	}
-	return e.wrap(usable(ctx, e.c, e.spec.wrap))
+	return e.wrap(usable(ctx, e.c, e.spec.Wrap))
 }
 
-func (e *Election) wrap(err error) error { return wrapOr(e.spec.wrap, err) }
+func (e *Election) wrap(err error) error { return wrapOr(e.spec.Wrap, err) }
 
 // Campaign makes the caller a candidate with value (what Leader and
 // Observe report of it, such as the node's address), and blocks until it
@@ -162,42 +164,42 @@ func (e *Election) campaign(parent, wctx context.Context, value string, bounded 
 		return nil, err
 	}
 	if err := wctx.Err(); err != nil {
-		return nil, e.wrap(waitError(err, parent, bounded))
+		return nil, e.wrap(errs.Wait(err, parent, bounded))
 	}
-	h, err := entry(parent, e.spec.ref)
+	h, err := holds.Entry(parent, e.spec.Ref)
 	if err != nil {
 		return nil, e.wrap(err)
 	}
 	if h != nil {
 		return nil, e.wrap(fmt.Errorf("%w: the context leads the election already (term %d): Resign first, or campaign as another candidate with WithOwner", ErrInvalid, h.Token))
 	}
-	leaseMs := e.spec.lease.Milliseconds()
+	leaseMs := e.spec.Lease.Milliseconds()
 	var term atomic.Int64 // of the latest win, for its give-back
-	a := e.c.acquisition(&e.spec, parent, wctx, true, nil, func(field string) call {
+	a := e.c.holds.Begin(&e.spec, parent, wctx, true, nil, func(field string) call {
 		return e.resign(field, term.Load())
 	})
-	defer func() { a.finish(err) }()
+	defer func() { a.Finish(err) }()
 	try := func() (bool, time.Duration, error) {
-		field, r, d, err := a.send(func(field string) call {
+		field, r, d, err := a.Send(func(field string) call {
 			return script(lua.ElectCampaign, e.keys, leaseMs, field, value, publish, e.channel)
 		})
 		if r == nil {
 			return false, d, err
 		}
 		if r[0] != 1 {
-			return false, lease.Bound(r[1], e.spec.lease/3), nil
+			return false, lease.Bound(r[1], e.spec.Lease/3), nil
 		}
-		term.Store(a.token)
-		return a.grant(field, 1, script(lua.ElectRenew, e.keys[:1], field, leaseMs))
+		term.Store(a.Token)
+		return a.Grant(field, 1, script(lua.ElectRenew, e.keys[:1], field, leaseMs))
 	}
 	done, next, err := try()
 	if err == nil && !done {
-		err = e.c.await(wctx, e.channel, wakeEnded, next, try)
+		err = e.c.holds.Await(wctx, e.channel, wakeEnded, next, try)
 	}
 	if err != nil {
-		return nil, e.wrap(waitError(err, parent, bounded))
+		return nil, e.wrap(errs.Wait(err, parent, bounded))
 	}
-	return a.hctx, nil
+	return a.HoldCtx, nil
 }
 
 // wakeEnded is an election's wake policy: a message that a term ended
@@ -226,7 +228,7 @@ func (e *Election) Term(ctx context.Context) (int64, bool) {
 	if e == nil {
 		return 0, false
 	}
-	return tokenOf(ctx, e.spec.ref)
+	return tokenOf(ctx, e.spec.Ref)
 }
 
 // Resign ends the leadership ctx carries: its context is cancelled, then
@@ -243,8 +245,8 @@ func (e *Election) Resign(ctx context.Context) error {
 	if err := e.check(ctx); err != nil {
 		return err
 	}
-	return e.c.release(ctx, &e.spec, 1, func(ctx context.Context, h *lease.Hold, _ int) (int64, time.Time, error) {
-		return e.c.releaseBy(ctx, e.resign(h.Field, h.Token))
+	return e.c.holds.Release(ctx, &e.spec, 1, func(ctx context.Context, h *lease.Hold, _ int) (int64, time.Time, error) {
+		return e.c.holds.ReleaseBy(ctx, e.resign(h.Field, h.Token))
 	})
 }
 
@@ -310,23 +312,24 @@ func (e *Election) read(ctx context.Context) (electState, error) {
 // hanging on a silent Redis does not delay that.
 func (e *Election) Observe(ctx context.Context) <-chan Leadership {
 	out := make(chan Leadership)
-	if e.check(ctx) != nil || !e.c.bgStart() {
+	if e.check(ctx) != nil {
 		close(out)
 		return out
 	}
 	w, err := e.c.ps.Watch(e.channel, wakeEnded)
 	if err != nil {
-		e.c.bg.Done()
 		close(out)
 		return out
 	}
-	go e.observe(ctx, w, out)
+	if !e.c.holds.Go(func() { e.observe(ctx, w, out) }) {
+		w.Leave()
+		close(out)
+	}
 	return out
 }
 
 // observe is an observer's goroutine: see Observe.
 func (e *Election) observe(ctx context.Context, w *notify.Waiter, out chan<- Leadership) {
-	defer e.c.bg.Done()
 	defer close(out)
 	defer w.Leave()
 	ctx, cancel := context.WithCancel(ctx)
@@ -347,7 +350,7 @@ func (e *Election) observe(ctx context.Context, w *notify.Waiter, out chan<- Lea
 		}
 	}
 	var seen watched
-	lease := e.spec.lease
+	lease := e.spec.Lease
 	every := lease / 3
 	// Subscribed first, so that no change after the first read is missed:
 	// what came before the read, the read has.
@@ -356,9 +359,9 @@ func (e *Election) observe(ctx context.Context, w *notify.Waiter, out chan<- Lea
 	}
 	w.Take()
 	reread := true
-	backoff := retryAfter // after a read that failed, doubled up to every
-	read := time.Now()    // when it last read the election (or had news of it)
-	blind := false        // it told that it cannot read the election
+	backoff := holds.RetryAfter // after a read that failed, doubled up to every
+	read := time.Now()          // when it last read the election (or had news of it)
+	blind := false              // it told that it cannot read the election
 	for {
 		next := every
 		if reread {
@@ -379,7 +382,7 @@ func (e *Election) observe(ctx context.Context, w *notify.Waiter, out chan<- Lea
 					next = min(next, max(time.Until(read.Add(lease)), time.Millisecond))
 				}
 			default:
-				read, backoff = time.Now(), retryAfter
+				read, backoff = time.Now(), holds.RetryAfter
 				l, ok := seen.state(st)
 				if blind {
 					// It sees again: said even when nothing changed.
@@ -425,9 +428,9 @@ func (e *Election) observe(ctx context.Context, w *notify.Waiter, out chan<- Lea
 // (read), so that a read hanging on a paused Redis does not keep it from
 // telling that it is blind.
 func (e *Election) readBound(read time.Time, blind bool) time.Duration {
-	d := e.spec.lease / 3
+	d := e.spec.Lease / 3
 	if !blind {
-		d = min(d, max(time.Until(read.Add(e.spec.lease)), time.Millisecond))
+		d = min(d, max(time.Until(read.Add(e.spec.Lease)), time.Millisecond))
 	}
 	return d
 }

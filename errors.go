@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redisync-go/redisync/internal/errs"
 	"github.com/redisync-go/redisync/internal/lease"
 )
 
@@ -17,24 +18,24 @@ var (
 	// ErrNotAcquired is returned by the Try methods when the lock or the
 	// permits are held elsewhere, and by the TryLockFor family when their
 	// wait ran out.
-	ErrNotAcquired = errors.New("redisync: not acquired")
+	ErrNotAcquired = errs.NotAcquired
 
 	// ErrNotHeld is returned when the context carries no hold of what it
 	// tries to release, or a hold that has already ended.
-	ErrNotHeld = errors.New("redisync: not held by this owner")
+	ErrNotHeld = errs.NotHeld
 
 	// ErrLeaseLost is the cause of a hold's context being cancelled when its
 	// lease could not be renewed in time or was taken away (read it with
 	// context.Cause), and is wrapped by a call through a hold found lost.
-	ErrLeaseLost = errors.New("redisync: lease lost")
+	ErrLeaseLost = errs.LeaseLost
 
 	// ErrClosed is returned by calls on a closed Client and ends the waits
 	// that were in progress when it closed.
-	ErrClosed = errors.New("redisync: client closed")
+	ErrClosed = errs.Closed
 
 	// ErrInvalid is wrapped by every error about bad input: an empty name, a
 	// non-positive lease, timeout, wait or count, a nil client or option.
-	ErrInvalid = errors.New("redisync: invalid argument")
+	ErrInvalid = errs.Invalid
 
 	// ErrNotReplicated is returned, with WithReplicaAck, by an acquisition
 	// or re-entry that fewer than the required replicas acknowledged within
@@ -42,7 +43,7 @@ var (
 	// text says otherwise when the undo failed (the lease frees what it
 	// took) or was still on its way when the call's context ended. It
 	// also matches the error a renewal logs when it was not acknowledged.
-	ErrNotReplicated = errors.New("redisync: not replicated")
+	ErrNotReplicated = errs.NotReplicated
 )
 
 // lockError is an error about one named lock, latch or semaphore.
@@ -91,15 +92,6 @@ func wrapLabelled(c *Client, what, name, label string, layout ...keyType) func(e
 	}
 }
 
-// multiError has its own text and matches each of errs.
-type multiError struct {
-	msg  string
-	errs []error
-}
-
-func (e *multiError) Error() string   { return e.msg }
-func (e *multiError) Unwrap() []error { return e.errs }
-
 // wrongTypeError replaces Redis's WRONGTYPE reply to a script, whose text
 // carries the script's SHA and line, with one that says which keys the
 // lock uses: one of them holds a value of another type. It unwraps to
@@ -134,28 +126,4 @@ func wrongType(c *Client, err error, layout []keyType) error {
 		bad = all
 	}
 	return &wrongTypeError{keys: bad, err: err}
-}
-
-// waitError wraps the error that ended a wait: ctx's error when ctx ended,
-// ErrNotAcquired when only the wait's own bound (TryLockFor) ran out.
-func waitError(err error, parent context.Context, bounded bool) error {
-	if bounded && parent.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%w: the wait ran out", ErrNotAcquired)
-	}
-	return err
-}
-
-// notReady reports an error reply that says Redis did not run the command
-// because it is not ready for it now (loading its data after a restart,
-// running a long script, its cluster settling, a slot moving: a MOVED or
-// ASK left when the client's redirects ran out), rather than refusing the
-// command itself: trying again later can succeed.
-func notReady(err error) bool {
-	msg := err.Error()
-	for _, p := range []string{"LOADING", "BUSY", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "READONLY", "MOVED ", "ASK "} {
-		if strings.HasPrefix(msg, p) {
-			return true
-		}
-	}
-	return false
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/redisync-go/redisync/internal/errs"
+	"github.com/redisync-go/redisync/internal/holds"
 	"github.com/redisync-go/redisync/internal/keys"
 	"github.com/redisync-go/redisync/internal/lease"
 	"github.com/redisync-go/redisync/internal/notify"
@@ -59,7 +61,7 @@ type FairMutex struct {
 	timeouts string // zset: waiter field -> deadline (ms, Redis clock)
 	prefix   string // waiter channel prefix; a waiter listens on prefix+field
 	fence    string // the fencing counter's key (WithFencing), or ""
-	spec     spec
+	spec     holds.Spec
 	waiter   time.Duration
 	err      error
 }
@@ -77,9 +79,9 @@ func (c *Client) FairMutex(name string, opts ...FairOption) *FairMutex {
 		f.timeouts = keys.Companion(name, "fair-timeouts")
 		f.prefix = keys.Companion(name, "fair-wake") + ":"
 	}
-	f.spec.wrap = wrapFor(c, "fair lock", name, keyType{name, "hash"}, keyType{f.queue, "zset"}, keyType{f.timeouts, "zset"})
+	f.spec.Wrap = wrapFor(c, "fair lock", name, keyType{name, "hash"}, keyType{f.queue, "zset"}, keyType{f.timeouts, "zset"})
 	if c == nil {
-		f.err = f.spec.wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
+		f.err = f.spec.Wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
 		return f
 	}
 	lc, err := lockSetup(name, opts)
@@ -87,12 +89,12 @@ func (c *Client) FairMutex(name string, opts ...FairOption) *FairMutex {
 		err = fmt.Errorf("%w: lock name %q has a \"}\" outside a hash tag", ErrInvalid, name)
 	}
 	if err == nil && lc.fence {
-		f.fence, f.spec.fenced = fenceKey(name), true
-		f.spec.wrap = wrapFor(c, "fair lock", name, keyType{name, "hash"}, keyType{f.queue, "zset"}, keyType{f.timeouts, "zset"}, keyType{f.fence, "string"})
+		f.fence, f.spec.Fenced = fenceKey(name), true
+		f.spec.Wrap = wrapFor(c, "fair lock", name, keyType{name, "hash"}, keyType{f.queue, "zset"}, keyType{f.timeouts, "zset"}, keyType{f.fence, "string"})
 	}
-	f.err = f.spec.wrap(err)
-	f.spec.ref = lease.Ref{Owner: c, Kind: KindFairMutex, Name: name}
-	f.spec.lease, f.spec.renewed = lc.leaseOf(c)
+	f.err = f.spec.Wrap(err)
+	f.spec.Ref = lease.Ref{Owner: c, Kind: KindFairMutex, Name: name}
+	f.spec.Lease, f.spec.Renewed = lc.leaseOf(c)
 	if lc.waiter > 0 {
 		f.waiter = lc.waiter
 	}
@@ -106,10 +108,10 @@ func (f *FairMutex) check(ctx context.Context) error {
 	if f.err != nil {
 		return f.err
 	}
-	return f.wrap(usable(ctx, f.c, f.spec.wrap))
+	return f.wrap(usable(ctx, f.c, f.spec.Wrap))
 }
 
-func (f *FairMutex) wrap(err error) error { return wrapOr(f.spec.wrap, err) }
+func (f *FairMutex) wrap(err error) error { return wrapOr(f.spec.Wrap, err) }
 
 func (f *FairMutex) keys() []string { return []string{f.name, f.queue, f.timeouts} }
 
@@ -154,14 +156,14 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 		return nil, err
 	}
 	if err := wctx.Err(); err != nil {
-		return nil, f.wrap(waitError(err, parent, bounded))
+		return nil, f.wrap(errs.Wait(err, parent, bounded))
 	}
-	h, err := entry(parent, f.spec.ref)
+	h, err := holds.Entry(parent, f.spec.Ref)
 	if err != nil {
 		return nil, f.wrap(err)
 	}
 	if h != nil {
-		hctx, err := f.c.reenter(parent, wctx, wait, &f.spec, h, func(count int) call {
+		hctx, err := f.c.holds.Reenter(parent, wctx, wait, &f.spec, h, func(count int) call {
 			return f.script(h.Field, count, false)
 		}, func(r []int64) (int, bool) {
 			return int(r[1]), r[0] != 1
@@ -174,45 +176,45 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 		return hctx, nil
 	}
 
-	leaseMs := f.spec.lease.Milliseconds()
-	a := f.c.acquisition(&f.spec, parent, wctx, wait,
+	leaseMs := f.spec.Lease.Milliseconds()
+	a := f.c.holds.Begin(&f.spec, parent, wctx, wait,
 		func(field string) []call { return []call{f.leaveCall(field)} },
 		func(field string) call { return script(lua.FairDrop, f.keys(), field, f.prefix, publish) })
-	a.restart = true // a new owner queues, and listens, as itself
-	defer func() { a.finish(err) }()
+	a.Restart = true // a new owner queues, and listens, as itself
+	defer func() { a.Finish(err) }()
 	try := func() (bool, time.Duration, error) {
-		field, r, d, err := a.send(func(field string) call { return f.script(field, 0, wait) })
+		field, r, d, err := a.Send(func(field string) call { return f.script(field, 0, wait) })
 		if r == nil {
 			return false, d, err
 		}
 		if r[0] != 1 {
-			next := lease.Bound(r[1], f.spec.lease/3)
+			next := lease.Bound(r[1], f.spec.Lease/3)
 			if wait {
 				next = min(next, f.refresh())
 			}
 			return false, next, nil
 		}
-		return a.grant(field, int(r[1]), script(lua.Renew, []string{f.name}, field, leaseMs))
+		return a.Grant(field, int(r[1]), script(lua.Renew, []string{f.name}, field, leaseMs))
 	}
 	for {
 		done, next, err := try()
 		if err == nil && !done && wait {
 			// Only this waiter listens on its channel: wake it at every message.
-			err = f.c.await(wctx, f.prefix+a.owner, notify.WakeAll, next, try)
+			err = f.c.holds.Await(wctx, f.prefix+a.Owner, notify.WakeAll, next, try)
 		}
-		if errors.Is(err, errNewOwner) {
+		if errors.Is(err, holds.ErrNewOwner) {
 			continue // a new owner listens on a new channel
 		}
 		if err != nil {
 			if wait {
-				f.leave(a.owner)
+				f.leave(a.Owner)
 			}
-			return nil, f.wrap(waitError(err, parent, bounded))
+			return nil, f.wrap(errs.Wait(err, parent, bounded))
 		}
-		if !a.won {
+		if !a.Won {
 			return nil, f.wrap(ErrNotAcquired)
 		}
-		return a.hctx, nil
+		return a.HoldCtx, nil
 	}
 }
 
@@ -228,7 +230,7 @@ func (f *FairMutex) script(field string, count int, queue bool) call {
 	if f.fence != "" {
 		keys = append(keys, f.fence)
 	}
-	return script(lua.FairLock, keys, f.spec.lease.Milliseconds(), field, count, waiterMs, f.prefix, publish)
+	return script(lua.FairLock, keys, f.spec.Lease.Milliseconds(), field, count, waiterMs, f.prefix, publish)
 }
 
 // leaveCall takes field out of the queue.
@@ -238,7 +240,7 @@ func (f *FairMutex) leaveCall(field string) call {
 
 // leave takes field out of the queue after a wait that ended without the
 // lock, best-effort: an entry left behind expires with its deadline.
-func (f *FairMutex) leave(field string) { f.c.cleanup(f.waiter, f.leaveCall(field)) }
+func (f *FairMutex) leave(field string) { f.c.holds.Cleanup(f.waiter, f.leaveCall(field)) }
 
 // Unlock releases one hold of the lock that ctx carries; when the last hold
 // is released the lock is handed to the head of the queue, and only that
@@ -248,8 +250,8 @@ func (f *FairMutex) Unlock(ctx context.Context) error {
 	if err := f.check(ctx); err != nil {
 		return err
 	}
-	return f.c.release(ctx, &f.spec, 1, func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) {
-		return f.c.releaseBy(ctx, script(lua.FairUnlock, f.keys(), h.Field, count, h.Lease.Milliseconds(), f.prefix, publish))
+	return f.c.holds.Release(ctx, &f.spec, 1, func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) {
+		return f.c.holds.ReleaseBy(ctx, script(lua.FairUnlock, f.keys(), h.Field, count, h.Lease.Milliseconds(), f.prefix, publish))
 	})
 }
 
@@ -268,7 +270,7 @@ func (f *FairMutex) HoldCount(ctx context.Context) (int, error) {
 	if err := f.check(ctx); err != nil {
 		return 0, err
 	}
-	n, err := hashHolds(ctx, f.c, f.spec.ref)
+	n, err := hashHolds(ctx, f.c, f.spec.Ref)
 	return n, f.wrap(err)
 }
 
@@ -294,7 +296,7 @@ func (f *FairMutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := f.check(ctx); err != nil {
 		return false, err
 	}
-	n, err := f.c.forceBy(ctx, script(lua.FairForceUnlock, []string{f.name, f.queue}, f.prefix, publish), f.spec.ref).Int64()
+	n, err := f.c.holds.ForceBy(ctx, script(lua.FairForceUnlock, []string{f.name, f.queue}, f.prefix, publish), f.spec.Ref).Int64()
 	if err != nil {
 		return false, f.wrap(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/redisync-go/redisync/internal/holds"
 	"github.com/redisync-go/redisync/internal/keys"
 	"github.com/redisync-go/redisync/internal/lease"
 )
@@ -69,33 +70,17 @@ func fencingSetup(name string, lc lockConfig, err error) error {
 	return err
 }
 
-// fenceToken returns the token in a fenced lock's granted acquire reply
-// ({1, count, token}), or 0.
-func fenceToken(s *spec, r []int64) int64 {
-	if !s.fenced || len(r) < 3 || r[0] != 1 {
-		return 0
-	}
-	return r[2]
-}
-
 // tokenOf returns the token of the hold of ref that ctx carries (see
 // Mutex.Token).
 func tokenOf(ctx context.Context, ref lease.Ref) (int64, bool) {
 	if ctx == nil {
 		return 0, false
 	}
-	h := carried(ctx, ref)
+	h := holds.Carried(ctx, ref)
 	if h == nil || h.Token == 0 {
 		return 0, false
 	}
 	return h.Token, true
-}
-
-func fencingText(fenced bool) string {
-	if fenced {
-		return "with WithFencing"
-	}
-	return "without WithFencing"
 }
 
 // Token returns the fencing token of the hold ctx carries (see
@@ -112,7 +97,7 @@ func (m *Mutex) Token(ctx context.Context) (int64, bool) {
 	if m == nil {
 		return 0, false
 	}
-	return tokenOf(ctx, m.spec.ref)
+	return tokenOf(ctx, m.spec.Ref)
 }
 
 // Token returns the fencing token of the hold ctx carries, as
@@ -121,7 +106,7 @@ func (f *FairMutex) Token(ctx context.Context) (int64, bool) {
 	if f == nil {
 		return 0, false
 	}
-	return tokenOf(ctx, f.spec.ref)
+	return tokenOf(ctx, f.spec.Ref)
 }
 
 // Token returns the fencing token of the write hold ctx carries, as
@@ -132,7 +117,7 @@ func (r *RWMutex) Token(ctx context.Context) (int64, bool) {
 	if r == nil {
 		return 0, false
 	}
-	return tokenOf(ctx, r.wspec.ref)
+	return tokenOf(ctx, r.wspec.Ref)
 }
 
 // Token returns the fencing token of name in the hold ctx carries (see
@@ -148,7 +133,7 @@ func (m *MultiLock) Token(ctx context.Context, name string) (int64, bool) {
 	if m == nil || ctx == nil {
 		return 0, false
 	}
-	h := carried(ctx, m.spec.ref)
+	h := holds.Carried(ctx, m.spec.Ref)
 	if h == nil {
 		return 0, false
 	}

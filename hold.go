@@ -3,8 +3,6 @@ package redisync
 import (
 	"fmt"
 	"time"
-
-	"github.com/redisync-go/redisync/internal/lease"
 )
 
 // MinLease is the shortest lease redisync accepts (WithLease,
@@ -26,23 +24,4 @@ func checkLease(what string, d time.Duration) error {
 		return fmt.Errorf("%w: %s %v is above MaxLease (%v)", ErrInvalid, what, d, MaxLease)
 	}
 	return nil
-}
-
-// spec is what a lock handle tells the hold machinery about itself.
-type spec struct {
-	ref     lease.Ref
-	lease   time.Duration
-	renewed bool
-	fenced  bool // WithFencing: first acquisitions get a token
-	wrap    func(error) error
-
-	parts  bool        // a hold is on several locks (see hold.parts)
-	covers []lease.Ref // those locks (see hold.covers)
-}
-
-func leaseText(d time.Duration, renewed bool) string {
-	if renewed {
-		return fmt.Sprintf("watchdog lease of %v", d)
-	}
-	return fmt.Sprintf("fixed lease of %v (WithLease)", d)
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redisync-go/redisync/internal/holds"
 	"github.com/redisync-go/redisync/internal/lease"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -14,7 +15,7 @@ import (
 // ownerOf returns the Redis owner field of the hold of ref ctx carries.
 func ownerOf(t *testing.T, ctx context.Context, ref lease.Ref) string {
 	t.Helper()
-	h := carried(ctx, ref)
+	h := holds.Carried(ctx, ref)
 	require.NotNil(t, h)
 	return h.Field
 }
@@ -51,7 +52,7 @@ func holdersChecks(t *testing.T, client func() *Client, lease time.Duration, nam
 	require.NoError(t, err)
 	hs, err = c2.Mutex(names("h:m")).Holders(bg)
 	require.NoError(t, err)
-	checkHolders(t, "Mutex", hs, lease, Holder{ClientID: c1.ID(), Owner: ownerOf(t, lctx, m.spec.ref), Count: 2})
+	checkHolders(t, "Mutex", hs, lease, Holder{ClientID: c1.ID(), Owner: ownerOf(t, lctx, m.spec.Ref), Count: 2})
 
 	// FairMutex: a queued waiter is not a holder.
 	f := c1.FairMutex(names("h:f"))
@@ -63,7 +64,7 @@ func holdersChecks(t *testing.T, client func() *Client, lease time.Duration, nam
 	time.Sleep(50 * time.Millisecond)
 	hs, err = c2.FairMutex(names("h:f")).Holders(bg)
 	require.NoError(t, err)
-	checkHolders(t, "FairMutex", hs, lease, Holder{ClientID: c1.ID(), Owner: ownerOf(t, fctx, f.spec.ref), Count: 1})
+	checkHolders(t, "FairMutex", hs, lease, Holder{ClientID: c1.ID(), Owner: ownerOf(t, fctx, f.spec.Ref), Count: 1})
 	cancel()
 
 	// RWMutex: readers of two Clients, then a writer that downgrades.
@@ -77,8 +78,8 @@ func holdersChecks(t *testing.T, client func() *Client, lease time.Duration, nam
 	hs, err = r1.Holders(bg)
 	require.NoError(t, err)
 	checkHolders(t, "RWMutex readers", hs, lease,
-		Holder{ClientID: c1.ID(), Owner: ownerOf(t, rctx1, r1.rspec.ref), Count: 1},
-		Holder{ClientID: c2.ID(), Owner: ownerOf(t, rctx2, r2.rspec.ref), Count: 2})
+		Holder{ClientID: c1.ID(), Owner: ownerOf(t, rctx1, r1.rspec.Ref), Count: 1},
+		Holder{ClientID: c2.ID(), Owner: ownerOf(t, rctx2, r2.rspec.Ref), Count: 2})
 	require.NoError(t, r1.RUnlock(rctx1))
 	require.NoError(t, r2.RUnlock(rctx2))
 	require.NoError(t, r2.RUnlock(rctx2))
@@ -89,8 +90,8 @@ func holdersChecks(t *testing.T, client func() *Client, lease time.Duration, nam
 	hs, err = r1.Holders(bg)
 	require.NoError(t, err)
 	checkHolders(t, "RWMutex writer and its downgrade", hs, lease,
-		Holder{ClientID: c2.ID(), Owner: ownerOf(t, wctx2, r2.wspec.ref), Count: 1, Write: true},
-		Holder{ClientID: c2.ID(), Owner: ownerOf(t, dctx, r2.rspec.ref), Count: 1})
+		Holder{ClientID: c2.ID(), Owner: ownerOf(t, wctx2, r2.wspec.Ref), Count: 1, Write: true},
+		Holder{ClientID: c2.ID(), Owner: ownerOf(t, dctx, r2.rspec.Ref), Count: 1})
 
 	// Semaphore: permits per owner.
 	s1, s2 := c1.Semaphore(names("h:s"), WithPermits(6)), c2.Semaphore(names("h:s"), WithPermits(6))
@@ -103,8 +104,8 @@ func holdersChecks(t *testing.T, client func() *Client, lease time.Duration, nam
 	hs, err = s1.Holders(bg)
 	require.NoError(t, err)
 	checkHolders(t, "Semaphore", hs, lease,
-		Holder{ClientID: c1.ID(), Owner: ownerOf(t, sctx1, s1.spec.ref), Count: 2},
-		Holder{ClientID: c2.ID(), Owner: ownerOf(t, sctx2, s2.spec.ref), Count: 3})
+		Holder{ClientID: c1.ID(), Owner: ownerOf(t, sctx1, s1.spec.Ref), Count: 2},
+		Holder{ClientID: c2.ID(), Owner: ownerOf(t, sctx2, s2.spec.Ref), Count: 3})
 
 	// Holders whose lease ran out in Redis (a crashed process's, not yet
 	// reclaimed) are not listed.

@@ -102,7 +102,7 @@ func (l *CountDownLatch) TrySetCount(ctx context.Context, n int64) (bool, error)
 	if n <= 0 {
 		return false, l.wrap(fmt.Errorf("%w: count %d (must be positive)", ErrInvalid, n))
 	}
-	ok, err := l.c.tr.Do(ctx, script(lua.LatchSet, l.keys(), n, l.c.newField()), nil).Int64()
+	ok, err := l.c.tr.Do(ctx, script(lua.LatchSet, l.keys(), n, l.c.holds.NewField()), nil).Int64()
 	if err != nil {
 		return false, l.wrap(err)
 	}
@@ -202,7 +202,7 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 	if err != nil || n == 0 {
 		return l.wrap(err)
 	}
-	return l.wrap(l.c.await(ctx, l.channel, notify.WakeAll, latchRecheck, func() (bool, time.Duration, error) {
+	return l.wrap(l.c.holds.Await(ctx, l.channel, notify.WakeAll, latchRecheck, func() (bool, time.Duration, error) {
 		n, now, err := l.read(ctx)
 		return n == 0 || now != round, latchRecheck, err
 	}))

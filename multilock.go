@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redisync-go/redisync/internal/cohort"
+	"github.com/redisync-go/redisync/internal/errs"
+	"github.com/redisync-go/redisync/internal/holds"
 	"github.com/redisync-go/redisync/internal/lease"
 	"github.com/redisync-go/redisync/internal/notify"
 	"github.com/redisync-go/redisync/internal/transport"
@@ -50,7 +52,7 @@ type MultiLock struct {
 	c      *Client
 	names  []string     // sorted
 	groups []multiGroup // in the order they are taken
-	spec   spec
+	spec   holds.Spec
 	err    error
 }
 
@@ -78,26 +80,26 @@ func (c *Client) MultiLock(names []string, opts ...MultiLockOption) *MultiLock {
 		layout[i] = keyType{n, "hash"}
 	}
 	ref := multiRef(sorted)
-	m.spec.wrap = wrapLabelled(c, "multilock", ref, ref, layout...)
+	m.spec.Wrap = wrapLabelled(c, "multilock", ref, ref, layout...)
 	if c == nil {
-		m.err = m.spec.wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
+		m.err = m.spec.Wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
 		return m
 	}
 	lc, err := m.setup(opts)
 	if err == nil && lc.fence {
-		m.spec.fenced = true
+		m.spec.Fenced = true
 		for _, n := range sorted {
 			layout = append(layout, keyType{fenceKey(n), "string"})
 		}
-		m.spec.wrap = wrapLabelled(c, "multilock", ref, ref, layout...)
+		m.spec.Wrap = wrapLabelled(c, "multilock", ref, ref, layout...)
 	}
-	m.err = m.spec.wrap(err)
-	m.spec.ref = lease.Ref{Owner: c, Kind: KindMultiLock, Name: ref}
-	m.spec.parts = true
+	m.err = m.spec.Wrap(err)
+	m.spec.Ref = lease.Ref{Owner: c, Kind: KindMultiLock, Name: ref}
+	m.spec.Parts = true
 	for _, n := range sorted {
-		m.spec.covers = append(m.spec.covers, lease.Ref{Owner: c, Kind: KindMutex, Name: n})
+		m.spec.Covers = append(m.spec.Covers, lease.Ref{Owner: c, Kind: KindMutex, Name: n})
 	}
-	m.spec.lease, m.spec.renewed = lc.leaseOf(c)
+	m.spec.Lease, m.spec.Renewed = lc.leaseOf(c)
 	return m
 }
 
@@ -183,10 +185,10 @@ func (m *MultiLock) check(ctx context.Context) error {
 	if m.err != nil {
 		return m.err
 	}
-	return m.wrap(usable(ctx, m.c, m.spec.wrap))
+	return m.wrap(usable(ctx, m.c, m.spec.Wrap))
 }
 
-func (m *MultiLock) wrap(err error) error { return wrapOr(m.spec.wrap, err) }
+func (m *MultiLock) wrap(err error) error { return wrapOr(m.spec.Wrap, err) }
 
 // Lock acquires every lock of the MultiLock, all or none, waiting until
 // they are all free or ctx ends (then it returns an error that wraps ctx's
@@ -239,16 +241,16 @@ func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 		return nil, err
 	}
 	if err := wctx.Err(); err != nil {
-		return nil, m.wrap(waitError(err, parent, bounded))
+		return nil, m.wrap(errs.Wait(err, parent, bounded))
 	}
-	h, err := entry(parent, m.spec.ref)
+	h, err := holds.Entry(parent, m.spec.Ref)
 	if err != nil {
 		return nil, m.wrap(err)
 	}
-	leaseMs := m.spec.lease.Milliseconds()
+	leaseMs := m.spec.Lease.Milliseconds()
 	if h != nil {
-		hctx, err := m.c.reenterBy(parent, wctx, &m.spec, h, func() ([]int64, error) {
-			return m.c.underHoldAll(wctx, wait, h, func(count int) []call {
+		hctx, err := m.c.holds.ReenterBy(parent, wctx, &m.spec, h, func() ([]int64, error) {
+			return m.c.holds.UnderHoldAll(wctx, wait, h, func(count int) []call {
 				calls := make([]call, len(m.groups))
 				for i, g := range m.groups {
 					calls[i] = script(lua.MultiLock, g.keys, leaseMs, h.Field, count)
@@ -258,7 +260,7 @@ func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 		}, func(r []int64) (int, bool) {
 			return int(r[1]), r[0] != 1
 		}, func(n int) error {
-			return m.c.undoUnder(wctx, h, m.unlockCalls(h.Field, n)...)
+			return m.c.holds.UndoUnder(wctx, h, m.unlockCalls(h.Field, n)...)
 		})
 		if err != nil {
 			return nil, err
@@ -266,41 +268,41 @@ func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 		return hctx, nil
 	}
 
-	a := m.c.acquisition(&m.spec, parent, wctx, wait, nil, nil)
-	a.releases = func(field string) []call { return m.unlockCalls(field, 1) }
-	defer func() { a.finish(err) }()
+	a := m.c.holds.Begin(&m.spec, parent, wctx, wait, nil, nil)
+	a.Releases = func(field string) []call { return m.unlockCalls(field, 1) }
+	defer func() { a.Finish(err) }()
 	blocker := m.names[0] // the name the latest attempt found held
 	try := func() (bool, time.Duration, error) {
-		field := a.owner
+		field := a.Owner
 		var first lease.Stamp
 		var tokens map[string]int64 // WithFencing: by name
 		for i := range m.groups {
 			g := &m.groups[i]
-			_, r, d, err := a.send(func(field string) call { return g.first(leaseMs, field) })
+			_, r, d, err := a.Send(func(field string) call { return g.first(leaseMs, field) })
 			if r == nil || r[0] != 1 {
 				// Not taken (or not known to be): what the attempt
 				// took in the slots before is given back first.
 				if gerr := m.takeBack(a, field, i, err != nil); gerr != nil && err == nil {
 					err = gerr
 				}
-				if r == nil && err == nil && a.dirty && i > 0 && a.owner == field {
+				if r == nil && err == nil && a.Dirty && i > 0 && a.Owner == field {
 					// This slot's script may have run (its reply was
 					// lost): what it took is not given back by the
 					// next attempt, which may wait at an earlier slot.
 					// The owner changes, and the old one is swept.
-					m.c.sweep(m.spec.lease, a.all(field)...)
-					a.owner, a.dirty = m.c.newField(), false
+					m.c.holds.Sweep(m.spec.Lease, a.All(field)...)
+					a.Owner, a.Dirty = m.c.holds.NewField(), false
 				}
 				if r == nil || err != nil {
 					return false, d, err
 				}
 				blocker = g.keys[r[2]-1]
-				return false, lease.Bound(r[1], m.spec.lease/3), nil
+				return false, lease.Bound(r[1], m.spec.Lease/3), nil
 			}
 			if i == 0 {
-				first = a.st // its lease counts from the first slot's script
+				first = a.St // its lease counts from the first slot's script
 			}
-			if m.spec.fenced {
+			if m.spec.Fenced {
 				if len(r) != 2+len(g.keys) {
 					return false, 0, fmt.Errorf("redisync: unexpected reply %v", r)
 				}
@@ -312,20 +314,20 @@ func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 				}
 			}
 		}
-		a.st = first
+		a.St = first
 		renew := make([]call, len(m.groups))
 		for i, g := range m.groups {
 			renew[i] = script(lua.MultiRenew, g.keys, field, leaseMs)
 		}
-		return a.grantAll(field, 1, tokens, renew)
+		return a.GrantAll(field, 1, tokens, renew)
 	}
 
 	done, next, err := try()
 	if err != nil {
-		return nil, m.wrap(waitError(err, parent, bounded))
+		return nil, m.wrap(errs.Wait(err, parent, bounded))
 	}
 	if done {
-		return a.hctx, nil
+		return a.HoldCtx, nil
 	}
 	if !wait {
 		return nil, m.wrap(ErrNotAcquired)
@@ -335,7 +337,7 @@ func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 		channel := multiChannel(on)
 		// In line with the Mutex waiters of the name in this Client, so
 		// that they are not handed it past this waiter (internal/cohort).
-		err = m.c.awaitFrom(wctx, notify.Mark{}, channel, notify.WakeOne, next, func() (bool, time.Duration, error) {
+		err = m.c.holds.AwaitFrom(wctx, notify.Mark{}, channel, notify.WakeOne, next, func() (bool, time.Duration, error) {
 			done, n, err := try()
 			if err == nil && !done && blocker != on {
 				next = n
@@ -351,9 +353,9 @@ func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 		m.c.ps.Nudge(channel)
 	}
 	if err != nil {
-		return nil, m.wrap(waitError(err, parent, bounded))
+		return nil, m.wrap(errs.Wait(err, parent, bounded))
 	}
-	return a.hctx, nil
+	return a.HoldCtx, nil
 }
 
 // first is the lock script's call for a first hold of g's names by
@@ -374,25 +376,25 @@ func (g *multiGroup) first(leaseMs int64, field string) call {
 // that is not known to have run (an error, or wctx ended), the owner
 // changes, and the old one is swept. It returns wctx's error if wctx
 // ended.
-func (m *MultiLock) takeBack(a *acquisition, field string, i int, failing bool) error {
+func (m *MultiLock) takeBack(a *holds.Acquisition, field string, i int, failing bool) error {
 	if i == 0 {
 		return nil
 	}
 	calls := m.unlockCallsOf(m.groups[:i], field, 1)
 	if failing {
-		m.c.undo(calls...)
+		m.c.holds.Undo(calls...)
 		return nil
 	}
-	for _, r := range m.c.tr.DoAll(a.wctx, calls) {
+	for _, r := range m.c.tr.DoAll(a.WaitCtx, calls) {
 		if r.Err() != nil {
-			m.c.sweep(m.spec.lease, a.all(field)...)
-			if a.owner == field {
-				a.owner, a.dirty = m.c.newField(), false
+			m.c.holds.Sweep(m.spec.Lease, a.All(field)...)
+			if a.Owner == field {
+				a.Owner, a.Dirty = m.c.holds.NewField(), false
 			}
 			break
 		}
 	}
-	return a.wctx.Err()
+	return a.WaitCtx.Err()
 }
 
 // unlockCalls returns the calls that release the hold of field with count
@@ -404,7 +406,7 @@ func (m *MultiLock) unlockCalls(field string, count int) []call {
 func (m *MultiLock) unlockCallsOf(groups []multiGroup, field string, count int) []call {
 	calls := make([]call, len(groups))
 	for i, g := range groups {
-		args := []any{field, count, m.spec.lease.Milliseconds(), publish, unlockMessage}
+		args := []any{field, count, m.spec.Lease.Milliseconds(), publish, unlockMessage}
 		for _, ch := range g.channels {
 			args = append(args, ch)
 		}
@@ -428,16 +430,16 @@ func (m *MultiLock) Unlock(ctx context.Context) error {
 	if err := m.check(ctx); err != nil {
 		return err
 	}
-	return m.c.release(ctx, &m.spec, 1, func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) {
+	return m.c.holds.Release(ctx, &m.spec, 1, func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) {
 		calls := m.unlockCalls(h.Field, count)
 		if len(calls) == 1 {
-			return m.c.releaseBy(ctx, calls[0])
+			return m.c.holds.ReleaseBy(ctx, calls[0])
 		}
 		ws := make([]*transport.Writes, len(calls))
 		for i := range calls {
 			calls[i], ws[i] = transport.Counted(calls[i])
 		}
-		// 0 (lost) from any slot, else goneAt (the last hold lost) from
+		// 0 (lost) from any slot, else holds.GoneAt (the last hold lost) from
 		// any, else 1 (holds remain) from any, else 2 (released); dated
 		// by the earliest send.
 		var res int64 = 2
@@ -450,14 +452,14 @@ func (m *MultiLock) Unlock(ctx context.Context) error {
 			if sent.IsZero() || r.Sent.Before(sent) {
 				sent = r.Sent
 			}
-			if n = lostOrResent(n, ws[i]); n == goneAt && !goneInTime(h) {
+			if n = holds.LostOrResent(n, ws[i]); n == holds.GoneAt && !holds.GoneInTime(h) {
 				n = 2 // lapsed after the Unlock began (see goneInTime)
 			}
 			switch {
 			case n == 0 || res == 0:
 				res = 0
-			case n == goneAt || res == goneAt:
-				res = goneAt
+			case n == holds.GoneAt || res == holds.GoneAt:
+				res = holds.GoneAt
 			case n == 1:
 				res = 1
 			}

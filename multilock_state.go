@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redisync-go/redisync/internal/holds"
 	"github.com/redisync-go/redisync/internal/lease"
 	"github.com/redisync-go/redisync/lua"
 )
@@ -80,7 +81,7 @@ func (m *MultiLock) HoldCount(ctx context.Context) (int, error) {
 	if err := m.check(ctx); err != nil {
 		return 0, err
 	}
-	h := held(ctx, m.spec.ref)
+	h := holds.Held(ctx, m.spec.Ref)
 	if h == nil {
 		return 0, nil
 	}
@@ -129,7 +130,7 @@ func (m *MultiLock) ForceUnlock(ctx context.Context) (bool, error) {
 	}
 	freed := false
 	var first error
-	for _, r := range m.c.forceAllBy(ctx, calls, m.spec.covers...) {
+	for _, r := range m.c.forceAllBy(ctx, calls, m.spec.Covers...) {
 		n, err := r.Int64()
 		if err != nil && first == nil {
 			first = err

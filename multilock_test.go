@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redisync-go/redisync/internal/holds"
 	"github.com/redisync-go/redisync/internal/keys"
 )
 
@@ -33,7 +34,7 @@ func multiOps(t *testing.T, c *Client, name string) apiOps {
 	return apiOps{
 		lock: m.Lock, try: m.TryLock, tryFor: m.TryLockFor, unlock: m.Unlock,
 		count: func(ctx context.Context) int {
-			h := held(ctx, m.spec.ref)
+			h := holds.Held(ctx, m.spec.Ref)
 			if h == nil {
 				return 0
 			}
@@ -84,7 +85,7 @@ func TestMultiLockBasics(t *testing.T) {
 
 		lctx, err := m1.Lock(bg)
 		require.NoError(t, err)
-		h := held(lctx, m1.spec.ref)
+		h := holds.Held(lctx, m1.spec.Ref)
 		require.NotNil(t, h)
 		for _, n := range names {
 			// Redisson's RLock format: field <uuid>:<n> -> count, a lease.
@@ -358,7 +359,7 @@ func TestMultiLockCluster(t *testing.T) {
 	require.NoError(t, m.Unlock(rctx))
 
 	// The holder's lease is kept by one renewal per slot.
-	h := held(lctx, m.spec.ref)
+	h := holds.Held(lctx, m.spec.Ref)
 	require.Len(t, h.Renew, 7)
 	require.Len(t, h.Release, 7)
 

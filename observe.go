@@ -209,3 +209,19 @@ func (c *Client) renewed(r lease.Round) {
 		c.obs.Renewed(RenewalEvent{Holds: r.Holds, RoundTrips: r.RoundTrips, Lost: r.Lost, Failed: r.Failed, Took: r.Took})
 	}
 }
+
+// acquiredEvent tells the observer of a first acquisition of ref that made
+// a hold, after wait (by a handoff, in memory or by script, with handoff).
+func (c *Client) acquiredEvent(ctx context.Context, ref lease.Ref, wait time.Duration, handoff bool) {
+	if c.obs.Acquired != nil {
+		c.obs.Acquired(ctx, HoldEvent{Kind: ref.Kind, Name: ref.Name, Wait: wait, Handoff: handoff})
+	}
+}
+
+// failedEvent tells the observer of a first acquisition of ref that failed
+// with err after wait.
+func (c *Client) failedEvent(ctx context.Context, ref lease.Ref, wait time.Duration, err error) {
+	if c.obs.AcquireFailed != nil {
+		c.obs.AcquireFailed(ctx, HoldEvent{Kind: ref.Kind, Name: ref.Name, Wait: wait, Cause: err})
+	}
+}

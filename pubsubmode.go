@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redisync-go/redisync/internal/errs"
 )
 
 // PubSubMode chooses how a Client's unlocks wake waiters: with classic
@@ -219,7 +220,7 @@ func detectSharded(ctx context.Context, cc *redis.ClusterClient) (bool, error) {
 		return false, errors.New("redisync: the cluster has no master yet")
 	case err == nil:
 		return true, nil
-	case errors.As(err, &re) && !notReady(err):
+	case errors.As(err, &re) && !errs.NotReady(err):
 		return false, nil
 	default:
 		return false, err

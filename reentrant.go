@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redisync-go/redisync/internal/cohort"
+	"github.com/redisync-go/redisync/internal/errs"
+	"github.com/redisync-go/redisync/internal/holds"
 	"github.com/redisync-go/redisync/internal/lease"
 	"github.com/redisync-go/redisync/internal/notify"
 	"github.com/redisync-go/redisync/internal/transport"
@@ -36,7 +38,7 @@ type Mutex struct {
 	name    string
 	channel string
 	fence   string // the fencing counter's key (WithFencing), or ""
-	spec    spec
+	spec    holds.Spec
 	err     error // bad name or option, returned by every method
 }
 
@@ -46,22 +48,22 @@ type Mutex struct {
 // Options (MutexOption): WithLease or WithRenewedLease, and WithFencing.
 func (c *Client) Mutex(name string, opts ...MutexOption) *Mutex {
 	m := &Mutex{c: c, name: name, channel: redissonName("redisson_lock__channel", name)}
-	m.spec.wrap = wrapFor(c, "lock", name, keyType{name, "hash"})
+	m.spec.Wrap = wrapFor(c, "lock", name, keyType{name, "hash"})
 	if c == nil {
-		m.err = m.spec.wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
+		m.err = m.spec.Wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
 		return m
 	}
 	lc, err := lockSetup(name, opts)
 	if err = fencingSetup(name, lc, err); err == nil && lc.fence {
-		m.fence, m.spec.fenced = fenceKey(name), true
-		m.spec.wrap = wrapFor(c, "lock", name, keyType{name, "hash"}, keyType{m.fence, "string"})
+		m.fence, m.spec.Fenced = fenceKey(name), true
+		m.spec.Wrap = wrapFor(c, "lock", name, keyType{name, "hash"}, keyType{m.fence, "string"})
 	}
 	if err == nil && isCluster(c.rdb) && keys.Tag(m.channel) != keys.Tag(name) {
 		err = fmt.Errorf("%w: on a Cluster, name %q and its unlock channel %q (Redisson's naming) hash to different slots", ErrInvalid, name, m.channel)
 	}
-	m.err = m.spec.wrap(err)
-	m.spec.ref = lease.Ref{Owner: c, Kind: KindMutex, Name: name}
-	m.spec.lease, m.spec.renewed = lc.leaseOf(c)
+	m.err = m.spec.Wrap(err)
+	m.spec.Ref = lease.Ref{Owner: c, Kind: KindMutex, Name: name}
+	m.spec.Lease, m.spec.Renewed = lc.leaseOf(c)
 	return m
 }
 
@@ -72,10 +74,10 @@ func (m *Mutex) check(ctx context.Context) error {
 	if m.err != nil {
 		return m.err
 	}
-	return m.wrap(usable(ctx, m.c, m.spec.wrap))
+	return m.wrap(usable(ctx, m.c, m.spec.Wrap))
 }
 
-func (m *Mutex) wrap(err error) error { return wrapOr(m.spec.wrap, err) }
+func (m *Mutex) wrap(err error) error { return wrapOr(m.spec.Wrap, err) }
 
 // Lock acquires the lock, waiting until it is free or ctx ends (then it
 // returns an error that wraps ctx's error and names the lock).
@@ -142,14 +144,14 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx con
 		return nil, err
 	}
 	if err := wctx.Err(); err != nil {
-		return nil, m.wrap(waitError(err, parent, bounded))
+		return nil, m.wrap(errs.Wait(err, parent, bounded))
 	}
-	h, err := entry(parent, m.spec.ref)
+	h, err := holds.Entry(parent, m.spec.Ref)
 	if err != nil {
 		return nil, m.wrap(err)
 	}
 	if h != nil {
-		hctx, err := m.c.reenter(parent, wctx, wait, &m.spec, h, func(count int) call {
+		hctx, err := m.c.holds.Reenter(parent, wctx, wait, &m.spec, h, func(count int) call {
 			return m.script(h.Field, count)
 		}, func(r []int64) (int, bool) {
 			return int(r[1]), r[0] != 1
@@ -163,21 +165,21 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx con
 	}
 
 	renew := func(field string) call {
-		return script(lua.Renew, []string{m.name}, field, m.spec.lease.Milliseconds())
+		return script(lua.Renew, []string{m.name}, field, m.spec.Lease.Milliseconds())
 	}
-	a := m.c.acquisition(&m.spec, parent, wctx, wait, nil, func(field string) call {
+	a := m.c.holds.Begin(&m.spec, parent, wctx, wait, nil, func(field string) call {
 		return script(lua.Drop, []string{m.name}, field, publish, unlockMessage, m.channel)
 	})
-	defer func() { a.finish(err) }()
+	defer func() { a.Finish(err) }()
 	try := func() (bool, time.Duration, error) {
-		field, r, d, err := a.send(func(field string) call { return m.script(field, 0) })
+		field, r, d, err := a.Send(func(field string) call { return m.script(field, 0) })
 		if r == nil {
 			return false, d, err
 		}
 		if r[0] != 1 {
-			return false, lease.Bound(r[1], m.spec.lease/3), nil
+			return false, lease.Bound(r[1], m.spec.Lease/3), nil
 		}
-		return a.grant(field, int(r[1]), renew(field))
+		return a.Grant(field, int(r[1]), renew(field))
 	}
 
 	// Local waiters queued before this call are woken first (one per
@@ -200,10 +202,10 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx con
 	if !queued {
 		done, n, err := try()
 		if err != nil {
-			return nil, m.wrap(waitError(err, parent, bounded))
+			return nil, m.wrap(errs.Wait(err, parent, bounded))
 		}
 		if done {
-			return a.hctx, nil
+			return a.HoldCtx, nil
 		}
 		if !wait {
 			return nil, m.wrap(ErrNotAcquired)
@@ -213,41 +215,41 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx con
 	handed := false
 	acc := &cohort.Acceptor{
 		Key:     m.name,
-		Lease:   m.spec.lease,
-		Renewed: m.spec.renewed,
+		Lease:   m.spec.Lease,
+		Renewed: m.spec.Renewed,
 		Fence:   m.fence,
-		Field:   func() string { return a.owner },
-		Release: a.release,
+		Field:   func() string { return a.Owner },
+		Release: a.Release,
 		Take: func(h *cohort.Handoff) (bool, time.Duration, error) {
 			switch {
 			case errors.Is(h.Err, ErrNotReplicated):
 				return false, 0, h.Err // given back by the releaser
-			case errors.Is(h.Err, errHandoffLeft):
+			case errors.Is(h.Err, holds.ErrHandoffLeft):
 				// Its late grant is given back (and swept): not adopted.
-				return a.granted(h.Field, nil, errUntrusted)
+				return a.Granted(h.Field, nil, holds.ErrUntrusted)
 			case h.Err != nil:
-				a.dirty = true // it may hold the lock: the next try adopts it
+				a.Dirty = true // it may hold the lock: the next try adopts it
 				return false, 0, nil
 			case !h.Granted:
 				return false, h.Next, nil
 			}
-			if h.Field != a.owner && a.dirty {
+			if h.Field != a.Owner && a.Dirty {
 				// Handed the releaser's field in memory: what this
 				// waiter's own attempts may have left is swept.
-				m.c.sweep(m.spec.lease, a.all(a.owner)...)
-				a.dirty = false
+				m.c.holds.Sweep(m.spec.Lease, a.All(a.Owner)...)
+				a.Dirty = false
 			}
-			a.st, a.token, handed = h.St, fenceToken(a.s, h.Reply), true
-			return a.grant(h.Field, 1, renew(h.Field))
+			a.St, a.Token, handed = h.St, holds.FenceToken(a.Spec, h.Reply), true
+			return a.Grant(h.Field, 1, renew(h.Field))
 		},
 	}
-	if err := m.c.awaitFrom(wctx, mk, m.channel, notify.WakeOne, next, try, false, acc); err != nil {
-		return nil, m.wrap(waitError(err, parent, bounded))
+	if err := m.c.holds.AwaitFrom(wctx, mk, m.channel, notify.WakeOne, next, try, false, acc); err != nil {
+		return nil, m.wrap(errs.Wait(err, parent, bounded))
 	}
 	if !handed {
 		m.c.ps.Rotate(m.channel)
 	}
-	return a.hctx, nil
+	return a.HoldCtx, nil
 }
 
 // script is the lock script's call for field with its hold count before
@@ -257,7 +259,7 @@ func (m *Mutex) script(field string, count int) call {
 	if m.fence != "" {
 		keys = append(keys, m.fence)
 	}
-	return script(lua.Lock, keys, m.spec.lease.Milliseconds(), field, count)
+	return script(lua.Lock, keys, m.spec.Lease.Milliseconds(), field, count)
 }
 
 // Unlock releases one hold of the lock that ctx carries; the lock is freed,
@@ -300,72 +302,72 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	if err := m.check(ctx); err != nil {
 		return err
 	}
-	return m.c.release(ctx, &m.spec, 1, func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) {
+	return m.c.holds.Release(ctx, &m.spec, 1, func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) {
 		if count == 1 && !m.c.noCohort {
 			if ho, mine := m.c.co.Claim(m.name, m.c.ps.ConfirmedOn(m.channel)); ho != nil {
 				return m.handOver(ctx, h, ho, mine)
 			}
 		}
-		return m.c.releaseBy(ctx, script(lua.Unlock, []string{m.name}, h.Field, count, h.Lease.Milliseconds(), publish, unlockMessage, m.channel))
+		return m.c.holds.ReleaseBy(ctx, script(lua.Unlock, []string{m.name}, h.Field, count, h.Lease.Milliseconds(), publish, unlockMessage, m.channel))
 	})
 }
 
 // handOver hands the lock from h, releasing its last hold, to the local
 // waiter reserved by ho (internal/cohort), or at the end of a run of handoffs
 // releases it for other clients; it reports h released (2), or lost
-// (goneAt) when Redis no longer had h's hold and the call was written
+// (holds.GoneAt) when Redis no longer had h's hold and the call was written
 // once (see writes). mine is this client's subscriptions to the channel.
 func (m *Mutex) handOver(ctx context.Context, h *lease.Hold, ho *cohort.Handoff, mine int) (int64, time.Time, error) {
 	if m.handInMemory(h, ho) {
 		return 2, time.Time{}, nil
 	}
 	ho.Release = ho.Acc.Release(ho.Field)
-	ho.St = m.c.stamp(&m.spec)
+	ho.St = m.c.holds.Stamp(&m.spec)
 	ho.St.Handoff = true
 	pub := m.c.mode.publish()
 	count := ""
 	if ho.Bounded {
-		count = m.c.subCounter(pub)
+		count = m.c.holds.SubCounter(pub)
 	}
 	keys := []string{m.name}
 	if ho.Acc.Fence != "" {
 		keys = append(keys, ho.Acc.Fence)
 	}
 	k, w := transport.Counted(script(lua.Handoff, keys, h.Field, ho.Field, ho.Acc.Lease.Milliseconds(), count, pub, unlockMessage, mine, m.channel))
-	k.Takes, k.Direct = true, true // a release: bounded by ctx, releaseTimeout
-	// When the releaser leaves first (no reply within releaseTimeout),
+	k.Takes, k.Direct = true, true // a release: bounded by ctx, holds.ReleaseTimeout
+	// When the releaser leaves first (no reply within holds.ReleaseTimeout),
 	// the script may still run: what it granted is given back when its
 	// reply comes, and the receiver waits on as a new owner
-	// (errHandoffLeft), so that the grant is nobody's.
+	// (holds.ErrHandoffLeft), so that the grant is nobody's.
 	rep := m.c.tr.Do(ctx, k, func(r reply) {
 		if v, err := r.Int64Slice(); err == nil && len(v) > 0 && v[0] == 1 {
-			m.c.undo(ho.Release)
+			m.c.holds.Undo(ho.Release)
 		}
 	})
 	ho.St.Sent = rep.Sent
-	r, err := m.c.acquired(rep)
+	r, err := m.c.holds.Acquired(rep)
 	herr := err // what the receiver is told
 	if rep.Gone {
-		herr = errHandoffLeft
+		herr = holds.ErrHandoffLeft
 	}
-	if nr := notReplicated(err); nr != nil {
+	if nr := holds.NotReplicated(err); nr != nil {
 		// WithReplicaAck: the receiver's grant was not acknowledged;
 		// take it back, and the receiver's call fails as its own
 		// attempt would have. ErrNotReplicated promises the undo is
 		// done when the receiver's call returns, and settle below is
 		// what lets it return: wait for the undo first (ctx is the
-		// release's, detached, so releaseTimeout bounds it).
-		nr.undo = m.c.undoNow(ctx, ho.Release)
+		// release's, detached, so holds.ReleaseTimeout bounds it).
+		nr.Undo = m.c.holds.UndoNow(ctx, ho.Release)
 		r = nil
 	}
 	if !m.c.co.Settle(ho, r, herr) {
-		m.c.giveBackHandoff(ho)
+		m.c.holds.GiveBackHandoff(ho)
 	}
-	if err != nil && notReplicated(err) == nil {
+	if err != nil && holds.NotReplicated(err) == nil {
 		return 0, rep.Sent, err
 	}
 	if v, err := rep.Int64Slice(); err == nil && len(v) == 4 && v[3] == 1 {
-		return lostOrResent(goneAt, w), rep.Sent, nil
+		return holds.LostOrResent(holds.GoneAt, w), rep.Sent, nil
 	}
 	return 2, rep.Sent, nil
 }
@@ -380,7 +382,7 @@ func (m *Mutex) handOver(ctx context.Context, h *lease.Hold, ho *cohort.Handoff,
 // this process from now on refuses the waiter's grant (given back, which
 // frees the lock), as it refuses a grant whose script is in flight.
 func (m *Mutex) handInMemory(h *lease.Hold, ho *cohort.Handoff) bool {
-	if m.c.scriptHandoff || ho.Bounded || ho.Acc.Fence != "" || m.c.ack.on() || !h.Renewed || !ho.Acc.Renewed || ho.Acc.Lease != h.Lease {
+	if m.c.scriptHandoff || ho.Bounded || ho.Acc.Fence != "" || m.c.ack.On() || !h.Renewed || !ho.Acc.Renewed || ho.Acc.Lease != h.Lease {
 		return false
 	}
 	why, sent := h.Ended()
@@ -389,9 +391,9 @@ func (m *Mutex) handInMemory(h *lease.Hold, ho *cohort.Handoff) bool {
 	}
 	ho.Field = h.Field
 	ho.Release = ho.Acc.Release(h.Field)
-	ho.St = lease.Stamp{Sent: sent, Epoch: m.c.wd.Epoch(m.spec.ref, nil), Handoff: true}
+	ho.St = lease.Stamp{Sent: sent, Epoch: m.c.wd.Epoch(m.spec.Ref, nil), Handoff: true}
 	if !m.c.co.Settle(ho, []int64{1, 1, 0}, nil) {
-		m.c.giveBackHandoff(ho) // the waiter left: the lock is freed
+		m.c.holds.GiveBackHandoff(ho) // the waiter left: the lock is freed
 	}
 	return true
 }
@@ -411,7 +413,7 @@ func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
 	if err := m.check(ctx); err != nil {
 		return 0, err
 	}
-	n, err := hashHolds(ctx, m.c, m.spec.ref)
+	n, err := hashHolds(ctx, m.c, m.spec.Ref)
 	return n, m.wrap(err)
 }
 
@@ -437,7 +439,7 @@ func hashLocked(ctx context.Context, c *Client, key string) (bool, error) {
 
 // hashHolds returns the holds that the hold of ref ctx carries has in Redis.
 func hashHolds(ctx context.Context, c *Client, ref lease.Ref) (int, error) {
-	h := held(ctx, ref)
+	h := holds.Held(ctx, ref)
 	if h == nil {
 		return 0, nil
 	}
@@ -470,7 +472,7 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := m.check(ctx); err != nil {
 		return false, err
 	}
-	n, err := m.c.forceBy(ctx, script(lua.ForceUnlock, []string{m.name}, publish, unlockMessage, m.channel), m.spec.ref).Int64()
+	n, err := m.c.holds.ForceBy(ctx, script(lua.ForceUnlock, []string{m.name}, publish, unlockMessage, m.channel), m.spec.Ref).Int64()
 	if err != nil {
 		return false, m.wrap(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redisync-go/redisync/internal/holds"
 	"github.com/redisync-go/redisync/lua"
 )
 
@@ -402,7 +403,7 @@ func TestUnlockScriptIsIdempotent(t *testing.T) {
 		require.NoError(t, err)
 		_, err = m.Lock(ctx)
 		require.NoError(t, err)
-		field := held(ctx, m.spec.ref).Field
+		field := holds.Held(ctx, m.spec.Ref).Field
 		rdb := e.rdb(t)
 		for i := 0; i < 2; i++ { // the same command, delivered twice
 			n, err := lua.Unlock.Run(context.Background(), rdb, []string{"retried"}, field, 2, 30000, "publish", "0", "ch").Int64()

@@ -1,12 +1,11 @@
 package redisync
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redisync-go/redisync/internal/holds"
 )
 
 // WithReplicaAck makes every acquisition count only once at least k replicas
@@ -70,23 +69,14 @@ func WithReplicaAck(k int, timeout time.Duration) Option {
 		case timeout < time.Millisecond:
 			return fmt.Errorf("%w: WithReplicaAck: timeout %v is below WAIT's resolution of 1ms", ErrInvalid, timeout)
 		}
-		c.ack = replicaAck{k: k, timeout: timeout}
+		c.ack = holds.Ack{K: k, Timeout: timeout}
 		return nil
 	}
 }
 
-// replicaAck is WithReplicaAck's setting; k == 0 means off.
-type replicaAck struct {
-	k       int
-	timeout time.Duration
-}
-
-// on reports whether acquisitions wait for replicas.
-func (a replicaAck) on() bool { return a.k > 0 }
-
 // checkAck refuses a WithReplicaAck that cannot work on c's redis client.
 func (c *Client) checkAck() error {
-	if !c.ack.on() {
+	if !c.ack.On() {
 		return nil
 	}
 	var read time.Duration
@@ -98,85 +88,8 @@ func (c *Client) checkAck() error {
 	default:
 		return fmt.Errorf("%w: WithReplicaAck needs a *redis.Client or *redis.ClusterClient (WAIT must go on the lock's node's connection), not %T", ErrInvalid, c.rdb)
 	}
-	if read > 0 && c.ack.timeout >= read {
-		return fmt.Errorf("%w: WithReplicaAck: timeout %v is not below the redis client's ReadTimeout %v", ErrInvalid, c.ack.timeout, read)
-	}
-	return nil
-}
-
-// acquired returns the reply of an acquisition or re-entry script, which
-// answers [1, count, ...] when it took the lock or permits (count: the
-// owner's holds after it) and anything else when it did not. With
-// WithReplicaAck, a reply that took something that fewer than k replicas
-// acknowledged is returned as a *notReplicatedError carrying it, for the
-// caller to undo; WAIT's answer to a reply that took nothing is ignored.
-func (c *Client) acquired(r reply) ([]int64, error) {
-	v, err := r.Int64Slice()
-	if err != nil {
-		return nil, err
-	}
-	if r.Acked >= 0 && len(v) >= 2 && v[0] == 1 && (r.WaitErr != nil || r.Acked < int64(c.ack.k)) {
-		return nil, &notReplicatedError{reply: v, acked: r.Acked, ack: c.ack, err: r.WaitErr}
-	}
-	return v, nil
-}
-
-// renewed reports whether a renewal's reply is acknowledged: nil without
-// WithReplicaAck, or when k replicas acknowledged it.
-func (c *Client) renewedAck(r reply) error {
-	if r.Acked < 0 {
-		return nil
-	}
-	if r.WaitErr != nil || r.Acked < int64(c.ack.k) {
-		return &notReplicatedError{acked: r.Acked, ack: c.ack, err: r.WaitErr}
-	}
-	return nil
-}
-
-// notReplicatedError reports an acquisition or re-entry that fewer than k
-// replicas acknowledged within the timeout. reply is the script's.
-type notReplicatedError struct {
-	reply []int64
-	acked int64
-	ack   replicaAck
-	err   error // WAIT's own error, if it failed
-	undo  error // why undoing the acquisition did not finish, if it did not
-}
-
-func (e *notReplicatedError) Error() string {
-	undone := "" // a renewal's
-	switch {
-	case e.reply == nil:
-	case e.undo == nil:
-		undone = "; the acquisition was undone"
-	case errors.Is(e.undo, context.Canceled) || errors.Is(e.undo, context.DeadlineExceeded):
-		undone = "; the acquisition is being undone (the call's context ended first)"
-	default:
-		undone = fmt.Sprintf("; undoing the acquisition failed (%v): its lease frees it", e.undo)
-	}
-	if e.err != nil {
-		return fmt.Sprintf("redisync: not replicated: WAIT failed (%v)%s", e.err, undone)
-	}
-	return fmt.Sprintf("redisync: not replicated: %d of %d replicas acknowledged within %v%s",
-		e.acked, e.ack.k, e.ack.timeout, undone)
-}
-
-func (e *notReplicatedError) Unwrap() []error {
-	if e.err != nil {
-		return []error{ErrNotReplicated, e.err}
-	}
-	return []error{ErrNotReplicated}
-}
-
-// count is the owner's hold count after the script that was not
-// acknowledged: what undoing a re-entry takes back from.
-func (e *notReplicatedError) count() int { return int(e.reply[1]) }
-
-// notReplicated returns err's *notReplicatedError, or nil.
-func notReplicated(err error) *notReplicatedError {
-	var nr *notReplicatedError
-	if errors.As(err, &nr) {
-		return nr
+	if read > 0 && c.ack.Timeout >= read {
+		return fmt.Errorf("%w: WithReplicaAck: timeout %v is not below the redis client's ReadTimeout %v", ErrInvalid, c.ack.Timeout, read)
 	}
 	return nil
 }

@@ -79,7 +79,7 @@ func TestReplicaAckLockIsOnTheReplica(t *testing.T) {
 	bg := context.Background()
 
 	lctx := returnsAfterResume(t, replica, func() (context.Context, error) { return m.Lock(bg) })
-	field := lctx.Value(m.spec.ref).(*lease.Hold).Field
+	field := lctx.Value(m.spec.Ref).(*lease.Hold).Field
 	got, err := rr.HGetAll(bg, "ack").Result()
 	require.NoError(t, err)
 	assert.Equal(t, map[string]string{field: "1"}, got, "the replica has the lock when Lock returns")

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/redisync-go/redisync/internal/errs"
+	"github.com/redisync-go/redisync/internal/holds"
 	"github.com/redisync-go/redisync/internal/keys"
 	"github.com/redisync-go/redisync/internal/lease"
 	"github.com/redisync-go/redisync/internal/notify"
@@ -40,12 +42,12 @@ import (
 type RWMutex struct {
 	c      *Client
 	name   string
-	keys   []string // hash, read holders, waiting writers, waiting readers, admitted readers
-	rchan  string   // wakes waiting readers (all of them)
-	wchan  string   // wakes a waiting writer
-	fence  string   // the fencing counter's key (WithFencing), or ""
-	rspec  spec     // read holds
-	wspec  spec     // write holds
+	keys   []string   // hash, read holders, waiting writers, waiting readers, admitted readers
+	rchan  string     // wakes waiting readers (all of them)
+	wchan  string     // wakes a waiting writer
+	fence  string     // the fencing counter's key (WithFencing), or ""
+	rspec  holds.Spec // read holds
+	wspec  holds.Spec // write holds
 	waiter time.Duration
 	err    error
 }
@@ -78,7 +80,7 @@ func (c *Client) RWMutex(name string, opts ...RWOption) *RWMutex {
 		}
 	}
 	wrap := wrapFor(c, "rw lock", name, layout...)
-	r.rspec.wrap, r.wspec.wrap = wrap, wrap
+	r.rspec.Wrap, r.wspec.Wrap = wrap, wrap
 	if c == nil {
 		r.err = wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
 		return r
@@ -96,8 +98,8 @@ func (c *Client) RWMutex(name string, opts ...RWOption) *RWMutex {
 		r.fence = fenceKey(name)
 		wrap = wrapFor(c, "rw lock", name, append(layout, keyType{r.fence, "string"})...)
 	}
-	r.rspec = spec{ref: lease.Ref{Owner: c, Kind: KindRWRead, Name: name}, lease: d, renewed: renewed, wrap: wrap}
-	r.wspec = spec{ref: lease.Ref{Owner: c, Kind: KindRWWrite, Name: name}, lease: d, renewed: renewed, fenced: r.fence != "", wrap: wrap}
+	r.rspec = holds.Spec{Ref: lease.Ref{Owner: c, Kind: KindRWRead, Name: name}, Lease: d, Renewed: renewed, Wrap: wrap}
+	r.wspec = holds.Spec{Ref: lease.Ref{Owner: c, Kind: KindRWWrite, Name: name}, Lease: d, Renewed: renewed, Fenced: r.fence != "", Wrap: wrap}
 	return r
 }
 
@@ -108,10 +110,10 @@ func (r *RWMutex) check(ctx context.Context) error {
 	if r.err != nil {
 		return r.err
 	}
-	return r.wrap(usable(ctx, r.c, r.wspec.wrap))
+	return r.wrap(usable(ctx, r.c, r.wspec.Wrap))
 }
 
-func (r *RWMutex) wrap(err error) error { return wrapOr(r.wspec.wrap, err) }
+func (r *RWMutex) wrap(err error) error { return wrapOr(r.wspec.Wrap, err) }
 
 // RLock acquires the read lock, waiting while another owner holds the write
 // lock or, unless ctx already holds the read lock, while a writer waits; if
@@ -184,14 +186,14 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		return nil, err
 	}
 	if err := wctx.Err(); err != nil {
-		return nil, r.wrap(waitError(err, parent, bounded))
+		return nil, r.wrap(errs.Wait(err, parent, bounded))
 	}
 	s, other := &r.wspec, &r.rspec
 	script := lua.RWLock
 	if read {
 		s, other, script = &r.rspec, &r.wspec, lua.RWRLock
 	}
-	h, err := entry(parent, s.ref)
+	h, err := holds.Entry(parent, s.Ref)
 	if err != nil {
 		return nil, r.wrap(err)
 	}
@@ -200,7 +202,7 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		if read {
 			unlock = lua.RWRUnlock
 		}
-		hctx, err := r.c.reenter(parent, wctx, wait, s, h, func(count int) call {
+		hctx, err := r.c.holds.Reenter(parent, wctx, wait, s, h, func(count int) call {
 			return r.script(script, h.Field, "", count, false)
 		}, func(res []int64) (int, bool) {
 			return int(res[1]), res[0] != 1
@@ -212,7 +214,7 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		}
 		return hctx, nil
 	}
-	oh, err := entry(parent, other.ref)
+	oh, err := holds.Entry(parent, other.Ref)
 	if err != nil && read {
 		return nil, r.wrap(err) // a downgrade of a write hold that ended
 	}
@@ -220,8 +222,8 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		return nil, r.wrap(errUpgrade)
 	}
 
-	a := r.c.acquisition(s, parent, wctx, wait, func(field string) []call { return []call{r.leaveCall(field)} }, nil)
-	leaseMs := s.lease.Milliseconds()
+	a := r.c.holds.Begin(s, parent, wctx, wait, func(field string) []call { return []call{r.leaveCall(field)} }, nil)
+	leaseMs := s.Lease.Milliseconds()
 	renewScript, releaseScript, renewKeys := lua.RWRenewWrite, lua.RWUnlock, r.keys[:1]
 	if read {
 		renewScript, releaseScript, renewKeys = lua.RWRenewRead, lua.RWRUnlock, r.keys[:2]
@@ -229,7 +231,7 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 	renew := func(field string) call {
 		return call{Script: renewScript, Keys: renewKeys, Args: []any{field, leaseMs}}
 	}
-	a.release = func(field string) call {
+	a.Release = func(field string) call {
 		return call{Script: releaseScript, Keys: r.keys, Args: []any{field, 1, leaseMs, publish, r.rchan, r.wchan}}
 	}
 	writer := "" // a downgrade's write hold's field
@@ -261,16 +263,16 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		// before its context (and so parent, if derived from it) is
 		// cancelled.
 		oh.First(ownEnd)
-		a.hparent = p
+		a.Parent = p
 		ends = []func() bool{stopW, stopOwn, func() bool { cancel(nil); stopOwnCtx(); return true }}
 	}
 	defer func() {
-		if !a.won {
+		if !a.Won {
 			for _, stop := range ends {
 				stop()
 			}
 		}
-		a.finish(err)
+		a.Finish(err)
 	}()
 	// A downgrade whose write hold ended otherwise than by its Unlock
 	// (lost, forced) while the call went on is no downgrade any more: the
@@ -280,7 +282,7 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 			return nil
 		}
 		if why := oh.Reason(); why != lease.NotEnded && why != lease.EndUnlocked {
-			return endedError(oh)
+			return holds.EndedError(oh)
 		}
 		return nil
 	}
@@ -288,12 +290,12 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		if err := writeEnded(); err != nil {
 			return false, 0, err
 		}
-		field, res, d, err := a.send(func(field string) call { return r.script(script, field, writer, 0, wait) })
+		field, res, d, err := a.Send(func(field string) call { return r.script(script, field, writer, 0, wait) })
 		if res == nil {
 			return false, d, err
 		}
 		if res[0] != 1 {
-			next := lease.Bound(res[1], s.lease/3)
+			next := lease.Bound(res[1], s.Lease/3)
 			if wait {
 				next = min(next, r.waiter/3)
 			}
@@ -304,10 +306,10 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 			// script may have run once the write lock was gone from
 			// Redis. (A write hold live now was there when it ran: its
 			// local deadline comes before its lease ends in Redis.)
-			r.c.undo(a.release(field))
+			r.c.holds.Undo(a.Release(field))
 			return false, 0, err
 		}
-		return a.grant(field, int(res[1]), renew(field), ends...)
+		return a.Grant(field, int(res[1]), renew(field), ends...)
 	}
 	done, next, err := try()
 	if err == nil && !done && wait {
@@ -315,18 +317,18 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		if read {
 			channel, policy = r.rchan, notify.WakeAll
 		}
-		err = r.c.await(wctx, channel, policy, next, try)
+		err = r.c.holds.Await(wctx, channel, policy, next, try)
 	}
 	if err != nil {
 		if wait {
-			r.leave(a.owner)
+			r.leave(a.Owner)
 		}
-		return nil, r.wrap(waitError(err, parent, bounded))
+		return nil, r.wrap(errs.Wait(err, parent, bounded))
 	}
-	if !a.won {
+	if !a.Won {
 		return nil, r.wrap(ErrNotAcquired)
 	}
-	return a.hctx, nil
+	return a.HoldCtx, nil
 }
 
 // script is the read or write lock script's call for field with its hold
@@ -343,7 +345,7 @@ func (r *RWMutex) script(s *lua.Script, field, writer string, count int, wait bo
 	if s == lua.RWLock && r.fence != "" {
 		keys = append(keys[:len(keys):len(keys)], r.fence)
 	}
-	return call{Script: s, Keys: keys, Args: []any{r.wspec.lease.Milliseconds(), field, count, waiterMs, writer, r.rchan}}
+	return call{Script: s, Keys: keys, Args: []any{r.wspec.Lease.Milliseconds(), field, count, waiterMs, writer, r.rchan}}
 }
 
 // leaveCall takes field out of the waiting sets.
@@ -354,7 +356,7 @@ func (r *RWMutex) leaveCall(field string) call {
 // leave takes field out of the waiting sets after a wait that ended
 // without the lock, best-effort: a registration left behind expires with
 // its deadline.
-func (r *RWMutex) leave(field string) { r.c.cleanup(r.waiter, r.leaveCall(field)) }
+func (r *RWMutex) leave(field string) { r.c.holds.Cleanup(r.waiter, r.leaveCall(field)) }
 
 // RUnlock releases one read hold that ctx carries; the last one ends the
 // owner's share, and the last share of the lock frees it and wakes a
@@ -364,8 +366,8 @@ func (r *RWMutex) RUnlock(ctx context.Context) error {
 	if err := r.check(ctx); err != nil {
 		return err
 	}
-	return r.c.release(ctx, &r.rspec, 1, func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) {
-		return r.c.releaseBy(ctx, call{Script: lua.RWRUnlock, Keys: r.keys, Args: []any{h.Field, count, h.Lease.Milliseconds(), publish, r.rchan, r.wchan}})
+	return r.c.holds.Release(ctx, &r.rspec, 1, func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) {
+		return r.c.holds.ReleaseBy(ctx, call{Script: lua.RWRUnlock, Keys: r.keys, Args: []any{h.Field, count, h.Lease.Milliseconds(), publish, r.rchan, r.wchan}})
 	})
 }
 
@@ -377,8 +379,8 @@ func (r *RWMutex) Unlock(ctx context.Context) error {
 	if err := r.check(ctx); err != nil {
 		return err
 	}
-	return r.c.release(ctx, &r.wspec, 1, func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) {
-		return r.c.releaseBy(ctx, call{Script: lua.RWUnlock, Keys: r.keys, Args: []any{h.Field, count, h.Lease.Milliseconds(), publish, r.rchan, r.wchan}})
+	return r.c.holds.Release(ctx, &r.wspec, 1, func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) {
+		return r.c.holds.ReleaseBy(ctx, call{Script: lua.RWUnlock, Keys: r.keys, Args: []any{h.Field, count, h.Lease.Milliseconds(), publish, r.rchan, r.wchan}})
 	})
 }
 
@@ -426,11 +428,11 @@ func (r *RWMutex) RHoldCount(ctx context.Context) (int, error) {
 	return r.count(ctx, &r.rspec, "r:")
 }
 
-func (r *RWMutex) count(ctx context.Context, s *spec, prefix string) (int, error) {
+func (r *RWMutex) count(ctx context.Context, s *holds.Spec, prefix string) (int, error) {
 	if err := r.check(ctx); err != nil {
 		return 0, err
 	}
-	h := held(ctx, s.ref)
+	h := holds.Held(ctx, s.Ref)
 	if h == nil {
 		return 0, nil
 	}
@@ -458,7 +460,7 @@ func (r *RWMutex) ForceUnlock(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	k := call{Script: lua.RWForce, Keys: r.keys[:2], Args: []any{publish, r.rchan, r.wchan}}
-	n, err := r.c.forceBy(ctx, k, r.rspec.ref, r.wspec.ref).Int64()
+	n, err := r.c.holds.ForceBy(ctx, k, r.rspec.Ref, r.wspec.Ref).Int64()
 	if err != nil {
 		return false, r.wrap(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/redisync-go/redisync/internal/errs"
+	"github.com/redisync-go/redisync/internal/holds"
 	"github.com/redisync-go/redisync/internal/keys"
 	"github.com/redisync-go/redisync/internal/lease"
 	"github.com/redisync-go/redisync/lua"
@@ -62,7 +64,7 @@ type Semaphore struct {
 	name    string
 	keys    []string // name, holders, expiry
 	channel string
-	spec    spec
+	spec    holds.Spec
 	permits int // WithPermits: the total an acquisition creates when missing; 0: none
 	err     error
 }
@@ -83,18 +85,18 @@ func (c *Client) Semaphore(name string, opts ...SemaphoreOption) *Semaphore {
 		s.channel = keys.Companion(name, "sem-wake")
 		s.keys = []string{name, keys.Companion(name, "sem-holders"), keys.Companion(name, "sem-expiry")}
 	}
-	s.spec.wrap = wrapFor(c, "semaphore", name, keyType{name, "hash"}, keyType{s.keys[1], "hash"}, keyType{s.keys[2], "zset"})
+	s.spec.Wrap = wrapFor(c, "semaphore", name, keyType{name, "hash"}, keyType{s.keys[1], "hash"}, keyType{s.keys[2], "zset"})
 	if c == nil {
-		s.err = s.spec.wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
+		s.err = s.spec.Wrap(fmt.Errorf("%w: nil Client", ErrInvalid))
 		return s
 	}
 	lc, err := lockSetup(name, opts)
 	if err == nil && !keys.Taggable(name) {
 		err = fmt.Errorf("%w: semaphore name %q contains \"}\" without a hash tag", ErrInvalid, name)
 	}
-	s.err = s.spec.wrap(err)
-	s.spec.ref = lease.Ref{Owner: c, Kind: KindSemaphore, Name: name}
-	s.spec.lease, s.spec.renewed = lc.leaseOf(c)
+	s.err = s.spec.Wrap(err)
+	s.spec.Ref = lease.Ref{Owner: c, Kind: KindSemaphore, Name: name}
+	s.spec.Lease, s.spec.Renewed = lc.leaseOf(c)
 	s.permits = lc.permits
 	return s
 }
@@ -106,10 +108,10 @@ func (s *Semaphore) check(ctx context.Context) error {
 	if s.err != nil {
 		return s.err
 	}
-	return s.wrap(usable(ctx, s.c, s.spec.wrap))
+	return s.wrap(usable(ctx, s.c, s.spec.Wrap))
 }
 
-func (s *Semaphore) wrap(err error) error { return wrapOr(s.spec.wrap, err) }
+func (s *Semaphore) wrap(err error) error { return wrapOr(s.spec.Wrap, err) }
 
 // checkN refuses a count of permits that is not positive or not exact.
 func (s *Semaphore) checkN(what string, n int) error {
@@ -259,18 +261,18 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 		return nil, err
 	}
 	if err := wctx.Err(); err != nil {
-		return nil, s.wrap(waitError(err, parent, bounded))
+		return nil, s.wrap(errs.Wait(err, parent, bounded))
 	}
-	h, err := entry(parent, s.spec.ref)
+	h, err := holds.Entry(parent, s.spec.Ref)
 	if err != nil {
 		return nil, s.wrap(err)
 	}
-	if h != nil && (h.Lease != s.spec.lease || h.Renewed != s.spec.renewed) {
+	if h != nil && (h.Lease != s.spec.Lease || h.Renewed != s.spec.Renewed) {
 		return nil, s.wrap(fmt.Errorf("%w: the context holds permits with a %s, this handle asks for a %s",
-			ErrInvalid, leaseText(h.Lease, h.Renewed), leaseText(s.spec.lease, s.spec.renewed)))
+			ErrInvalid, holds.LeaseText(h.Lease, h.Renewed), holds.LeaseText(s.spec.Lease, s.spec.Renewed)))
 	}
-	leaseMs := s.spec.lease.Milliseconds()
-	a := s.c.acquisition(&s.spec, parent, wctx, wait, nil, func(field string) call {
+	leaseMs := s.spec.Lease.Milliseconds()
+	a := s.c.holds.Begin(&s.spec, parent, wctx, wait, nil, func(field string) call {
 		return script(lua.SemDrop, s.keys, field, publish, semReclaimLimit, s.channel)
 	})
 	defer func() {
@@ -278,7 +280,7 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 		if h != nil {
 			failed = nil // permits added to a hold, as a re-entry: not a first acquisition
 		}
-		a.finish(failed)
+		a.Finish(failed)
 	}()
 	var hctx context.Context // a hold added to
 	neverSet := false
@@ -297,9 +299,9 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 		if held+n > maxPermits {
 			return false, 0, fmt.Errorf("%w: would hold more than %d permits", ErrInvalid, maxPermits)
 		}
-		r, err := s.c.underHold(wctx, wait, h, func(count int) call { return acquire(h.Field, count) }, func(r []int64) {
+		r, err := s.c.holds.UnderHold(wctx, wait, h, func(count int) call { return acquire(h.Field, count) }, func(r []int64) {
 			if r[0] == 1 {
-				s.c.undoHeld(giveBack(h.Field, r[1]))
+				s.c.holds.UndoHeld(giveBack(h.Field, r[1]))
 			}
 		})
 		if err == nil {
@@ -313,16 +315,16 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 			h.Mu.Unlock()
 		}
 		switch {
-		case errors.Is(err, errEnded):
-			return false, 0, endedError(h)
-		case notReplicated(err) != nil: // WithReplicaAck: take the n back, under h's lock
-			nr := notReplicated(err)
-			nr.undo = s.c.undoUnder(wctx, h, giveBack(h.Field, int64(nr.count())))
+		case errors.Is(err, holds.ErrEnded):
+			return false, 0, holds.EndedError(h)
+		case holds.NotReplicated(err) != nil: // WithReplicaAck: take the n back, under h's lock
+			nr := holds.NotReplicated(err)
+			nr.Undo = s.c.holds.UndoUnder(wctx, h, giveBack(h.Field, int64(nr.Count())))
 			return false, 0, err
 		case err != nil:
 			return false, 0, err
 		case r[0] == -1:
-			return false, 0, errLost
+			return false, 0, errs.Lost
 		case r[0] == 0:
 			neverSet = r[2] == 0
 			return false, semBound(r[1]), nil
@@ -330,7 +332,7 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 			// Lost (or ended) while the script was on its way: its
 			// permits go with the hold's give-back, as a Mutex
 			// re-entry's do.
-			return false, 0, endedError(h)
+			return false, 0, holds.EndedError(h)
 		}
 		hctx = h.ContextFor(parent)
 		return true, 0, nil
@@ -339,7 +341,7 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 		if h != nil {
 			return more()
 		}
-		field, r, d, err := a.send(func(field string) call { return acquire(field, 0) })
+		field, r, d, err := a.Send(func(field string) call { return acquire(field, 0) })
 		if r == nil {
 			return false, d, err
 		}
@@ -347,17 +349,17 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 			neverSet = r[2] == 0
 			return false, semBound(r[1]), nil
 		}
-		return a.grant(field, int(r[1]), script(lua.SemRenew, s.keys, field, leaseMs, publish, semReclaimLimit, s.channel))
+		return a.Grant(field, int(r[1]), script(lua.SemRenew, s.keys, field, leaseMs, publish, semReclaimLimit, s.channel))
 	}
 	result := func() context.Context {
 		if h != nil {
 			return hctx
 		}
-		return a.hctx
+		return a.HoldCtx
 	}
 	done, next, err := try()
 	if err != nil {
-		return nil, s.wrap(waitError(err, parent, bounded))
+		return nil, s.wrap(errs.Wait(err, parent, bounded))
 	}
 	if done {
 		return result(), nil
@@ -371,8 +373,8 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 	if neverSet {
 		s.c.log.Warn("redisync: waiting on a semaphore whose permits were never set", "name", s.name)
 	}
-	if err := s.c.awaitShared(wctx, s.channel, wakeFreed, next, try); err != nil {
-		err = waitError(err, parent, bounded)
+	if err := s.c.holds.AwaitShared(wctx, s.channel, wakeFreed, next, try); err != nil {
+		err = errs.Wait(err, parent, bounded)
 		if neverSet && (errors.Is(err, ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
 			err = fmt.Errorf("%w (its permits were never set)", err)
 		}
@@ -422,8 +424,8 @@ func (s *Semaphore) Release(ctx context.Context, n int) error {
 	if err := s.checkN("release", n); err != nil {
 		return err
 	}
-	return s.c.release(ctx, &s.spec, n, func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) {
-		return s.c.releaseBy(ctx, script(lua.SemRelease, s.keys, h.Field, n, count, publish, semReclaimLimit, s.channel))
+	return s.c.holds.Release(ctx, &s.spec, n, func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) {
+		return s.c.holds.ReleaseBy(ctx, script(lua.SemRelease, s.keys, h.Field, n, count, publish, semReclaimLimit, s.channel))
 	})
 }
 
@@ -441,7 +443,7 @@ func (s *Semaphore) heldWithin(ctx, wctx context.Context) (int, error) {
 	if s.err != nil {
 		return 0, nil
 	}
-	h := held(ctx, s.spec.ref)
+	h := holds.Held(ctx, s.spec.Ref)
 	if h == nil {
 		return 0, nil
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisync-go/redisync/internal/faultproxy"
+	"github.com/redisync-go/redisync/internal/holds"
 	"github.com/redisync-go/redisync/internal/keys"
 	"github.com/redisync-go/redisync/lua"
 )
@@ -71,7 +72,7 @@ func TestSemaphoreAcquireRelease(t *testing.T) {
 
 		hctx, err := s.TryAcquire(bg, 2)
 		require.NoError(t, err)
-		require.NotNil(t, held(hctx, s.spec.ref))
+		require.NotNil(t, holds.Held(hctx, s.spec.Ref))
 		require.Equal(t, 1, available(t, s))
 		require.Equal(t, 2, s.held(hctx))
 
@@ -125,7 +126,7 @@ func TestSemaphoreOwners(t *testing.T) {
 		require.NoError(t, err)
 		b, err := s.Acquire(bg, 1)
 		require.NoError(t, err)
-		require.NotEqual(t, held(a, s.spec.ref).Field, held(b, s.spec.ref).Field)
+		require.NotEqual(t, holds.Held(a, s.spec.Ref).Field, holds.Held(b, s.spec.Ref).Field)
 		require.Equal(t, 1, s.held(a))
 		require.Equal(t, 1, s.held(b))
 

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisync-go/redisync/internal/faultproxy"
+	"github.com/redisync-go/redisync/internal/holds"
 	"github.com/redisync-go/redisync/lua"
 )
 
@@ -60,13 +61,13 @@ func timed(t *testing.T, limit time.Duration, what string, heal func(), f func()
 }
 
 // An Unlock (and Close) over a silent link returns, with an error, within
-// releaseTimeout: a deferred Unlock must not hold its caller hostage for
+// holds.ReleaseTimeout: a deferred Unlock must not hold its caller hostage for
 // as long as the link is silent. Once the link heals, the lock is freed
 // (the release retried in the background); a release that was not the
 // last one is counted once its reply comes, so the next Unlock is the last.
 func TestSilentReleaseReturnsWithinItsBound(t *testing.T) {
 	t.Parallel() // its own servers, mostly waiting
-	const limit = releaseTimeout + 2*time.Second
+	const limit = holds.ReleaseTimeout + 2*time.Second
 	bg := context.Background()
 	var waiter <-chan faultLockResult // the local waiter of the handover row
 	rows := []struct {
@@ -377,7 +378,7 @@ func TestSemaphoreAddToHoldLostInFlight(t *testing.T) {
 	})
 }
 
-// A handoff whose releaser left (no reply within releaseTimeout) can still
+// A handoff whose releaser left (no reply within holds.ReleaseTimeout) can still
 // run later: what it grants then is given back, and its receiver, which
 // waits on as a new owner, does not adopt it. Adopted, the grant outlived
 // the receiver's Unlock and kept the lock for a whole lease.
@@ -393,9 +394,9 @@ func TestAbandonedHandoffGrantIsGivenBack(t *testing.T) {
 	require.NoError(t, err)
 	w := idleWaiter(t, bg, c, m)
 
-	slow := hook.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.Handoff.Script), Times: 1, Action: faultproxy.DelayBefore(releaseTimeout + time.Second)})
+	slow := hook.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.Handoff.Script), Times: 1, Action: faultproxy.DelayBefore(holds.ReleaseTimeout + time.Second)})
 	start := time.Now()
-	require.Error(t, m.Unlock(hctx), "no reply within releaseTimeout")
+	require.Error(t, m.Unlock(hctx), "no reply within holds.ReleaseTimeout")
 	require.Equal(t, 1, slow.Fired())
 	select {
 	case r := <-w:
@@ -404,7 +405,7 @@ func TestAbandonedHandoffGrantIsGivenBack(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the waiter did not get the lock")
 	}
-	time.Sleep(time.Until(start.Add(releaseTimeout + 1500*time.Millisecond))) // the handoff has run
+	time.Sleep(time.Until(start.Add(holds.ReleaseTimeout + 1500*time.Millisecond))) // the handoff has run
 	eventually(t, 2*time.Second, "the late handoff's grant given back", func() bool {
 		n, err := e.rdb(t).Exists(bg, "abandoned").Result()
 		return err == nil && n == 0

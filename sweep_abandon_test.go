@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redisync-go/redisync/internal/holds"
 	"github.com/redisync-go/redisync/lua"
 )
 
@@ -34,7 +35,7 @@ import (
 // (another process) takes the lock the rival way. Checked in every run:
 //
 //   - the call returns within its context, or within its documented bound
-//     (a release: releaseTimeout), with its documented error (swWant);
+//     (a release: holds.ReleaseTimeout), with its documented error (swWant);
 //   - never two live holders: B waits for the lock throughout the run and
 //     gives it up at once; whenever one of them is granted it, every hold
 //     context the other client handed out must already be done, and of an
@@ -107,7 +108,7 @@ type swRow struct {
 	// not its context.
 	bounded bool
 	// release: the call works with a cancelled context; its bound is
-	// releaseTimeout.
+	// holds.ReleaseTimeout.
 	release bool
 	// through: the call goes through a hold (the lease-lost mode applies).
 	through bool
@@ -126,7 +127,7 @@ type swRow struct {
 // TestSweepAbandon runs every row in every mode, each run on a Redis of
 // its own. The runs mostly wait, on short leases: they run swParallel at
 // a time, outside the -parallel limit, the releases first (a release
-// held up by a silent link may take its whole bound, releaseTimeout).
+// held up by a silent link may take its whole bound, holds.ReleaseTimeout).
 func TestSweepAbandon(t *testing.T) {
 	t.Parallel()
 	slots := make(chan struct{}, swParallel)
@@ -293,7 +294,7 @@ func swHandedOver(name string, p *swPrim) swRow {
 			arm()
 			start := time.Now()
 			err := r.mine().unlock(r.main)
-			if took := time.Since(start); took > releaseTimeout+swSlack {
+			if took := time.Since(start); took > holds.ReleaseTimeout+swSlack {
 				r.t.Errorf("the Unlock handing over returned after %v: %v", took.Round(time.Millisecond), err)
 			}
 			if r.slow() {

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/redisync-go/redisync/internal/holds"
 	"github.com/redisync-go/redisync/internal/keys"
 	"github.com/redisync-go/redisync/lua"
 )
@@ -94,7 +95,7 @@ func swSemOps(n int) func(c *Client, name string, opts []anyOpt) swOps {
 			tryFor: func(ctx context.Context, d time.Duration) (context.Context, error) { return s.TryAcquireFor(ctx, n, d) },
 			unlock: func(ctx context.Context) error { return s.Release(ctx, n) },
 			count: func(ctx context.Context) (int, error) {
-				h := held(ctx, s.spec.ref)
+				h := holds.Held(ctx, s.spec.Ref)
 				if h == nil {
 					return 0, nil
 				}
@@ -113,7 +114,7 @@ func swMultiOps(c *Client, name string, opts []anyOpt) swOps {
 	return swOps{
 		lock: m.Lock, try: m.TryLock, tryFor: m.TryLockFor, unlock: m.Unlock,
 		count: func(ctx context.Context) (int, error) {
-			h := held(ctx, m.spec.ref)
+			h := holds.Held(ctx, m.spec.Ref)
 			if h == nil {
 				return 0, nil
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisync-go/redisync/internal/faultproxy"
+	"github.com/redisync-go/redisync/internal/holds"
 	"github.com/redisync-go/redisync/internal/notify"
 	"github.com/redisync-go/redisync/lua"
 )
@@ -420,7 +421,7 @@ func (r *swRun) abandon() {
 	var by time.Time
 	switch {
 	case row.release:
-		by = start.Add(releaseTimeout)
+		by = start.Add(holds.ReleaseTimeout)
 	case row.bounded:
 		by = start.Add(swCallCtx)
 	case r.mode.lost:
@@ -527,7 +528,7 @@ func (r *swRun) faultEnds(retaken <-chan struct{}) {
 	// A hold may be lost to a long fault, and is then told: the row's
 	// state is checked after a short one.
 	short := r.slow() || time.Since(r.armedAt) < swLease/2
-	if !waitGroup(&r.waits, 2*time.Second) || !waitGroup(&r.mids, releaseTimeout+2*time.Second) {
+	if !waitGroup(&r.waits, 2*time.Second) || !waitGroup(&r.mids, holds.ReleaseTimeout+2*time.Second) {
 		r.t.Error("a wait of the run is still blocked")
 	}
 	if r.row.after != nil && short && !r.mode.lost {

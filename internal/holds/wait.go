@@ -1,4 +1,4 @@
-package redisync
+package holds
 
 import (
 	"context"
@@ -7,14 +7,15 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redisync-go/redisync/internal/cohort"
+	"github.com/redisync-go/redisync/internal/errs"
 	"github.com/redisync-go/redisync/internal/notify"
 )
 
-// releaseTimeout bounds a release whose caller's context is already done.
-const releaseTimeout = 5 * time.Second
+// ReleaseTimeout bounds a release whose caller's context is already done.
+const ReleaseTimeout = 5 * time.Second
 
 // detach returns a context for a release: it keeps ctx's values and
-// ignores its cancellation. A release is bounded by releaseTimeout
+// ignores its cancellation. A release is bounded by ReleaseTimeout
 // instead (see Client.release).
 func detach(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
 
@@ -22,29 +23,29 @@ func detach(ctx context.Context) context.Context { return context.WithoutCancel(
 // queue entry) or give back what it took, without waiting for them: the
 // wait ends at its context, even while Redis is slow or does not answer.
 // A call that fails on the network (it may not have run) is sent again,
-// after retryAfter and then after pauses doubling up to a second, until
+// after RetryAfter and then after pauses doubling up to a second, until
 // it is answered or within has passed (how long what it removes can last
 // in Redis), or the client closes.
-func (c *Client) cleanup(within time.Duration, calls ...call) {
-	c.cleanupAgain(time.Now().Add(within), retryAfter, calls...)
+func (m *Machine) Cleanup(within time.Duration, calls ...call) {
+	m.cleanupAgain(time.Now().Add(within), RetryAfter, calls...)
 }
 
-func (c *Client) cleanupAgain(until time.Time, pause time.Duration, calls ...call) {
-	c.tr.Async(func(k call, r reply) {
+func (m *Machine) cleanupAgain(until time.Time, pause time.Duration, calls ...call) {
+	m.tr.Async(func(k call, r reply) {
 		err := r.Err()
 		var re redis.Error
 		switch {
 		case err == nil:
-		case errors.As(err, &re) && !notReady(err) || time.Now().Add(pause).After(until):
-			c.log.Warn("redisync: could not remove what a wait left; its lease or deadline frees it",
+		case errors.As(err, &re) && !errs.NotReady(err) || time.Now().Add(pause).After(until):
+			m.log.Warn("redisync: could not remove what a wait left; its lease or deadline frees it",
 				"script", scriptName(k), "error", err)
-		case c.bgStart(): // it must not block: it runs in a worker
+		case m.bgStart(): // it must not block: it runs in a worker
 			go func() {
-				defer c.bg.Done()
+				defer m.bg.Done()
 				select {
 				case <-time.After(pause):
-					c.cleanupAgain(until, min(2*pause, time.Second), k)
-				case <-c.closed:
+					m.cleanupAgain(until, min(2*pause, time.Second), k)
+				case <-m.closed:
 				}
 			}()
 		}
@@ -62,38 +63,38 @@ type attempt func() (done bool, next time.Duration, err error)
 //
 // The subscription is confirmed before the first retry, so a release that
 // happens between the caller's try and the subscription is not missed. It
-// returns ctx's error when ctx ends and ErrClosed when the client closes.
-func (c *Client) await(ctx context.Context, channel string, wake func(string) int, first time.Duration, try attempt) error {
-	return c.awaitFrom(ctx, notify.Mark{}, channel, wake, first, try, false, nil)
+// returns ctx's error when ctx ends and errs.Closed when the client closes.
+func (m *Machine) Await(ctx context.Context, channel string, wake func(string) int, first time.Duration, try attempt) error {
+	return m.AwaitFrom(ctx, notify.Mark{}, channel, wake, first, try, false, nil)
 }
 
 // awaitShared is await for waiters that may need different amounts of one
 // resource (a semaphore's permits): a waiter that is woken but cannot use
 // what came free passes its wake-up to the next waiter behind it, which may
 // need less, instead of leaving it idle until the next bound.
-func (c *Client) awaitShared(ctx context.Context, channel string, wake func(string) int, first time.Duration, try attempt) error {
-	return c.awaitFrom(ctx, notify.Mark{}, channel, wake, first, try, true, nil)
+func (m *Machine) AwaitShared(ctx context.Context, channel string, wake func(string) int, first time.Duration, try attempt) error {
+	return m.AwaitFrom(ctx, notify.Mark{}, channel, wake, first, try, true, nil)
 }
 
-// awaitFrom is await for a caller that took m (c.ps.Mark(channel)) before its
+// awaitFrom is await for a caller that took m (m.ps.Mark(channel)) before its
 // own try, or instead of it: when the channel was live then and nothing was
 // delivered on it since, the retry before the first wait is skipped, saving
 // a round trip per wait under contention. With acc, the waiter can be
 // handed the lock by a local releaser while it waits (internal/cohort): then
 // acc.take stands for the next try.
-func (c *Client) awaitFrom(ctx context.Context, m notify.Mark, channel string, wake func(string) int, first time.Duration, try attempt, passOn bool, acc *cohort.Acceptor) error {
-	w, err := c.ps.Subscribe(channel, wake)
+func (m *Machine) AwaitFrom(ctx context.Context, mk notify.Mark, channel string, wake func(string) int, first time.Duration, try attempt, passOn bool, acc *cohort.Acceptor) error {
+	w, err := m.ps.Subscribe(channel, wake)
 	if err != nil {
 		return err
 	}
 	var e *cohort.Entry // with acc: it may be handed the lock while idle
 	if acc != nil {
-		e = c.co.Join(channel, acc, w.WakeNow, w.Woken())
+		e = m.co.Join(channel, acc, w.WakeNow, w.Woken())
 	}
 	defer func() {
 		if e != nil {
-			if h := c.co.Leave(e); h != nil {
-				c.giveBackHandoff(h)
+			if h := m.co.Leave(e); h != nil {
+				m.GiveBackHandoff(h)
 			}
 		}
 		w.Leave()
@@ -101,12 +102,12 @@ func (c *Client) awaitFrom(ctx context.Context, m notify.Mark, channel string, w
 	// waitIdle waits, and meanwhile the waiter may be handed the lock.
 	waitIdle := func(d time.Duration) (bool, error) {
 		if e != nil {
-			c.co.SetIdle(e, true)
+			m.co.SetIdle(e, true)
 		}
 		return w.Wait(ctx, d)
 	}
 	w.Note(first)
-	if w.Missed(m) {
+	if w.Missed(mk) {
 		if err := w.Ready(ctx, first); err != nil {
 			return err
 		}
@@ -119,14 +120,14 @@ func (c *Client) awaitFrom(ctx context.Context, m notify.Mark, channel string, w
 		var next time.Duration
 		var h *cohort.Handoff
 		if e != nil {
-			h = c.co.SetIdle(e, false)
+			h = m.co.SetIdle(e, false)
 		}
 		if h != nil {
-			if h, err = c.co.Handed(ctx, e, c.closed); err != nil {
+			if h, err = m.co.Handed(ctx, e, m.closed); err != nil {
 				return err
 			}
 			done, next, err = acc.Take(h)
-		} else if y, ok := c.co.Yielding(acc, time.Now()); ok {
+		} else if y, ok := m.co.Yielding(acc, time.Now()); ok {
 			// This client holds back for another client's waiter
 			// (internal/cohort), whatever made w look again: a wake-up it may
 			// have missed, its wait's bound.
@@ -150,9 +151,9 @@ func (c *Client) awaitFrom(ctx context.Context, m notify.Mark, channel string, w
 	}
 }
 
-// retryAfter is how long a wait pauses after an attempt that failed on the
+// RetryAfter is how long a wait pauses after an attempt that failed on the
 // network before trying again.
-const retryAfter = 200 * time.Millisecond
+const RetryAfter = 200 * time.Millisecond
 
 // unsure handles the error of a first acquisition's script under a fresh
 // field. Unless Redis refused the script, it may still run there after its
@@ -160,13 +161,13 @@ const retryAfter = 200 * time.Millisecond
 // set so the field is swept when the call fails (see sweep). While
 // waiting, a network error is retried: the next attempt, under the same
 // field, adopts whatever the late one took.
-func (c *Client) unsure(err error, wait bool, dirty *bool) (time.Duration, error) {
+func (m *Machine) unsure(err error, wait bool, dirty *bool) (time.Duration, error) {
 	var re redis.Error
-	if errors.As(err, &re) && wait && notReady(err) {
+	if errors.As(err, &re) && wait && errs.NotReady(err) {
 		// Redis is loading its data, busy, or its cluster is settling:
 		// nothing ran, and a wait rides it out.
-		c.log.Warn("redisync: Redis is not ready; retrying", "error", err)
-		return retryAfter, nil
+		m.log.Warn("redisync: Redis is not ready; retrying", "error", err)
+		return RetryAfter, nil
 	}
 	if errors.As(err, &re) || errors.Is(err, redis.ErrClosed) {
 		return 0, err // refused: nothing taken
@@ -175,30 +176,30 @@ func (c *Client) unsure(err error, wait bool, dirty *bool) (time.Duration, error
 	if !wait || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return 0, err
 	}
-	c.log.Warn("redisync: an attempt failed on the network; retrying", "error", err)
-	return retryAfter, nil
+	m.log.Warn("redisync: an attempt failed on the network; retrying", "error", err)
+	return RetryAfter, nil
 }
 
 // sweep gives back, now and then every third of lease until a lease has
 // passed, what a failed call's attempts may have taken under their field:
 // a script whose reply was lost can run in Redis later than its caller's
 // give-back.
-func (c *Client) sweep(lease time.Duration, calls ...call) {
-	if !c.bgStart() {
-		c.undo(calls...) // closing: once, now, as Close releases holds
+func (m *Machine) Sweep(lease time.Duration, calls ...call) {
+	if !m.bgStart() {
+		m.Undo(calls...) // closing: once, now, as Close releases holds
 		return
 	}
 	go func() {
-		defer c.bg.Done()
+		defer m.bg.Done()
 		for i := range 4 {
 			if i > 0 {
 				select {
 				case <-time.After(lease / 3):
-				case <-c.closed:
+				case <-m.closed:
 					return
 				}
 			}
-			c.undo(calls...)
+			m.Undo(calls...)
 		}
 	}()
 }

@@ -1,4 +1,4 @@
-package redisync
+package holds
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redisync-go/redisync/internal/errs"
 	"github.com/redisync-go/redisync/internal/lease"
 )
 
@@ -18,30 +19,30 @@ import (
 // re-entry to count n, for a re-entry that was not acknowledged
 // (WithReplicaAck) or whose caller left. A handle whose lease or fencing
 // differs from the hold's is refused, changing nothing.
-func (c *Client) reenter(ctx, wctx context.Context, wait bool, s *spec, h *lease.Hold,
+func (m *Machine) Reenter(ctx, wctx context.Context, wait bool, s *Spec, h *lease.Hold,
 	build func(count int) call, parse func([]int64) (n int, lost bool), undo func(n int) call) (context.Context, error) {
-	return c.reenterBy(ctx, wctx, s, h, func() ([]int64, error) {
-		return c.underHold(wctx, wait, h, build, func(v []int64) {
+	return m.ReenterBy(ctx, wctx, s, h, func() ([]int64, error) {
+		return m.UnderHold(wctx, wait, h, build, func(v []int64) {
 			if v[0] == 1 {
-				c.undoHeld(undo(int(v[1])))
+				m.UndoHeld(undo(int(v[1])))
 			}
 		})
-	}, parse, func(n int) error { return c.undoUnder(wctx, h, undo(n)) })
+	}, parse, func(n int) error { return m.UndoUnder(wctx, h, undo(n)) })
 }
 
 // reenterBy is reenter with the sending step given: send runs the
 // re-entry under h's lock as underHold (or underHoldAll) does, and undo
 // takes back a re-entry to count n that was not acknowledged, under h's
 // lock, which send left held for it (see undoUnder).
-func (c *Client) reenterBy(ctx, wctx context.Context, s *spec, h *lease.Hold,
+func (m *Machine) ReenterBy(ctx, wctx context.Context, s *Spec, h *lease.Hold,
 	send func() ([]int64, error), parse func([]int64) (n int, lost bool), undo func(n int) error) (context.Context, error) {
-	if h.Lease != s.lease || h.Renewed != s.renewed {
-		return nil, s.wrap(fmt.Errorf("%w: the context holds it with a %s, this handle asks for a %s",
-			ErrInvalid, leaseText(h.Lease, h.Renewed), leaseText(s.lease, s.renewed)))
+	if h.Lease != s.Lease || h.Renewed != s.Renewed {
+		return nil, s.Wrap(fmt.Errorf("%w: the context holds it with a %s, this handle asks for a %s",
+			errs.Invalid, LeaseText(h.Lease, h.Renewed), LeaseText(s.Lease, s.Renewed)))
 	}
-	if (h.Token != 0) != s.fenced {
-		return nil, s.wrap(fmt.Errorf("%w: the context holds it %s, this handle asks for it %s",
-			ErrInvalid, fencingText(h.Token != 0), fencingText(s.fenced)))
+	if (h.Token != 0) != s.Fenced {
+		return nil, s.Wrap(fmt.Errorf("%w: the context holds it %s, this handle asks for it %s",
+			errs.Invalid, FencingText(h.Token != 0), FencingText(s.Fenced)))
 	}
 	r, err := send()
 	var n int
@@ -49,32 +50,32 @@ func (c *Client) reenterBy(ctx, wctx context.Context, s *spec, h *lease.Hold,
 	if err == nil {
 		if n, lost = parse(r); !lost {
 			h.Count = n
-			c.wd.Extend(h, h.LastSent)
+			m.wd.Extend(h, h.LastSent)
 		}
 		h.Mu.Unlock()
 	}
 	switch {
-	case errors.Is(err, errEnded):
-		return nil, s.wrap(endedError(h))
-	case notReplicated(err) != nil:
-		nr := notReplicated(err)
-		nr.undo = undo(nr.count())
-		return nil, s.wrap(err)
+	case errors.Is(err, ErrEnded):
+		return nil, s.Wrap(EndedError(h))
+	case NotReplicated(err) != nil:
+		nr := NotReplicated(err)
+		nr.Undo = undo(nr.Count())
+		return nil, s.Wrap(err)
 	case err != nil:
 		// wctx is TryLockFor's bound when it is not ctx: its end while
-		// ctx lives is ErrNotAcquired, as for a first acquisition.
-		return nil, s.wrap(waitError(err, ctx, wctx != ctx))
+		// ctx lives is errs.NotAcquired, as for a first acquisition.
+		return nil, s.Wrap(errs.Wait(err, ctx, wctx != ctx))
 	case lost:
-		c.lose(h, false) // told before the caller returns
-		return nil, s.wrap(errLost)
+		m.Lose(h, false) // told before the caller returns
+		return nil, s.Wrap(errs.Lost)
 	case !h.Live():
-		return nil, s.wrap(endedError(h))
+		return nil, s.Wrap(EndedError(h))
 	}
 	return h.ContextFor(ctx), nil
 }
 
-// errEnded reports, inside underHold, a hold found ended.
-var errEnded = errors.New("redisync: the hold has ended")
+// ErrEnded reports, inside UnderHold, a hold found ended.
+var ErrEnded = errors.New("redisync: the hold has ended")
 
 // underHold sends the call build makes for h's count, under h's lock, and
 // waits for the lock and for the reply as long as ctx lasts. On success it
@@ -87,14 +88,14 @@ var errEnded = errors.New("redisync: the hold has ended")
 // something the replicas did not acknowledge (WithReplicaAck) is a
 // *notReplicatedError, returned with h's lock still held: the caller
 // takes it back under the lock (undoUnder).
-func (c *Client) underHold(ctx context.Context, wait bool, h *lease.Hold, build func(count int) call, taken func([]int64)) ([]int64, error) {
+func (m *Machine) UnderHold(ctx context.Context, wait bool, h *lease.Hold, build func(count int) call, taken func([]int64)) ([]int64, error) {
 	for {
 		if err := lockLive(ctx, h); err != nil {
 			return nil, err
 		}
 		k := build(h.Count)
 		k.Takes = true
-		r := c.tr.Do(ctx, k, func(r reply) {
+		r := m.tr.Do(ctx, k, func(r reply) {
 			defer h.Mu.Unlock()
 			if v, err := r.Int64Slice(); err == nil && taken != nil && len(v) >= 2 {
 				taken(v)
@@ -103,7 +104,7 @@ func (c *Client) underHold(ctx context.Context, wait bool, h *lease.Hold, build 
 		if r.Gone {
 			return nil, r.Err()
 		}
-		v, err := c.acquired(r)
+		v, err := m.Acquired(r)
 		if err != nil {
 			if again, err := failedUnder(ctx, wait, h, err); !again {
 				return nil, err
@@ -116,14 +117,14 @@ func (c *Client) underHold(ctx context.Context, wait bool, h *lease.Hold, build 
 }
 
 // lockLive takes h's lock, waiting as long as ctx lasts, for a call
-// through h: it fails with errEnded, the lock released, when h has ended.
+// through h: it fails with ErrEnded, the lock released, when h has ended.
 func lockLive(ctx context.Context, h *lease.Hold) error {
 	if err := h.Mu.LockCtx(ctx); err != nil {
 		return err
 	}
 	if !h.Live() {
 		h.Mu.Unlock()
-		return errEnded
+		return ErrEnded
 	}
 	return nil
 }
@@ -132,15 +133,15 @@ func lockLive(ctx context.Context, h *lease.Hold) error {
 // (underHold, underHoldAll): a *notReplicatedError keeps the lock held
 // for the undo; otherwise the lock is released, and with wait a Redis
 // that is loading its data or settling (the script did not run) is ridden
-// out: again says to send the call once more, after retryAfter.
+// out: again says to send the call once more, after RetryAfter.
 func failedUnder(ctx context.Context, wait bool, h *lease.Hold, err error) (again bool, _ error) {
-	if notReplicated(err) != nil {
+	if NotReplicated(err) != nil {
 		return false, err // h's lock stays held for the undo
 	}
 	h.Mu.Unlock()
 	var re redis.Error
-	if wait && errors.As(err, &re) && notReady(err) {
-		if err := sleepCtx(ctx, retryAfter); err != nil {
+	if wait && errors.As(err, &re) && errs.NotReady(err) {
+		if err := sleepCtx(ctx, RetryAfter); err != nil {
 			return false, err
 		}
 		return true, nil
@@ -170,7 +171,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // failed, needs no give-back: the next call through the hold sets every
 // count again, and the last release deletes the hold whatever its count.
 // A *notReplicatedError is returned with h's lock held, as by underHold.
-func (c *Client) underHoldAll(ctx context.Context, wait bool, h *lease.Hold, build func(count int) []call) ([]int64, error) {
+func (m *Machine) UnderHoldAll(ctx context.Context, wait bool, h *lease.Hold, build func(count int) []call) ([]int64, error) {
 	for {
 		if err := lockLive(ctx, h); err != nil {
 			return nil, err
@@ -182,11 +183,11 @@ func (c *Client) underHoldAll(ctx context.Context, wait bool, h *lease.Hold, bui
 		var first []int64
 		var sent time.Time
 		var ferr error
-		for _, r := range c.tr.DoAll(ctx, calls) {
-			v, err := c.acquired(r)
+		for _, r := range m.tr.DoAll(ctx, calls) {
+			v, err := m.Acquired(r)
 			switch {
 			case err != nil:
-				if ferr == nil || notReplicated(ferr) != nil || notReady(ferr) {
+				if ferr == nil || NotReplicated(ferr) != nil || errs.NotReady(ferr) {
 					ferr = err // an unknown outcome before a refused one
 				}
 			case first == nil || v[0] != 1 && first[0] == 1:
@@ -211,8 +212,8 @@ func (c *Client) underHoldAll(ctx context.Context, wait bool, h *lease.Hold, bui
 // for a first acquisition. A context that carries a hold of ref that was
 // lost (or ended with its context, or by Close) is refused: acquiring again
 // would silently make a new hold of what its caller believes it still has.
-func entry(ctx context.Context, ref lease.Ref) (*lease.Hold, error) {
-	h := carried(ctx, ref)
+func Entry(ctx context.Context, ref lease.Ref) (*lease.Hold, error) {
+	h := Carried(ctx, ref)
 	if h == nil {
 		return nil, nil
 	}
@@ -222,6 +223,6 @@ func entry(ctx context.Context, ref lease.Ref) (*lease.Hold, error) {
 	case lease.EndUnlocked:
 		return nil, nil
 	default:
-		return nil, endedError(h)
+		return nil, EndedError(h)
 	}
 }

@@ -1,4 +1,4 @@
-package redisync
+package holds
 
 import (
 	"context"
@@ -6,35 +6,36 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/redisync-go/redisync/internal/errs"
 	"github.com/redisync-go/redisync/internal/lease"
 	"github.com/redisync-go/redisync/internal/transport"
 )
 
 // release gives up n of the holds that ctx carries (all of them when n is
-// its count), within releaseTimeout whatever ctx says. send runs the
+// its count), within ReleaseTimeout whatever ctx says. send runs the
 // release script with the count before it and returns 1 (holds remain), 2
 // (the last was released, or was already gone and the call was written
-// twice: see writes), goneAt (the last was already gone, lost) or 0
+// twice: see writes), GoneAt (the last was already gone, lost) or 0
 // (holds that should remain are gone: the lease was lost), and when it was
 // sent.
 //
-// A release that does not answer within releaseTimeout (a silent link)
+// A release that does not answer within ReleaseTimeout (a silent link)
 // returns an error: the last one has ended the hold already, and is tried
 // again in the background (Redis frees it at its lease's end at the
 // latest); one that is not the last (sent by releaseBy) keeps h's lock
 // until its reply comes, and is counted then (see pending), so that no
 // later script through the hold is overtaken by it. A release that cannot
-// have h's lock within releaseTimeout (an earlier call through the hold
+// have h's lock within ReleaseTimeout (an earlier call through the hold
 // keeps it, waiting for its reply) changes nothing and returns an error.
-func (c *Client) release(ctx context.Context, s *spec, n int, send func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error)) error {
-	h := carried(ctx, s.ref)
+func (m *Machine) Release(ctx context.Context, s *Spec, n int, send func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error)) error {
+	h := Carried(ctx, s.Ref)
 	if h == nil {
-		return s.wrap(fmt.Errorf("%w (the context carries no hold of it)", ErrNotHeld))
+		return s.Wrap(fmt.Errorf("%w (the context carries no hold of it)", errs.NotHeld))
 	}
-	ctx, cancel := context.WithTimeout(detach(ctx), releaseTimeout)
+	ctx, cancel := context.WithTimeout(detach(ctx), ReleaseTimeout)
 	defer cancel()
 	if err := h.Mu.LockCtx(ctx); err != nil {
-		return s.wrap(fmt.Errorf("redisync: released nothing: the hold is busy with an earlier call whose reply has not come within %v: %w", releaseTimeout, err))
+		return s.Wrap(fmt.Errorf("redisync: released nothing: the hold is busy with an earlier call whose reply has not come within %v: %w", ReleaseTimeout, err))
 	}
 	var p *pending // a release that is not the last
 	defer func() {
@@ -43,19 +44,19 @@ func (c *Client) release(ctx context.Context, s *spec, n int, send func(ctx cont
 		}
 	}()
 	if !h.Live() {
-		return c.afterEnd(ctx, s, h)
+		return m.afterEnd(ctx, s, h)
 	}
 	count := h.Count
 	if n > count {
-		return s.wrap(fmt.Errorf("%w (release %d, %d held)", ErrNotHeld, n, count))
+		return s.Wrap(fmt.Errorf("%w (release %d, %d held)", errs.NotHeld, n, count))
 	}
 	last := n == count
 	if last {
 		// Tell everyone sharing the hold before the lock can be free;
 		// renewals stop before the script is sent, so none follows it.
-		c.wd.End(h, lease.EndUnlocked, nil)
+		m.wd.End(h, lease.EndUnlocked, nil)
 	} else {
-		p = &pending{c: c, h: h, count: count, n: n}
+		p = &pending{m: m, h: h, count: count, n: n}
 		ctx = context.WithValue(ctx, pendingKey{}, p)
 	}
 	reply, sent, err := send(ctx, h, count)
@@ -66,24 +67,24 @@ func (c *Client) release(ctx context.Context, s *spec, n int, send func(ctx cont
 			if last {
 				then = "the lock is released in the background, or by its lease"
 			}
-			err = fmt.Errorf("redisync: the release had no reply within %v (%s): %w", releaseTimeout, then, err)
+			err = fmt.Errorf("redisync: the release had no reply within %v (%s): %w", ReleaseTimeout, then, err)
 		}
 		if last {
-			c.giveBackFrom(h, true) // try again in the background; else Redis frees it at the lease's end
+			m.giveBackFrom(h, true) // try again in the background; else Redis frees it at the lease's end
 		}
-		return s.wrap(err)
+		return s.Wrap(err)
 	case reply == 0:
-		c.lose(h, true)
-		return s.wrap(errLost)
-	case reply == goneAt && goneInTime(h):
+		m.Lose(h, true)
+		return s.Wrap(errs.Lost)
+	case reply == GoneAt && GoneInTime(h):
 		// Redis lost the hold before its deadline (forced elsewhere, its
 		// data lost, a key deleted): the hold has ended, and its owner
 		// learns here that it was not protected until now.
-		c.lose(h, true)
-		return s.wrap(errLost)
+		m.Lose(h, true)
+		return s.Wrap(errs.Lost)
 	case reply == 1 && !last:
 		h.Count = count - n
-		c.wd.Extend(h, sent)
+		m.wd.Extend(h, sent)
 	}
 	return nil
 }
@@ -96,15 +97,15 @@ func (c *Client) release(ctx context.Context, s *spec, n int, send func(ctx cont
 // slot's keys are split between two masters, or slow on the way) can find
 // a lease that ran out after that: the hold was not lost then, it lapsed
 // after its Unlock began, and the release succeeds.
-func goneInTime(h *lease.Hold) bool { return h.InTime() }
+func GoneInTime(h *lease.Hold) bool { return h.InTime() }
 
 // lose ends h, which Redis no longer has (or no longer has whole), as
 // lost: its holders are told first; then what Redis still keeps of a
 // hold on several locks (a MultiLock) is given back. locked says the
 // caller holds h.mu.
-func (c *Client) lose(h *lease.Hold, locked bool) {
-	if c.wd.End(h, lease.EndLost, ErrLeaseLost) && h.Parts {
-		c.giveBackFrom(h, locked)
+func (m *Machine) Lose(h *lease.Hold, locked bool) {
+	if m.wd.End(h, lease.EndLost, errs.LeaseLost) && h.Parts {
+		m.giveBackFrom(h, locked)
 	}
 }
 
@@ -114,45 +115,42 @@ func (c *Client) lose(h *lease.Hold, locked bool) {
 // reset connection, Redis silent) does not change the answer: it is tried
 // again in the background, and the lease frees the lock at the latest.
 // The caller holds h.mu.
-func (c *Client) afterEnd(ctx context.Context, s *spec, h *lease.Hold) error {
+func (m *Machine) afterEnd(ctx context.Context, s *Spec, h *lease.Hold) error {
 	why := h.Reason()
 	if why == lease.EndParent || why == lease.EndLost {
-		if err := c.releaseAll(ctx, h.Release); err != nil {
-			c.giveBackFrom(h, true)
+		if err := m.ReleaseAll(ctx, h.Release); err != nil {
+			m.giveBackFrom(h, true)
 		}
 	}
 	if why == lease.EndParent {
 		return nil
 	}
-	return s.wrap(endedError(h))
+	return s.Wrap(EndedError(h))
 }
 
 // endedError describes a hold that has ended.
-func endedError(h *lease.Hold) error {
+func EndedError(h *lease.Hold) error {
 	switch h.Reason() {
 	case lease.EndUnlocked:
-		return fmt.Errorf("%w (already released)", ErrNotHeld)
+		return fmt.Errorf("%w (already released)", errs.NotHeld)
 	case lease.EndParent:
-		return fmt.Errorf("%w (the hold ended with its context: %v)", ErrNotHeld, context.Cause(h.Parent))
+		return fmt.Errorf("%w (the hold ended with its context: %v)", errs.NotHeld, context.Cause(h.Parent))
 	case lease.EndClosed:
-		return ErrClosed
+		return errs.Closed
 	default:
-		return errLost
+		return errs.Lost
 	}
 }
 
-// errLost is the error of a call through a hold whose lease was lost.
-var errLost = &multiError{msg: "redisync: not held: lease lost", errs: []error{ErrNotHeld, ErrLeaseLost}}
-
 // releaseAll sends calls, a hold's release calls, and returns the first
 // error.
-func (c *Client) releaseAll(ctx context.Context, calls []call) error {
+func (m *Machine) ReleaseAll(ctx context.Context, calls []call) error {
 	if len(calls) == 1 {
 		k := calls[0]
 		k.Direct = true
-		return c.tr.Do(ctx, k, nil).Err()
+		return m.tr.Do(ctx, k, nil).Err()
 	}
-	for _, r := range c.tr.DoAll(ctx, calls) {
+	for _, r := range m.tr.DoAll(ctx, calls) {
 		if err := r.Err(); err != nil {
 			return err
 		}
@@ -162,7 +160,7 @@ func (c *Client) releaseAll(ctx context.Context, calls []call) error {
 
 // releaseBy sends k, a release script, for release's send; a last hold
 // found gone is lost unless go-redis wrote the call twice (see writes).
-func (c *Client) releaseBy(ctx context.Context, k call) (int64, time.Time, error) {
+func (m *Machine) ReleaseBy(ctx context.Context, k call) (int64, time.Time, error) {
 	k, w := transport.Counted(k)
 	k.Direct = true
 	p, _ := ctx.Value(pendingKey{}).(*pending)
@@ -170,10 +168,10 @@ func (c *Client) releaseBy(ctx context.Context, k call) (int64, time.Time, error
 	if p != nil {
 		late = p.late
 	}
-	r := c.tr.Do(ctx, k, late)
+	r := m.tr.Do(ctx, k, late)
 	if r.Gone && p != nil {
 		p.left = true // late has h's lock now
 	}
 	n, err := r.Int64()
-	return lostOrResent(n, w), r.Sent, err
+	return LostOrResent(n, w), r.Sent, err
 }

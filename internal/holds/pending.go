@@ -1,17 +1,17 @@
-package redisync
+package holds
 
 import "github.com/redisync-go/redisync/internal/lease"
 
 // pending is a release that is not a hold's last, under the hold's lock,
 // which release hands to releaseBy in its context: when the release's
-// caller leaves before the reply (releaseTimeout), left is set and the
+// caller leaves before the reply (ReleaseTimeout), left is set and the
 // hold's lock stays held until the reply comes; late applies the reply
 // then, as release would have, and releases the lock. The scripts set
 // counts rather than add to them, so the order they land in matters: with
 // the lock kept until the reply, no later script through the hold can be
 // overtaken by this one.
 type pending struct {
-	c        *Client
+	m        *Machine
 	h        *lease.Hold
 	count, n int  // the hold's count before the release, and how many it gives up
 	left     bool // the caller left: late releases the hold's lock
@@ -28,9 +28,9 @@ func (p *pending) late(r reply) {
 		// Its outcome is unknown; the next script through the hold
 		// sets the count again.
 	case n == 0:
-		p.c.lose(h, true)
+		p.m.Lose(h, true)
 	case n == 1:
 		h.Count = p.count - p.n
-		p.c.wd.Extend(h, r.Sent)
+		p.m.wd.Extend(h, r.Sent)
 	}
 }

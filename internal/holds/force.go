@@ -1,4 +1,4 @@
-package redisync
+package holds
 
 import (
 	"context"
@@ -10,22 +10,19 @@ import (
 // its reply. Their holds in this process end first (see lease.Keeper.Force),
 // and the window in which their grants are not trusted ends when the
 // script answers: when ctx ends first, only once its late reply comes.
-func (c *Client) forceBy(ctx context.Context, k call, refs ...lease.Ref) reply {
+func (m *Machine) ForceBy(ctx context.Context, k call, refs ...lease.Ref) reply {
 	dones := make([]func(), len(refs))
 	for i, ref := range refs {
-		dones[i] = c.wd.Force(ref)
+		dones[i] = m.wd.Force(ref)
 	}
 	done := func() {
 		for i := len(dones) - 1; i >= 0; i-- {
 			dones[i]()
 		}
 	}
-	r := c.tr.Do(ctx, k, func(reply) { done() })
+	r := m.tr.Do(ctx, k, func(reply) { done() })
 	if !r.Gone {
 		done()
 	}
 	return r
 }
-
-// errClosedHold is the cause of the contexts of holds ended by Close.
-var errClosedHold = &multiError{msg: "redisync: client closed; lease released", errs: []error{ErrClosed, ErrLeaseLost}}

@@ -1,0 +1,97 @@
+package holds
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redisync-go/redisync/internal/errs"
+)
+
+// Ack is WithReplicaAck's setting: K replicas within Timeout; K == 0
+// means off.
+type Ack struct {
+	K       int
+	Timeout time.Duration
+}
+
+// On reports whether acquisitions wait for replicas.
+func (a Ack) On() bool { return a.K > 0 }
+
+// Acquired returns the reply of an acquisition or re-entry script, which
+// answers [1, count, ...] when it took the lock or permits (count: the
+// owner's holds after it) and anything else when it did not. With
+// WithReplicaAck, a reply that took something that fewer than k replicas
+// acknowledged is returned as a *NotReplicatedError carrying it, for the
+// caller to undo; WAIT's answer to a reply that took nothing is ignored.
+func (m *Machine) Acquired(r reply) ([]int64, error) {
+	v, err := r.Int64Slice()
+	if err != nil {
+		return nil, err
+	}
+	if r.Acked >= 0 && len(v) >= 2 && v[0] == 1 && (r.WaitErr != nil || r.Acked < int64(m.cfg.Ack.K)) {
+		return nil, &NotReplicatedError{reply: v, acked: r.Acked, ack: m.cfg.Ack, err: r.WaitErr}
+	}
+	return v, nil
+}
+
+// RenewedAck reports whether a renewal's reply is acknowledged: nil without
+// WithReplicaAck, or when k replicas acknowledged it.
+func (m *Machine) RenewedAck(r reply) error {
+	if r.Acked < 0 {
+		return nil
+	}
+	if r.WaitErr != nil || r.Acked < int64(m.cfg.Ack.K) {
+		return &NotReplicatedError{acked: r.Acked, ack: m.cfg.Ack, err: r.WaitErr}
+	}
+	return nil
+}
+
+// NotReplicatedError reports an acquisition or re-entry that fewer than k
+// replicas acknowledged within the timeout. reply is the script's.
+type NotReplicatedError struct {
+	reply []int64
+	acked int64
+	ack   Ack
+	err   error // WAIT's own error, if it failed
+	Undo  error // why undoing the acquisition did not finish, if it did not
+}
+
+func (e *NotReplicatedError) Error() string {
+	undone := "" // a renewal's
+	switch {
+	case e.reply == nil:
+	case e.Undo == nil:
+		undone = "; the acquisition was undone"
+	case errors.Is(e.Undo, context.Canceled) || errors.Is(e.Undo, context.DeadlineExceeded):
+		undone = "; the acquisition is being undone (the call's context ended first)"
+	default:
+		undone = fmt.Sprintf("; undoing the acquisition failed (%v): its lease frees it", e.Undo)
+	}
+	if e.err != nil {
+		return fmt.Sprintf("redisync: not replicated: WAIT failed (%v)%s", e.err, undone)
+	}
+	return fmt.Sprintf("redisync: not replicated: %d of %d replicas acknowledged within %v%s",
+		e.acked, e.ack.K, e.ack.Timeout, undone)
+}
+
+func (e *NotReplicatedError) Unwrap() []error {
+	if e.err != nil {
+		return []error{errs.NotReplicated, e.err}
+	}
+	return []error{errs.NotReplicated}
+}
+
+// Count is the owner's hold count after the script that was not
+// acknowledged: what undoing a re-entry takes back from.
+func (e *NotReplicatedError) Count() int { return int(e.reply[1]) }
+
+// NotReplicated returns err's *NotReplicatedError, or nil.
+func NotReplicated(err error) *NotReplicatedError {
+	var nr *NotReplicatedError
+	if errors.As(err, &nr) {
+		return nr
+	}
+	return nil
+}

@@ -1,0 +1,45 @@
+package holds
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/redisync-go/redisync/internal/lease"
+)
+
+// Spec is what a lock handle tells the hold machinery about itself.
+type Spec struct {
+	Ref     lease.Ref
+	Lease   time.Duration
+	Renewed bool // a watchdog lease, renewed while held (else WithLease's fixed one)
+	Fenced  bool // WithFencing: first acquisitions get a token
+	Wrap    func(error) error
+
+	Parts  bool        // a hold is on several locks (see lease.Hold.Parts)
+	Covers []lease.Ref // those locks (see lease.Hold.Covers)
+}
+
+// LeaseText describes a lease for an error message.
+func LeaseText(d time.Duration, renewed bool) string {
+	if renewed {
+		return fmt.Sprintf("watchdog lease of %v", d)
+	}
+	return fmt.Sprintf("fixed lease of %v (WithLease)", d)
+}
+
+// FencingText describes a lock's fencing for an error message.
+func FencingText(fenced bool) string {
+	if fenced {
+		return "with WithFencing"
+	}
+	return "without WithFencing"
+}
+
+// FenceToken returns the token in a fenced lock's granted acquire reply
+// ({1, count, token}), or 0.
+func FenceToken(s *Spec, r []int64) int64 {
+	if !s.Fenced || len(r) < 3 || r[0] != 1 {
+		return 0
+	}
+	return r[2]
+}
