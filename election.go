@@ -190,7 +190,7 @@ func (e *Election) campaign(parent, wctx context.Context, value string, bounded 
 			return false, lease.Bound(r[1], e.spec.Lease/3), nil
 		}
 		term.Store(a.Token)
-		return a.Grant(field, 1, script(lua.ElectRenew, e.keys[:1], field, leaseMs))
+		return a.Grant(field, 1, []call{script(lua.ElectRenew, e.keys[:1], field, leaseMs)})
 	}
 	done, next, err := try()
 	if err == nil && !done {

@@ -163,12 +163,11 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 		return nil, f.wrap(err)
 	}
 	if h != nil {
-		hctx, err := f.c.holds.Reenter(parent, wctx, wait, &f.spec, h, func(count int) call {
-			return f.script(h.Field, count, false)
-		}, func(r []int64) (int, bool) {
-			return int(r[1]), r[0] != 1
-		}, func(n int) call {
-			return script(lua.FairUnlock, f.keys(), h.Field, n, h.Lease.Milliseconds(), f.prefix, publish)
+		hctx, err := f.c.holds.Reenter(parent, wctx, wait, &f.spec, h, holds.Reentry{
+			Calls: func(count int) []call { return []call{f.script(h.Field, count, false)} },
+			Undo: func(n int) []call {
+				return []call{script(lua.FairUnlock, f.keys(), h.Field, n, h.Lease.Milliseconds(), f.prefix, publish)}
+			},
 		})
 		if err != nil {
 			return nil, err
@@ -194,7 +193,7 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 			}
 			return false, next, nil
 		}
-		return a.Grant(field, int(r[1]), script(lua.Renew, []string{f.name}, field, leaseMs))
+		return a.Grant(field, int(r[1]), []call{script(lua.Renew, []string{f.name}, field, leaseMs)})
 	}
 	for {
 		done, next, err := try()

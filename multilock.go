@@ -249,18 +249,15 @@ func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 	}
 	leaseMs := m.spec.Lease.Milliseconds()
 	if h != nil {
-		hctx, err := m.c.holds.ReenterBy(parent, wctx, &m.spec, h, func() ([]int64, error) {
-			return m.c.holds.UnderHoldAll(wctx, wait, h, func(count int) []call {
+		hctx, err := m.c.holds.Reenter(parent, wctx, wait, &m.spec, h, holds.Reentry{
+			Calls: func(count int) []call {
 				calls := make([]call, len(m.groups))
 				for i, g := range m.groups {
 					calls[i] = script(lua.MultiLock, g.keys, leaseMs, h.Field, count)
 				}
 				return calls
-			})
-		}, func(r []int64) (int, bool) {
-			return int(r[1]), r[0] != 1
-		}, func(n int) error {
-			return m.c.holds.UndoUnder(wctx, h, m.unlockCalls(h.Field, n)...)
+			},
+			Undo: func(n int) []call { return m.unlockCalls(h.Field, n) },
 		})
 		if err != nil {
 			return nil, err
@@ -319,7 +316,8 @@ func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 		for i, g := range m.groups {
 			renew[i] = script(lua.MultiRenew, g.keys, field, leaseMs)
 		}
-		return a.GrantAll(field, 1, tokens, renew)
+		a.Tokens = tokens
+		return a.Grant(field, 1, renew)
 	}
 
 	done, next, err := try()

@@ -151,12 +151,11 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx con
 		return nil, m.wrap(err)
 	}
 	if h != nil {
-		hctx, err := m.c.holds.Reenter(parent, wctx, wait, &m.spec, h, func(count int) call {
-			return m.script(h.Field, count)
-		}, func(r []int64) (int, bool) {
-			return int(r[1]), r[0] != 1
-		}, func(n int) call {
-			return script(lua.Unlock, []string{m.name}, h.Field, n, h.Lease.Milliseconds(), publish, unlockMessage, m.channel)
+		hctx, err := m.c.holds.Reenter(parent, wctx, wait, &m.spec, h, holds.Reentry{
+			Calls: func(count int) []call { return []call{m.script(h.Field, count)} },
+			Undo: func(n int) []call {
+				return []call{script(lua.Unlock, []string{m.name}, h.Field, n, h.Lease.Milliseconds(), publish, unlockMessage, m.channel)}
+			},
 		})
 		if err != nil {
 			return nil, err
@@ -179,7 +178,7 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx con
 		if r[0] != 1 {
 			return false, lease.Bound(r[1], m.spec.Lease/3), nil
 		}
-		return a.Grant(field, int(r[1]), renew(field))
+		return a.Grant(field, int(r[1]), []call{renew(field)})
 	}
 
 	// Local waiters queued before this call are woken first (one per
@@ -240,7 +239,7 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx con
 				a.Dirty = false
 			}
 			a.St, a.Token, handed = h.St, holds.FenceToken(a.Spec, h.Reply), true
-			return a.Grant(h.Field, 1, renew(h.Field))
+			return a.Grant(h.Field, 1, []call{renew(h.Field)})
 		},
 	}
 	if err := m.c.holds.AwaitFrom(wctx, mk, m.channel, notify.WakeOne, next, try, false, acc); err != nil {
@@ -357,7 +356,7 @@ func (m *Mutex) handOver(ctx context.Context, h *lease.Hold, ho *cohort.Handoff,
 		// done when the receiver's call returns, and settle below is
 		// what lets it return: wait for the undo first (ctx is the
 		// release's, detached, so holds.ReleaseTimeout bounds it).
-		nr.Undo = m.c.holds.UndoNow(ctx, ho.Release)
+		nr.Undo = m.c.holds.UndoNow(ctx, nil, ho.Release)
 		r = nil
 	}
 	if !m.c.co.Settle(ho, r, herr) {

@@ -202,12 +202,11 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		if read {
 			unlock = lua.RWRUnlock
 		}
-		hctx, err := r.c.holds.Reenter(parent, wctx, wait, s, h, func(count int) call {
-			return r.script(script, h.Field, "", count, false)
-		}, func(res []int64) (int, bool) {
-			return int(res[1]), res[0] != 1
-		}, func(n int) call {
-			return call{Script: unlock, Keys: r.keys, Args: []any{h.Field, n, h.Lease.Milliseconds(), publish, r.rchan, r.wchan}}
+		hctx, err := r.c.holds.Reenter(parent, wctx, wait, s, h, holds.Reentry{
+			Calls: func(count int) []call { return []call{r.script(script, h.Field, "", count, false)} },
+			Undo: func(n int) []call {
+				return []call{{Script: unlock, Keys: r.keys, Args: []any{h.Field, n, h.Lease.Milliseconds(), publish, r.rchan, r.wchan}}}
+			},
 		})
 		if err != nil {
 			return nil, err
@@ -309,7 +308,7 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 			r.c.holds.Undo(a.Release(field))
 			return false, 0, err
 		}
-		return a.Grant(field, int(res[1]), renew(field), ends...)
+		return a.Grant(field, int(res[1]), []call{renew(field)}, ends...)
 	}
 	done, next, err := try()
 	if err == nil && !done && wait {

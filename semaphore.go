@@ -299,9 +299,9 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 		if held+n > maxPermits {
 			return false, 0, fmt.Errorf("%w: would hold more than %d permits", ErrInvalid, maxPermits)
 		}
-		r, err := s.c.holds.UnderHold(wctx, wait, h, func(count int) call { return acquire(h.Field, count) }, func(r []int64) {
+		r, err := s.c.holds.UnderHold(wctx, wait, h, func(count int) []call { return []call{acquire(h.Field, count)} }, func(r []int64) {
 			if r[0] == 1 {
-				s.c.holds.UndoHeld(giveBack(h.Field, r[1]))
+				_ = s.c.holds.UndoNow(context.Background(), nil, giveBack(h.Field, r[1]))
 			}
 		})
 		if err == nil {
@@ -319,7 +319,7 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 			return false, 0, holds.EndedError(h)
 		case holds.NotReplicated(err) != nil: // WithReplicaAck: take the n back, under h's lock
 			nr := holds.NotReplicated(err)
-			nr.Undo = s.c.holds.UndoUnder(wctx, h, giveBack(h.Field, int64(nr.Count())))
+			nr.Undo = s.c.holds.UndoNow(wctx, h, giveBack(h.Field, int64(nr.Count())))
 			return false, 0, err
 		case err != nil:
 			return false, 0, err
@@ -349,7 +349,7 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 			neverSet = r[2] == 0
 			return false, semBound(r[1]), nil
 		}
-		return a.Grant(field, int(r[1]), script(lua.SemRenew, s.keys, field, leaseMs, publish, semReclaimLimit, s.channel))
+		return a.Grant(field, int(r[1]), []call{script(lua.SemRenew, s.keys, field, leaseMs, publish, semReclaimLimit, s.channel)})
 	}
 	result := func() context.Context {
 		if h != nil {

@@ -50,7 +50,7 @@ type swPrim struct {
 	// lagging: its scripts set a hold's count in Redis, and an abandoned
 	// call's is not taken back: it is set right by the next call through
 	// the hold, and the last release deletes the hold whatever its count
-	// (MultiLock, see underHoldAll). Until then Redis's count may lag.
+	// (MultiLock, see holds.Machine.UnderHold). Until then Redis's count may lag.
 	lagging bool
 	// residue lists the keys that stay by design once nothing is held.
 	residue func(name string) []string

@@ -3,10 +3,24 @@ package holds
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
+	"github.com/redisync-go/redisync/internal/errs"
 	"github.com/redisync-go/redisync/internal/lease"
 )
+
+// ErrUntrusted reports a grant that could not be trusted: its reply came
+// after its lease could be trusted (Redis or the network stalled), or a
+// ForceUnlock in this process came between its script and its reply. It
+// was given back; the caller tries again as a new owner, since that
+// give-back may reach Redis after its next attempt.
+var ErrUntrusted = fmt.Errorf("%w: the grant could not be trusted (a stalled reply, or a ForceUnlock meanwhile) and was given back", errs.NotAcquired)
+
+// ErrNewOwner makes a FairMutex wait start again as a new owner, after a
+// grant it could not trust (ErrUntrusted): its queue entry and channel go
+// with the owner.
+var ErrNewOwner = errors.New("redisync: wait again as a new owner")
 
 // Acquisition is one call's first acquisition of a lock under a fresh
 // owner, across the attempts of its wait. It owns the owner's field (a new
@@ -24,8 +38,9 @@ type Acquisition struct {
 	St      lease.Stamp // of the latest attempt
 	Dirty   bool        // an attempt's outcome is unknown: sweep the owner if the call fails
 	Won     bool
-	Token   int64           // the fencing token of the latest attempt's grant
-	HoldCtx context.Context // the hold's context, once won
+	Token   int64            // the fencing token of the latest attempt's grant
+	Tokens  map[string]int64 // a fenced MultiLock's, by name
+	HoldCtx context.Context  // the hold's context, once won
 
 	// left returns what an attempt of field may leave in Redis even
 	// when refused (a queue entry); release gives up what a granted one
@@ -93,7 +108,7 @@ func (a *Acquisition) Send(build func(field string) call) (string, []int64, time
 	})
 	v, err := a.m.Acquired(r)
 	if nr := NotReplicated(err); nr != nil {
-		nr.Undo = a.m.UndoNow(a.WaitCtx, a.gives(field)...) // WithReplicaAck: given back, and the call fails
+		nr.Undo = a.m.UndoNow(a.WaitCtx, nil, a.gives(field)...) // WithReplicaAck: given back, and the call fails
 		return field, nil, 0, err
 	}
 	if err != nil {
@@ -106,20 +121,69 @@ func (a *Acquisition) Send(build func(field string) call) (string, []int64, time
 }
 
 // Grant makes the hold from the granted reply of the latest attempt, for
-// field with count holds (see Machine.Grant). A grant it cannot trust was
-// given back, but that give-back may reach Redis after a next attempt
-// under the same owner: the call goes on as a new owner.
-func (a *Acquisition) Grant(field string, count int, renew call, ends ...func() bool) (bool, time.Duration, error) {
-	hctx, err := a.m.Grant(a.Spec, a.Parent, field, count, a.Token, a.start, a.St, renew, a.Release(field), ends...)
+// field with count holds, renewed by renew (one call per slot: one, or a
+// MultiLock's several) and released by what gives back a granted attempt
+// (Release, or Releases). The hold is bound to Parent (it ends when
+// Parent does) and carries the attempt's fencing token (Tokens, by name,
+// for a fenced MultiLock); ends are run when it ends (by the caller, when
+// there is no hold). Its lease counts from St, the stamp of the attempt's
+// first script.
+//
+// A grant that cannot be trusted (its reply came after its lease could be
+// trusted, or a ForceUnlock in this process came meanwhile: ErrUntrusted)
+// is given back, and so is one whose Parent has ended or whose Client is
+// closing. That give-back may reach Redis after a next attempt under the
+// same owner: after an untrusted grant, the call goes on as a new owner.
+func (a *Acquisition) Grant(field string, count int, renew []call, ends ...func() bool) (bool, time.Duration, error) {
+	h := &lease.Hold{
+		Ref: a.Spec.Ref, Field: field, Scope: scopeOf(a.Parent), Lease: a.Spec.Lease, Renewed: a.Spec.Renewed,
+		Token: a.Token, Tokens: a.Tokens, Parts: a.Spec.Parts, Covers: a.Spec.Covers, Parent: a.Parent, Count: count,
+		Taken: time.Now(), Mu: lease.NewHoldLock(),
+	}
+	if a.Releases == nil && len(renew) == 1 {
+		h.One = [2]call{renew[0], a.Release(field)} // one allocation for both
+		h.Renew, h.Release = h.One[:1:1], h.One[1:2:2]
+	} else {
+		h.Renew, h.Release = renew, a.gives(field)
+	}
+	for _, end := range ends {
+		h.OnEnd(end)
+	}
+	hctx, err := a.m.grant(a.Spec, h, a.start, a.St)
 	return a.Granted(field, hctx, err)
 }
 
-// GrantAll is Grant for a hold on several slots (see Machine.GrantAll),
-// with one renew call per slot and a fenced MultiLock's tokens by name;
-// a.St must be the stamp of the attempt's first script.
-func (a *Acquisition) GrantAll(field string, count int, tokens map[string]int64, renew []call) (bool, time.Duration, error) {
-	hctx, err := a.m.GrantAll(a.Spec, a.Parent, field, count, a.Token, tokens, a.start, a.St, renew, a.gives(field))
-	return a.Granted(field, hctx, err)
+// grant adds h, granted by a script stamped st, to the lease Keeper, and
+// returns its context; see Acquisition.Grant.
+func (m *Machine) grant(s *Spec, h *lease.Hold, start time.Time, st lease.Stamp) (context.Context, error) {
+	parent := h.Parent
+	giveUp := func(err error) (context.Context, error) {
+		m.Cleanup(h.Lease, h.Release...)
+		return nil, err
+	}
+	if lease.Expired(lease.Deadline(st.Sent, s.Lease)) {
+		return giveUp(ErrUntrusted)
+	}
+	if err := parent.Err(); err != nil {
+		return giveUp(err)
+	}
+	if err := m.wd.Add(h, st); err != nil {
+		return giveUp(err)
+	}
+	h.OnEnd(context.AfterFunc(parent, func() {
+		if m.wd.End(h, lease.EndParent, context.Cause(parent)) {
+			m.GiveBack(h)
+		}
+	}))
+	if m.cfg.Acquired != nil {
+		m.cfg.Acquired(h.Parent, s.Ref, h.Taken.Sub(start), st.Handoff)
+	}
+	return h.Ctx, nil
+}
+
+// Stamp returns the stamp of a script of s's lock sent now.
+func (m *Machine) Stamp(s *Spec) lease.Stamp {
+	return lease.Stamp{Sent: time.Now(), Epoch: m.wd.Epoch(s.Ref, s.Covers)}
 }
 
 // Granted applies the outcome of a grant.
