@@ -26,7 +26,8 @@ import (
 // until its reply comes, and is counted then (see pending), so that no
 // later script through the hold is overtaken by it. A release that cannot
 // have h's lock within ReleaseTimeout (an earlier call through the hold
-// keeps it, waiting for its reply) changes nothing and returns an error.
+// keeps it, waiting for its reply) changes nothing and returns an error,
+// unless the hold has ended: then its answer does not wait for the lock.
 func (m *Machine) Release(ctx context.Context, s *Spec, n int, send func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error)) error {
 	h := Carried(ctx, s.Ref)
 	if h == nil {
@@ -34,8 +35,15 @@ func (m *Machine) Release(ctx context.Context, s *Spec, n int, send func(ctx con
 	}
 	ctx, cancel := context.WithTimeout(detach(ctx), ReleaseTimeout)
 	defer cancel()
-	if err := h.Mu.LockCtx(ctx); err != nil {
+	// A hold that has ended needs nothing from an earlier call through it
+	// that keeps its lock (the give-back its end started, on a silent
+	// link, say): once it has ended, a busy lock is not waited for.
+	locked, err := h.Mu.LockUnless(ctx, h.Over())
+	switch {
+	case err != nil:
 		return s.Wrap(fmt.Errorf("redisync: released nothing: the hold is busy with an earlier call whose reply has not come within %v: %w", ReleaseTimeout, err))
+	case !locked:
+		return m.afterEnd(nil, s, h, false)
 	}
 	var p *pending // a release that is not the last
 	defer func() {
@@ -44,7 +52,7 @@ func (m *Machine) Release(ctx context.Context, s *Spec, n int, send func(ctx con
 		}
 	}()
 	if !h.Live() {
-		return m.afterEnd(ctx, s, h)
+		return m.afterEnd(ctx, s, h, true)
 	}
 	count := h.Count
 	if n > count {
@@ -114,11 +122,14 @@ func (m *Machine) Lose(h *lease.Hold, locked bool) {
 // released it), an error otherwise. A release to make sure that fails (a
 // reset connection, Redis silent) does not change the answer: it is tried
 // again in the background, and the lease frees the lock at the latest.
-// The caller holds h.mu.
-func (m *Machine) afterEnd(ctx context.Context, s *Spec, h *lease.Hold) error {
+// locked says the caller holds h.Mu; without it, that release is sent in
+// the background once the lock is free.
+func (m *Machine) afterEnd(ctx context.Context, s *Spec, h *lease.Hold, locked bool) error {
 	why := h.Reason()
 	if why == lease.EndParent || why == lease.EndLost {
-		if err := m.ReleaseAll(ctx, h.Release); err != nil {
+		if !locked {
+			m.giveBackFrom(h, false)
+		} else if err := m.ReleaseAll(ctx, h.Release); err != nil {
 			m.giveBackFrom(h, true)
 		}
 	}
