@@ -771,7 +771,8 @@ type chaosFault struct {
 }
 
 // libraryGoroutines returns the stacks of the goroutines running code of
-// the library (a non-test file of this package).
+// the library: a non-test file of this package or of one of its layers
+// under internal/ (not the test support: redistest, faultproxy).
 func libraryGoroutines() []string {
 	_, file, _, _ := runtime.Caller(0)
 	dir := filepath.Dir(file) + "/"
@@ -785,13 +786,27 @@ func libraryGoroutines() []string {
 				continue
 			}
 			f, _, _ := strings.Cut(rest, ":")
-			if !strings.Contains(f, "/") && !strings.HasSuffix(f, "_test.go") {
+			if libraryFile(f) {
 				out = append(out, g)
 				break
 			}
 		}
 	}
 	return out
+}
+
+// libraryFile reports whether f, a path from the module's root, is a
+// non-test file of the library.
+func libraryFile(f string) bool {
+	if strings.HasSuffix(f, "_test.go") {
+		return false
+	}
+	dir, _ := filepath.Split(f)
+	switch dir {
+	case "", "internal/holds/", "internal/lease/", "internal/notify/", "internal/cohort/", "internal/transport/":
+		return true
+	}
+	return false
 }
 
 func chaosRDB(t *testing.T, addr string, poolSize int) *redis.Client {

@@ -34,12 +34,13 @@ type Client struct {
 	lease time.Duration
 	ack   holds.Ack // WithReplicaAck; zero: off
 
-	holds *holds.Machine
-	wd    *lease.Keeper
-	ps    *notify.Hub
-	co    *cohort.Queue
-	tr    *transport.Transport
-	mode  pubMode
+	holds   *holds.Machine
+	wd      *lease.Keeper
+	ps      *notify.Hub
+	co      *cohort.Queue
+	tr      *transport.Transport
+	mode    *notify.Mode // the pub/sub mode, as resolved
+	pubWant PubSubMode   // WithPubSub
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -108,10 +109,8 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if err := c.checkAck(); err != nil {
 		return nil, err
 	}
-	c.mode.rdb = rdb
-	c.mode.changed = c.modeChanged
-	c.mode.init()
-	c.tr = transport.New(rdb, transport.Options{AckReplicas: c.ack.K, AckTimeout: c.ack.Timeout, Publish: c.mode.publish,
+	c.mode = notify.NewMode(rdb, uint8(c.pubWant), func(from, to uint8) { c.modeChanged(PubSubMode(from), PubSubMode(to)) })
+	c.tr = transport.New(rdb, transport.Options{AckReplicas: c.ack.K, AckTimeout: c.ack.Timeout, Publish: c.mode.Publish,
 		ReleaseTimeout: holds.ReleaseTimeout, Log: c.log, NoFullDuplex: !fullDuplexFor(rdb)})
 	c.wd = lease.New(lease.Config{Transport: c.tr, Lease: c.lease, Closed: c.closed, Log: c.log,
 		GiveBack: func(h *lease.Hold) { c.holds.GiveBack(h) }, Ended: c.ended,
@@ -119,7 +118,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		Errors: lease.Errors{Lost: ErrLeaseLost, Closed: ErrClosed, ClosedHold: errs.ClosedHold, Untrusted: holds.ErrUntrusted}})
 	c.co = cohort.NewQueue(ErrClosed)
 	c.ps = notify.New(notify.Config{RDB: rdb, Closed: c.closed, ClosedErr: ErrClosed, Log: c.log,
-		Mode: c.mode.sharded, Hold: c.co.ChanYielding, Lost: c.subLost, Restored: c.subRestored})
+		Mode: c.mode.Sharded, Hold: c.co.ChanYielding, Lost: c.subLost, Restored: c.subRestored})
 	c.holds = holds.New(holds.Config{ID: c.id, Transport: c.tr, Keeper: c.wd, Hub: c.ps, Queue: c.co, Closed: c.closed,
 		Log: c.log, Ack: c.ack, Cluster: isCluster(rdb), Acquired: c.acquiredEvent, AcquireFailed: c.failedEvent})
 	if mode := c.PubSub(); mode != PubSubAuto {

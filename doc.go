@@ -224,14 +224,16 @@
 //	            one file each; holders.go lists who holds them
 //	options     client.go (the Client, New, Close), fencing.go,
 //	            replica_ack.go, observe.go (events and logging), errors.go,
-//	            pubsubmode.go (which pub/sub mode): what the primitives
-//	            and the layers below them consult
-//	holds       package internal/holds: a first acquisition across the
-//	            attempts of a wait (acquire.go, grant.go), re-entry,
-//	            release, every way of giving back what a call took and
-//	            the one rule that orders them (undo.go), holds carried in
-//	            contexts, waiting between attempts; handed the layers
-//	            below and the observer's callbacks (holds.Config)
+//	            pubsubmode.go (the PubSubMode option): what the
+//	            primitives and the layers below them consult
+//	holds       package internal/holds: the Machine, a Client's hold
+//	            machinery; a first acquisition across the attempts of a
+//	            wait and its grant (acquire.go), which hold a context
+//	            carries (owner.go), re-entry (reenter.go), release,
+//	            every way of giving back what a call took and the one
+//	            rule that orders them (undo.go), waiting between
+//	            attempts (wait.go); handed the layers below and the
+//	            observer's callbacks (holds.Config)
 //	errors      package internal/errs: the sentinel errors every layer
 //	            returns, exported by errors.go
 //	cohort      package internal/cohort: the local waiters a Mutex can
@@ -242,7 +244,8 @@
 //	            Keeper (the table of live holds, the renewal loop, the
 //	            ForceUnlock epochs); handed the transport and what to do
 //	            when a hold ends (lease.Config)
-//	notifier    package internal/notify: the one subscription, its
+//	notifier    package internal/notify: the pub/sub mode and its
+//	            detection (mode.go), the one subscription, its
 //	            connections and routes, wake-ups and the waiters on each
 //	            channel; handed the client, the mode's resolution and the
 //	            cohort's hold-back rule (notify.Config)
@@ -256,5 +259,6 @@
 //
 // holds imports cohort, lease, notify, transport and errs; cohort imports
 // lease and transport, lease imports transport, transport imports lua,
-// notify imports none of them (only go-redis); nothing imports upward.
+// notify imports none of them (only go-redis and errs); nothing imports
+// upward.
 package redisync

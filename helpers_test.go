@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
-	"runtime"
 	"sort"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -103,18 +101,9 @@ func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-// redisyncGoroutines counts goroutines running this package's loops.
-func redisyncGoroutines() int {
-	buf := make([]byte, 1<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	n := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "redisync.(*watchdog).run") || strings.Contains(g, "redisync.(*pubsub).read") || strings.Contains(g, "redisync.(*pubsub).write") || strings.Contains(g, "redisync.(*pubsub).routeLoop") {
-			n++
-		}
-	}
-	return n
-}
+// redisyncGoroutines counts the goroutines running the library's code
+// (see libraryGoroutines).
+func redisyncGoroutines() int { return len(libraryGoroutines()) }
 
 func newProxy(t *testing.T, target string) *faultproxy.Proxy { return faultproxy.New(t, target) }
 

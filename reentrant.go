@@ -323,7 +323,7 @@ func (m *Mutex) handOver(ctx context.Context, h *lease.Hold, ho *cohort.Handoff,
 	ho.Release = ho.Acc.Release(ho.Field)
 	ho.St = m.c.holds.Stamp(&m.spec)
 	ho.St.Handoff = true
-	pub := m.c.mode.publish()
+	pub := m.c.mode.Publish()
 	count := ""
 	if ho.Bounded {
 		count = m.c.holds.SubCounter(pub)

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisync-go/redisync/internal/faultproxy"
+	"github.com/redisync-go/redisync/internal/notify"
 	"github.com/redisync-go/redisync/internal/redistest"
 	"github.com/redisync-go/redisync/lua"
 )
@@ -231,7 +232,7 @@ func TestPubSubDetectionNotOnCallersPath(t *testing.T) {
 	// before a node is stopped.
 	require.NoError(t, cc.Exists(bg, "warm-up").Err())
 	refuse.Remove()
-	time.Sleep(detectEvery + 100*time.Millisecond) // detection may be tried again
+	time.Sleep(notify.DetectEvery + 100*time.Millisecond) // detection may be tried again
 
 	const name = "seam:detect"
 	node, err := cc.MasterForKey(bg, name)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redisync-go/redisync/internal/notify"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -346,12 +347,12 @@ func TestClusterAutoDetectedLater(t *testing.T) {
 	c := newClient(t, cc)
 	took := time.Since(start)
 	assert.Equal(t, PubSubAuto, c.PubSub(), "not known while the cluster is silent")
-	assert.Less(t, took, detectTimeout+time.Second)
+	assert.Less(t, took, notify.DetectTimeout+time.Second)
 	for _, m := range cl.Masters {
 		m.Resume()
 	}
-	// go-redis's read timeout ends the first detection; detectEvery passes.
-	time.Sleep(time.Second + detectEvery + 500*time.Millisecond)
+	// go-redis's read timeout ends the first detection; notify.DetectEvery passes.
+	time.Sleep(time.Second + notify.DetectEvery + 500*time.Millisecond)
 	other := newClient(t, cl.Client(t))
 	require.Equal(t, PubSubSharded, other.PubSub())
 	handoffs(t, []*Client{c, other}, []string{"later"})

@@ -230,8 +230,14 @@ func (r *report) handoff() error {
 			if err := r.e.yardstick(r.perRound()/10, &hot); err != nil {
 				return err
 			}
-			if err := r.e.handoff(l, r.perRound(), maxSamples/r.e.rounds, r.hand[l.name]); err != nil {
-				return fmt.Errorf("%s: %w", l.name, err)
+			a := r.hand[l.name]
+			if a.failed != nil {
+				continue
+			}
+			if err := r.e.handoff(l, r.perRound(), maxSamples/r.e.rounds, a); err != nil {
+				// One library's failure is its row's, not the run's.
+				a.failed = err
+				progress("handoff: %s: %v (in its row; the run goes on)", l.name, err)
 			}
 		}
 	}
@@ -244,6 +250,10 @@ func (r *report) handoff() error {
 	fmt.Println("| library | samples | p50 | p99 | max | p50 in round trips |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|")
 	row := func(name string, a *handoffRes) {
+		if a.failed != nil {
+			fmt.Printf("| %s | %d | failed: %v | | | |\n", name, len(a.samples), a.failed)
+			return
+		}
 		s := a.samples.sorted()
 		fmt.Printf("| %s | %d | %s | %s | %s | %s |\n", name, len(s), fmtDur(s.pct(50)), fmtDur(s.pct(99)), fmtDur(s.pct(100)),
 			fmtF(float64(s.pct(50))/float64(r.hotRTT), 1))

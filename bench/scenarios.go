@@ -321,6 +321,7 @@ func (e *env) pubsubFloor(d time.Duration, maxN int, acc *handoffRes) error {
 type handoffRes struct {
 	samples durations
 	errs    int64
+	failed  error // a round that failed (a waiter never woken): the library's later rounds are skipped
 }
 
 func (e *env) handoff(l lib, d time.Duration, maxN int, acc *handoffRes) error {

@@ -19,23 +19,6 @@ type Ack struct {
 // On reports whether acquisitions wait for replicas.
 func (a Ack) On() bool { return a.K > 0 }
 
-// Acquired returns the reply of an acquisition or re-entry script, which
-// answers [1, count, ...] when it took the lock or permits (count: the
-// owner's holds after it) and anything else when it did not. With
-// WithReplicaAck, a reply that took something that fewer than k replicas
-// acknowledged is returned as a *NotReplicatedError carrying it, for the
-// caller to undo; WAIT's answer to a reply that took nothing is ignored.
-func (m *Machine) Acquired(r reply) ([]int64, error) {
-	v, err := r.Int64Slice()
-	if err != nil {
-		return nil, err
-	}
-	if r.Acked >= 0 && len(v) >= 2 && v[0] == 1 && (r.WaitErr != nil || r.Acked < int64(m.cfg.Ack.K)) {
-		return nil, &NotReplicatedError{reply: v, acked: r.Acked, ack: m.cfg.Ack, err: r.WaitErr}
-	}
-	return v, nil
-}
-
 // RenewedAck reports whether a renewal's reply is acknowledged: nil without
 // WithReplicaAck, or when k replicas acknowledged it.
 func (m *Machine) RenewedAck(r reply) error {

@@ -56,3 +56,22 @@ var ownerSeq atomic.Uint64
 func (m *Machine) NewField() string {
 	return m.id + ":" + strconv.FormatUint(ownerSeq.Add(1), 10)
 }
+
+// Entry returns the live hold of ref that a Lock with ctx re-enters, or nil
+// for a first acquisition. A context that carries a hold of ref that was
+// lost (or ended with its context, or by Close) is refused: acquiring again
+// would silently make a new hold of what its caller believes it still has.
+func Entry(ctx context.Context, ref lease.Ref) (*lease.Hold, error) {
+	h := Carried(ctx, ref)
+	if h == nil {
+		return nil, nil
+	}
+	switch h.Reason() {
+	case lease.NotEnded:
+		return h, nil
+	case lease.EndUnlocked:
+		return nil, nil
+	default:
+		return nil, EndedError(h)
+	}
+}

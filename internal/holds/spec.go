@@ -34,12 +34,3 @@ func FencingText(fenced bool) string {
 	}
 	return "without WithFencing"
 }
-
-// FenceToken returns the token in a fenced lock's granted acquire reply
-// ({1, count, token}), or 0.
-func FenceToken(s *Spec, r []int64) int64 {
-	if !s.Fenced || len(r) < 3 || r[0] != 1 {
-		return 0
-	}
-	return r[2]
-}

@@ -233,3 +233,22 @@ func TestCloseEndsWaits(t *testing.T) {
 	eventually(t, 2*time.Second, "no subscription left in Redis", func() bool { return numSub(t, e.admin, "n:close") == 0 })
 	assert.Empty(t, e.hub.Nodes())
 }
+
+// A mode that needs no look-up is resolved at once: the one wanted, or
+// classic pub/sub on a single node, where Auto asks nothing.
+func TestModeResolvedWithoutLookUp(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	defer rdb.Close()
+	var told []uint8
+	m := NewMode(rdb, Auto, func(from, to uint8) { told = append(told, from, to) })
+	assert.Equal(t, Classic, m.Get())
+	assert.Equal(t, "publish", m.Publish())
+	sharded, ok := m.Sharded(context.Background())
+	assert.True(t, ok)
+	assert.False(t, sharded)
+
+	m = NewMode(rdb, Sharded, nil)
+	assert.Equal(t, Sharded, m.Current())
+	assert.Equal(t, "spublish", m.Publish())
+	assert.Empty(t, told, "nothing was detected")
+}
