@@ -592,7 +592,6 @@ func TestAPITryLockForHoldOutlivesTheWait(t *testing.T) {
 // 3. Re-entry is per lock: goroutines handed a hold's context of lock A
 // exclude each other on lock B, and share the hold on A itself.
 func TestAPIReentryIsPerLock(t *testing.T) {
-	t.Parallel() // its own servers, mostly waiting
 	forEachEnv(t, func(t *testing.T, e *testEnv) {
 		// A and B of the same kind, and A a Mutex with B of every kind.
 		for _, ka := range apiKinds {

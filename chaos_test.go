@@ -38,6 +38,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -764,6 +765,18 @@ func (ch *chaos) releaseAll(ops chaosOps, h *chaosHolder, held int, unlock func(
 	}
 }
 
+// chaosInChild runs TestChaos in a child process (see TestChaos) and
+// fails with its output when it fails; its log is this test's.
+func chaosInChild(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestChaos$", "-test.count=1", "-test.v", "-test.timeout=15m")
+	cmd.Env = append(os.Environ(), chaosChildEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the chaos process failed (%v):\n%s", err, out)
+	}
+	t.Logf("the chaos process said:\n%s", out)
+}
+
 // chaosFault is one kind of fault; run injects it and describes it.
 type chaosFault struct {
 	name string
@@ -818,11 +831,21 @@ func chaosRDB(t *testing.T, addr string, poolSize int) *redis.Client {
 	return rdb
 }
 
+// chaosChildEnv marks the process that runs the chaos itself (TestChaos).
+const chaosChildEnv = "REDISYNC_CHAOS_CHILD"
+
 func TestChaos(t *testing.T) {
-	// Not parallel: it counts the library's goroutines left after Close,
-	// which other tests' would add to.
 	if testing.Short() {
 		t.Skip("chaos test skipped in -short mode")
+	}
+	if os.Getenv(chaosChildEnv) == "" {
+		// The chaos counts the library's goroutines left after Close,
+		// which other tests' would add to: it runs in a process of its
+		// own (this test binary again, running this test alone), so that
+		// here it can run in parallel with the others.
+		t.Parallel()
+		chaosInChild(t)
+		return
 	}
 	duration := 20 * time.Second
 	if v := os.Getenv("REDISYNC_CHAOS"); v != "" {

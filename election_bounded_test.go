@@ -16,7 +16,6 @@ import (
 // TryCampaignFor bounds the wait only: a leadership won within the bound
 // lasts past it, as long as the context it was won with.
 func TestElectionTryCampaignForOutlivesTheWait(t *testing.T) {
-	t.Parallel() // its own servers, mostly waiting
 	forEachEnv(t, func(t *testing.T, e *testEnv) {
 		bg := context.Background()
 		a, b := e.client(t).Election("bounded:outlives"), e.client(t).Election("bounded:outlives")

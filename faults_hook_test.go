@@ -914,7 +914,6 @@ func TestResentLastUnlockSucceeds(t *testing.T) {
 // taking the missing field for its own release resent. (A stopped
 // process, whose timers have not run yet, is TestPausedHolderIsToldAtOnce.)
 func TestLostLastUnlockReportsLeaseLost(t *testing.T) {
-	t.Parallel() // its own servers, mostly waiting
 	forEachEnv(t, func(t *testing.T, e *testEnv) {
 		ctx := context.Background()
 		c := e.client(t)

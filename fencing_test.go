@@ -67,7 +67,6 @@ func fenceCounter(t testing.TB, rdb *redis.Client, name string) (int64, time.Dur
 // equal to the counter in Redis. A re-entry keeps the token. (That failed
 // attempts cost no token is TestFencingCounterSurvives's.)
 func TestFencingTokensIncrease(t *testing.T) {
-	t.Parallel() // its own servers, mostly waiting
 	forEachEnv(t, func(t *testing.T, e *testEnv) {
 		for _, kind := range fencedKinds {
 			t.Run(kind, func(t *testing.T) {

@@ -33,6 +33,7 @@ func (e *testEnv) real() bool { return e.srv != nil }
 // redis-server, the two in parallel (each has its own server).
 func forEachEnv(t *testing.T, fn func(t *testing.T, e *testEnv)) {
 	t.Helper()
+	t.Parallel()
 	t.Run("miniredis", func(t *testing.T) { t.Parallel(); fn(t, miniEnv(t)) })
 	t.Run("redis", func(t *testing.T) { t.Parallel(); fn(t, realEnv(t)) })
 }

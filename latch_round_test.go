@@ -157,7 +157,6 @@ func TestLatchRoundEndSeenAfterLateLook(t *testing.T) {
 // no message) and the latch is set again before its waiter looks, the
 // waiter still returns at its next look, as its doc says.
 func TestLatchLostDataThenSetAgain(t *testing.T) {
-	t.Parallel() // its own servers, mostly waiting
 	forEachEnv(t, func(t *testing.T, e *testEnv) {
 		const name = "latch:lost"
 		bg := context.Background()

@@ -101,7 +101,6 @@ func TestLatchBadInput(t *testing.T) {
 // releases every waiter in every process at once (by message), and none
 // before.
 func TestLatchReleasesWaitersInSeveralClients(t *testing.T) {
-	t.Parallel() // its own servers, mostly waiting
 	forEachEnv(t, func(t *testing.T, e *testEnv) {
 		const clients, perClient = 3, 5
 		bg := context.Background()
@@ -180,7 +179,6 @@ func TestLatchWaitEndsWithContext(t *testing.T) {
 // deleted behind the library's back) still releases its waiter, within the
 // bounded re-check.
 func TestLatchLostMessage(t *testing.T) {
-	t.Parallel() // its own servers, mostly waiting
 	forEachEnv(t, func(t *testing.T, e *testEnv) {
 		bg := context.Background()
 		c := e.client(t)

@@ -599,7 +599,6 @@ func TestMutexRedisRestart(t *testing.T) {
 }
 
 func TestWatchdogRenewsInBatches(t *testing.T) {
-	t.Parallel() // its own servers, mostly waiting
 	forEachEnv(t, func(t *testing.T, e *testEnv) {
 		const locks = 100
 		const lease = 1500 * time.Millisecond

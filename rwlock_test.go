@@ -373,7 +373,6 @@ func TestRWMutexCrashedWaitingWriterSkippedWithinBound(t *testing.T) {
 // live readers keep theirs; then a waiting writer gets the lock once the
 // live readers are done.
 func TestRWMutexCrashedReaderExpiresOthersKeepTheirs(t *testing.T) {
-	t.Parallel() // its own servers, mostly waiting
 	forEachEnv(t, func(t *testing.T, e *testEnv) {
 		if e.mr != nil {
 			e.mr.ClockTTL(true) // leases run out in real time

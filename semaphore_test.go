@@ -265,7 +265,6 @@ func TestSemaphorePermits(t *testing.T) {
 // closes under the Client, which never releases) gives its permits back
 // within one watchdog timeout, while a live holder keeps them longer.
 func TestSemaphoreCrashedHolder(t *testing.T) {
-	t.Parallel() // its own servers, mostly waiting
 	forEachEnv(t, func(t *testing.T, e *testEnv) {
 		const wdt = 600 * time.Millisecond
 		bg := context.Background()
@@ -489,7 +488,6 @@ func TestSemaphoreAcquireMoreThanTotal(t *testing.T) {
 // written behind the library's back) are still found by a waiter, within
 // the bounded re-check.
 func TestSemaphoreLostMessage(t *testing.T) {
-	t.Parallel() // its own servers, mostly waiting
 	forEachEnv(t, func(t *testing.T, e *testEnv) {
 		bg := context.Background()
 		c := e.client(t)
