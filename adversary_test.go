@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisync-go/redisync/internal/faultproxy"
@@ -477,6 +478,17 @@ func TestAdvNoPanicOnOddInput(t *testing.T) {
 			}
 		}()
 	}
+	// A zero Client's methods that return no error do not panic either
+	// (PubSub did, once the mode moved to internal/notify).
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Errorf("a zero Client's PubSub or ID panicked: %v", r)
+			}
+		}()
+		assert.Equal(t, PubSubAuto, new(Client).PubSub())
+		assert.Empty(t, new(Client).ID())
+	}()
 	_ = fmt.Sprint
 }
 

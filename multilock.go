@@ -257,7 +257,8 @@ func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 				}
 				return calls
 			},
-			Undo: func(n int) []call { return m.unlockCalls(h.Field, n) },
+			Undo:  func(n int) []call { return m.unlockCalls(h.Field, n) },
+			Batch: true,
 		})
 		if err != nil {
 			return nil, err

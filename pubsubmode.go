@@ -66,7 +66,7 @@ func WithPubSub(mode PubSubMode) Option {
 // PubSubSharded, or PubSubAuto while it has not been able to tell (a
 // cluster unreachable since New; it tries again when it needs to).
 func (c *Client) PubSub() PubSubMode {
-	if c == nil {
+	if c == nil || c.mode == nil {
 		return PubSubAuto
 	}
 	return PubSubMode(c.mode.Get())

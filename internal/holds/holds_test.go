@@ -258,11 +258,13 @@ func TestGoStopsAtClose(t *testing.T) {
 	assert.False(t, e.m.Go(func() { t.Error("ran after Close") }))
 }
 
-// A release of a hold that has ended with its context says nil at once,
-// even while an earlier call through the hold keeps the hold's lock (the
-// give-back its end started, on a link gone silent): it needs nothing
-// from that call, and the lock is released in Redis once the call is done.
-func TestReleaseOfEndedHoldDoesNotWaitForItsLock(t *testing.T) {
+// A release of a hold that has ended with its context says nil within
+// its bound even while an earlier call through the hold keeps the hold's
+// lock all along (the give-back its end started, on a link gone silent):
+// it needs nothing from that call, and Redis is given the lock back once
+// that call is done.
+func TestReleaseOfEndedHoldBusyThroughItsBound(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	l := newLock("lock", 3*time.Second)
 	parent, cancel := context.WithCancel(bg)
@@ -275,8 +277,8 @@ func TestReleaseOfEndedHoldDoesNotWaitForItsLock(t *testing.T) {
 	start := time.Now()
 	err := e.release(hctx, l)
 	took := time.Since(start)
-	assert.NoError(t, err, "the hold ended with its context: nil")
-	assert.Less(t, took, time.Second, "without waiting for the hold's lock")
+	assert.NoError(t, err, "the hold ended with its context: nil, not busy")
+	assert.Less(t, took, ReleaseTimeout+time.Second, "within the release's bound")
 
 	h.Mu.Unlock()
 	assert.Eventually(t, func() bool {

@@ -18,9 +18,13 @@ type Reentry struct {
 	// or one per slot of a hold on several (a MultiLock), sent at once.
 	Calls func(count int) []call
 	// Undo makes the scripts that take a re-entry back to count n, for a
-	// re-entry that was not acknowledged (WithReplicaAck) or whose
-	// caller left before its one script answered.
+	// re-entry that was not acknowledged (WithReplicaAck) or, unless
+	// Batch, whose caller left before its script answered.
 	Undo func(n int) []call
+	// Batch says the calls are a MultiLock's (one per slot, or one for
+	// names that share a slot), whose scripts set absolute counts: sent
+	// as a batch, and one abandoned needs no give-back (see UnderHold).
+	Batch bool
 }
 
 // Reenter acquires once more through h, the live hold ctx carries,
@@ -37,11 +41,15 @@ func (m *Machine) Reenter(ctx, wctx context.Context, wait bool, s *Spec, h *leas
 		return nil, s.Wrap(fmt.Errorf("%w: the context holds it %s, this handle asks for it %s",
 			errs.Invalid, FencingText(h.Token != 0), FencingText(s.Fenced)))
 	}
-	r, err := m.UnderHold(wctx, wait, h, re.Calls, func(v []int64) {
-		if v[0] == 1 {
-			_ = m.UndoNow(context.Background(), nil, re.Undo(int(v[1]))...)
+	var taken func([]int64)
+	if !re.Batch {
+		taken = func(v []int64) {
+			if v[0] == 1 {
+				_ = m.UndoNow(context.Background(), nil, re.Undo(int(v[1]))...)
+			}
 		}
-	})
+	}
+	r, err := m.UnderHold(wctx, wait, h, re.Calls, taken)
 	var n int
 	var lost bool
 	if err == nil {
@@ -77,26 +85,25 @@ func (m *Machine) Reenter(ctx, wctx context.Context, wait bool, s *Spec, h *leas
 var ErrEnded = errors.New("redisync: the hold has ended")
 
 // UnderHold sends the calls build makes for h's count, under h's lock,
-// and waits for the lock and for the replies as long as ctx lasts: one
-// call, or one per slot of a hold on several (a MultiLock), all sent at
-// once. On success it returns the first reply that did not take (the
-// hold is gone there), else the first reply, with h's lock still held for
-// the caller to apply and unlock; h.LastSent is the earliest of the
-// calls' sends. On an error the lock is released (or was never taken,
-// when ctx ended while waiting for it), except for a reply that took
-// something the replicas did not acknowledge (WithReplicaAck): that
-// *NotReplicatedError is returned with h's lock held, for the caller to
-// take it back under the lock (UndoNow). With wait, a Redis that is not
-// ready is ridden out.
+// and waits for the lock and for the replies as long as ctx lasts. On
+// success it returns the first reply that did not take (the hold is gone
+// there), else the first reply, with h's lock still held for the caller
+// to apply and unlock; h.LastSent is the earliest of the calls' sends. On
+// an error the lock is released (or was never taken, when ctx ended while
+// waiting for it), except for a reply that took something the replicas
+// did not acknowledge (WithReplicaAck): that *NotReplicatedError is
+// returned with h's lock held, for the caller to take it back under the
+// lock (UndoNow). With wait, a Redis that is not ready is ridden out.
 //
-// When ctx ends while one call is on its way, h's lock stays held until
-// its reply comes; then taken (unless nil) runs with that reply when the
-// script took something, to give it back, and must wait for that: the
-// lock is released after it (see undo.go's rule). The scripts of several
-// slots set absolute counts, so those calls, when abandoned or when one
-// ran where others failed, need no give-back: the next call through the
-// hold sets every count again, and the last release deletes the hold
-// whatever its count.
+// With taken, build makes one call, and when ctx ends while it is on its
+// way, h's lock stays held until its reply comes; then taken runs with
+// that reply when the script took something, to give it back, and must
+// wait for that: the lock is released after it (see undo.go's rule).
+// Without taken, the calls are a batch of scripts that set absolute
+// counts (a MultiLock's, one per slot): sent together, and when ctx ends,
+// or one ran where others failed, they need no give-back: the next call
+// through the hold sets every count again, and the last release deletes
+// the hold whatever its count.
 func (m *Machine) UnderHold(ctx context.Context, wait bool, h *lease.Hold, build func(count int) []call, taken func([]int64)) ([]int64, error) {
 	for {
 		if err := lockLive(ctx, h); err != nil {
@@ -109,10 +116,10 @@ func (m *Machine) UnderHold(ctx context.Context, wait bool, h *lease.Hold, build
 		var first []int64
 		var sent time.Time
 		var ferr error
-		if len(calls) == 1 {
+		if taken != nil {
 			r := m.tr.Do(ctx, calls[0], func(r reply) {
 				defer h.Mu.Unlock()
-				if v, err := r.Int64Slice(); err == nil && taken != nil && len(v) >= 2 {
+				if v, err := r.Int64Slice(); err == nil && len(v) >= 2 {
 					taken(v)
 				}
 			})

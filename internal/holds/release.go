@@ -27,7 +27,8 @@ import (
 // later script through the hold is overtaken by it. A release that cannot
 // have h's lock within ReleaseTimeout (an earlier call through the hold
 // keeps it, waiting for its reply) changes nothing and returns an error,
-// unless the hold has ended: then its answer does not wait for the lock.
+// unless the hold has ended: then it answers as for an ended hold, and
+// makes sure of Redis in the background once the lock is free.
 func (m *Machine) Release(ctx context.Context, s *Spec, n int, send func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error)) error {
 	h := Carried(ctx, s.Ref)
 	if h == nil {
@@ -35,15 +36,16 @@ func (m *Machine) Release(ctx context.Context, s *Spec, n int, send func(ctx con
 	}
 	ctx, cancel := context.WithTimeout(detach(ctx), ReleaseTimeout)
 	defer cancel()
-	// A hold that has ended needs nothing from an earlier call through it
-	// that keeps its lock (the give-back its end started, on a silent
-	// link, say): once it has ended, a busy lock is not waited for.
-	locked, err := h.Mu.LockUnless(ctx, h.Over())
-	switch {
-	case err != nil:
+	if err := h.Mu.LockCtx(ctx); err != nil {
+		if !h.Live() {
+			// Ended, while an earlier call through the hold kept its
+			// lock all along the release's bound (the give-back its end
+			// started, on a silent link, say): the answer needs nothing
+			// from that call, and the release that makes sure Redis does
+			// not keep the hold waits for it in the background.
+			return m.afterEnd(nil, s, h, false)
+		}
 		return s.Wrap(fmt.Errorf("redisync: released nothing: the hold is busy with an earlier call whose reply has not come within %v: %w", ReleaseTimeout, err))
-	case !locked:
-		return m.afterEnd(nil, s, h, false)
 	}
 	var p *pending // a release that is not the last
 	defer func() {
@@ -123,12 +125,15 @@ func (m *Machine) Lose(h *lease.Hold, locked bool) {
 // reset connection, Redis silent) does not change the answer: it is tried
 // again in the background, and the lease frees the lock at the latest.
 // locked says the caller holds h.Mu; without it, that release is sent in
-// the background once the lock is free.
+// the background once the lock is free (not once the Client is closing).
 func (m *Machine) afterEnd(ctx context.Context, s *Spec, h *lease.Hold, locked bool) error {
 	why := h.Reason()
 	if why == lease.EndParent || why == lease.EndLost {
 		if !locked {
-			m.giveBackFrom(h, false)
+			// In the background: once the Client is closing, not at all
+			// (the caller must not wait more; Redis frees it at the
+			// lease's end).
+			m.Go(func() { m.GiveBack(h) })
 		} else if err := m.ReleaseAll(ctx, h.Release); err != nil {
 			m.giveBackFrom(h, true)
 		}

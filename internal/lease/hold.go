@@ -85,9 +85,6 @@ func (h *Hold) Live() bool {
 	return h.Reason() == NotEnded
 }
 
-// Over is closed once h has ended and its contexts are cancelled.
-func (h *Hold) Over() <-chan struct{} { return h.over }
-
 // Reason says why h ended, or live; see live.
 func (h *Hold) Reason() EndReason {
 	h.Overdue()

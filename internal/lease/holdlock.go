@@ -30,28 +30,6 @@ func (l HoldLock) LockCtx(ctx context.Context) error {
 	}
 }
 
-// LockUnless takes l and reports true, waiting as long as ctx lasts, or
-// reports false without taking it once stop is closed (a free l is taken
-// even then); it returns ctx's error when ctx ends first.
-func (l HoldLock) LockUnless(ctx context.Context, stop <-chan struct{}) (bool, error) {
-	select {
-	case l <- struct{}{}:
-		return true, nil
-	default:
-	}
-	if err := ctx.Err(); err != nil {
-		return false, err
-	}
-	select {
-	case l <- struct{}{}:
-		return true, nil
-	case <-stop:
-		return false, nil
-	case <-ctx.Done():
-		return false, ctx.Err()
-	}
-}
-
 // Unlock releases l, which must be held (by anyone: a late reply's
 // handler may release what its caller took).
 func (l HoldLock) Unlock() {

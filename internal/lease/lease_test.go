@@ -274,29 +274,3 @@ func TestHoldCtxErrWhileAnotherGoroutineEndsIt(t *testing.T) {
 	assert.Error(t, <-got, "the hold ended: not live")
 	assert.ErrorIs(t, context.Cause(lctx), errLost)
 }
-
-// LockUnless takes a free lock even once stop is closed, waits for a busy
-// one, and gives up without it when stop closes or its context ends.
-func TestHoldLockUnless(t *testing.T) {
-	l := NewHoldLock()
-	stop := make(chan struct{})
-	close(stop)
-	ok, err := l.LockUnless(bg, stop)
-	require.NoError(t, err)
-	require.True(t, ok, "free: taken, stop or not")
-
-	ok, err = l.LockUnless(bg, stop)
-	assert.NoError(t, err)
-	assert.False(t, ok, "busy, and stop closed: not taken")
-
-	ctx, cancel := context.WithTimeout(bg, 20*time.Millisecond)
-	defer cancel()
-	ok, err = l.LockUnless(ctx, nil)
-	assert.ErrorIs(t, err, context.DeadlineExceeded)
-	assert.False(t, ok)
-
-	go func() { time.Sleep(20 * time.Millisecond); l.Unlock() }()
-	ok, err = l.LockUnless(bg, make(chan struct{}))
-	assert.NoError(t, err)
-	assert.True(t, ok, "taken once released")
-}
