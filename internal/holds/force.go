@@ -6,7 +6,7 @@ import (
 	"github.com/redisync-go/redisync/internal/lease"
 )
 
-// forceBy sends k, the script of a ForceUnlock of refs' locks, and returns
+// ForceBy sends k, the script of a ForceUnlock of refs' locks, and returns
 // its reply. Their holds in this process end first (see lease.Keeper.Force),
 // and the window in which their grants are not trusted ends when the
 // script answers: when ctx ends first, only once its late reply comes.

@@ -3,10 +3,10 @@ package holds
 import "github.com/redisync-go/redisync/internal/lease"
 
 // pending is a release that is not a hold's last, under the hold's lock,
-// which release hands to releaseBy in its context: when the release's
+// which Release hands to ReleaseBy in its context: when the release's
 // caller leaves before the reply (ReleaseTimeout), left is set and the
 // hold's lock stays held until the reply comes; late applies the reply
-// then, as release would have, and releases the lock. The scripts set
+// then, as Release would have, and releases the lock. The scripts set
 // counts rather than add to them, so the order they land in matters: with
 // the lock kept until the reply, no later script through the hold can be
 // overtaken by this one.

@@ -169,7 +169,7 @@ func lockLive(ctx context.Context, h *lease.Hold) error {
 }
 
 // failedUnder handles err, the failure of a call sent under h's lock
-// (UnderHold): a *notReplicatedError keeps the lock held
+// (UnderHold): a *NotReplicatedError keeps the lock held
 // for the undo; otherwise the lock is released, and with wait a Redis
 // that is loading its data or settling (the script did not run) is ridden
 // out: again says to send the call once more, after RetryAfter.

@@ -11,7 +11,7 @@ import (
 	"github.com/redisync-go/redisync/internal/transport"
 )
 
-// release gives up n of the holds that ctx carries (all of them when n is
+// Release gives up n of the holds that ctx carries (all of them when n is
 // its count), within ReleaseTimeout whatever ctx says. send runs the
 // release script with the count before it and returns 1 (holds remain), 2
 // (the last was released, or was already gone and the call was written
@@ -22,7 +22,7 @@ import (
 // A release that does not answer within ReleaseTimeout (a silent link)
 // returns an error: the last one has ended the hold already, and is tried
 // again in the background (Redis frees it at its lease's end at the
-// latest); one that is not the last (sent by releaseBy) keeps h's lock
+// latest); one that is not the last (sent by ReleaseBy) keeps h's lock
 // until its reply comes, and is counted then (see pending), so that no
 // later script through the hold is overtaken by it. A release that cannot
 // have h's lock within ReleaseTimeout (an earlier call through the hold
@@ -99,7 +99,7 @@ func (m *Machine) Release(ctx context.Context, s *Spec, n int, send func(ctx con
 	return nil
 }
 
-// goneInTime reports whether a last release of h whose reply found the
+// GoneInTime reports whether a last release of h whose reply found the
 // hold gone in Redis found it gone while its lease still stood there: its
 // reply came (so the script ran) before the hold's deadline, which comes
 // before Redis can let the lease run out. Renewals stop when a last
@@ -109,7 +109,7 @@ func (m *Machine) Release(ctx context.Context, s *Spec, n int, send func(ctx con
 // after its Unlock began, and the release succeeds.
 func GoneInTime(h *lease.Hold) bool { return h.InTime() }
 
-// lose ends h, which Redis no longer has (or no longer has whole), as
+// Lose ends h, which Redis no longer has (or no longer has whole), as
 // lost: its holders are told first; then what Redis still keeps of a
 // hold on several locks (a MultiLock) is given back. locked says the
 // caller holds h.mu.
@@ -144,7 +144,7 @@ func (m *Machine) afterEnd(ctx context.Context, s *Spec, h *lease.Hold, locked b
 	return s.Wrap(EndedError(h))
 }
 
-// endedError describes a hold that has ended.
+// EndedError describes a hold that has ended.
 func EndedError(h *lease.Hold) error {
 	switch h.Reason() {
 	case lease.EndUnlocked:
@@ -158,7 +158,7 @@ func EndedError(h *lease.Hold) error {
 	}
 }
 
-// releaseAll sends calls, a hold's release calls, and returns the first
+// ReleaseAll sends calls, a hold's release calls, and returns the first
 // error.
 func (m *Machine) ReleaseAll(ctx context.Context, calls []call) error {
 	if len(calls) == 1 {
@@ -174,7 +174,7 @@ func (m *Machine) ReleaseAll(ctx context.Context, calls []call) error {
 	return nil
 }
 
-// releaseBy sends k, a release script, for release's send; a last hold
+// ReleaseBy sends k, a release script, for Release's send; a last hold
 // found gone is lost unless go-redis wrote the call twice (see writes).
 func (m *Machine) ReleaseBy(ctx context.Context, k call) (int64, time.Time, error) {
 	k, w := transport.Counted(k)

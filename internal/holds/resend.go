@@ -6,7 +6,7 @@ import "github.com/redisync-go/redisync/internal/transport"
 // was already gone from Redis: see writes.
 const GoneAt = 3
 
-// lostOrResent turns a release script's GoneAt into 2 (released) when the
+// LostOrResent turns a release script's GoneAt into 2 (released) when the
 // call was written again, and leaves it as the loss it is otherwise.
 func LostOrResent(n int64, w *transport.Writes) int64 {
 	if n == GoneAt && w.Again() {

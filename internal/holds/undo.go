@@ -90,7 +90,7 @@ func scriptName(k call) string {
 // still keep it.
 func (m *Machine) GiveBack(h *lease.Hold) { m.giveBackFrom(h, false) }
 
-// giveBackFrom is giveBack for a caller that holds h.mu when locked.
+// giveBackFrom is GiveBack for a caller that holds h.Mu when locked.
 func (m *Machine) giveBackFrom(h *lease.Hold, locked bool) {
 	give := func(lock, wait bool) {
 		if lock {

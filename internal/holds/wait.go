@@ -76,7 +76,7 @@ func (m *Machine) AwaitShared(ctx context.Context, channel string, wake func(str
 	return m.AwaitFrom(ctx, notify.Mark{}, channel, wake, first, try, true, nil)
 }
 
-// awaitFrom is await for a caller that took m (m.ps.Mark(channel)) before its
+// AwaitFrom is Await for a caller that took mk (Hub.Mark(channel)) before its
 // own try, or instead of it: when the channel was live then and nothing was
 // delivered on it since, the retry before the first wait is skipped, saving
 // a round trip per wait under contention. With acc, the waiter can be
