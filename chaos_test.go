@@ -770,6 +770,7 @@ func (ch *chaos) releaseAll(ops chaosOps, h *chaosHolder, held int, unlock func(
 func chaosInChild(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestChaos$", "-test.count=1", "-test.v", "-test.timeout=15m")
 	cmd.Env = append(os.Environ(), chaosChildEnv+"=1")
+	cmd.SysProcAttr = redistest.ChildProcAttr() // it dies with this process (a test timeout)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("the chaos process failed (%v):\n%s", err, out)

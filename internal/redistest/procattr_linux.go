@@ -2,8 +2,9 @@ package redistest
 
 import "syscall"
 
-// sysProcAttr makes the kernel kill redis-server if the test binary dies
-// (e.g. on a test timeout), so no servers are left behind.
-func sysProcAttr() *syscall.SysProcAttr {
+// ChildProcAttr makes the kernel kill a child process (redis-server, a
+// test binary run again) if the test binary dies
+// (e.g. on a test timeout), so none is left behind.
+func ChildProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }

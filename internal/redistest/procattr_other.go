@@ -4,5 +4,5 @@ package redistest
 
 import "syscall"
 
-// sysProcAttr returns nil: parent-death signals are Linux-only.
-func sysProcAttr() *syscall.SysProcAttr { return nil }
+// ChildProcAttr returns nil: parent-death signals are Linux-only.
+func ChildProcAttr() *syscall.SysProcAttr { return nil }

@@ -230,7 +230,7 @@ func (s *Server) launch() error {
 	argv = append(argv, s.args...)
 	cmd := exec.Command(s.bin, argv...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = sysProcAttr()
+	cmd.SysProcAttr = ChildProcAttr()
 	off, _ := logf.Seek(0, io.SeekEnd)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", s.bin, err)
