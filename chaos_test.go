@@ -52,6 +52,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redisync-go/redisync/internal/holds"
 	"github.com/redisync-go/redisync/internal/keys"
 	"github.com/redisync-go/redisync/internal/redistest"
 )
@@ -105,6 +106,10 @@ type chaosHolder struct {
 	ctx     context.Context // the hold's context
 	began   time.Time       // when the call that took it began
 	got     time.Time       // when that call returned
+	// granted is when Redis granted what the hold holds: got, or, for a
+	// Mutex hold handed over in memory (it takes over its releaser's
+	// Redis field), the grant of that field's first hold.
+	granted time.Time
 }
 
 // conflicts reports whether holders in modes a and b may not both hold.
@@ -121,11 +126,29 @@ type chaosTracker struct {
 	total int // Semaphore: its permits
 	mu    sync.Mutex
 	in    map[*chaosHolder]struct{}
-	seen  map[[2]uint64]bool // overlaps already reported or excused, by owners
+	seen  map[[2]uint64]bool   // overlaps already reported or excused, by owners
+	field map[string]time.Time // a Mutex's Redis owner fields, with when Redis granted each
 }
 
 func newTracker(name string, total int) *chaosTracker {
-	return &chaosTracker{name: name, total: total, in: map[*chaosHolder]struct{}{}, seen: map[[2]uint64]bool{}}
+	return &chaosTracker{name: name, total: total, in: map[*chaosHolder]struct{}{}, seen: map[[2]uint64]bool{},
+		field: map[string]time.Time{}}
+}
+
+// grantedAt returns when Redis granted the hold of a call that returned at
+// got with field (see chaosHolder.granted): a field seen before was handed
+// over in memory, and holds what Redis granted its first holder.
+func (tr *chaosTracker) grantedAt(field string, got time.Time) time.Time {
+	if field == "" {
+		return got
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if t, ok := tr.field[field]; ok {
+		return t
+	}
+	tr.field[field] = got
+	return got
 }
 
 // window is one restart of Redis (done is zero while it is under way).
@@ -219,7 +242,10 @@ func (ch *chaos) faultContextLocked() string {
 // and only if one of the holders was granted its hold (its call returned)
 // before that restart ended, so that it may hold a lock the restart lost. A
 // call that began before the restart but was granted after it was granted
-// by the Redis that came back, like any other: it is not excused.
+// by the Redis that came back, like any other: it is not excused, unless
+// it was handed a Mutex in memory by a holder of this process: it then
+// holds what Redis granted before (the same owner field), and is told at
+// its next renewal as that holder would have been (Mutex.Unlock's doc).
 func (ch *chaos) restartCovers(now time.Time, h *chaosHolder, live []*chaosHolder) bool {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
@@ -231,9 +257,9 @@ func (ch *chaos) restartCovers(now time.Time, h *chaosHolder, live []*chaosHolde
 		if now.Before(r.start) || now.After(done.Add(chaosRestartWindow)) {
 			continue
 		}
-		stale := h.got.Before(done)
+		stale := h.granted.Before(done)
 		for _, o := range live {
-			stale = stale || o.got.Before(done)
+			stale = stale || o.granted.Before(done)
 		}
 		if stale {
 			ch.maxStale = max(ch.maxStale, now.Sub(done))
@@ -459,6 +485,9 @@ type chaosOps struct {
 	undowngrade func(ctx context.Context) error
 	// token reads a fenced hold's token (the fenced Mutex); nil otherwise.
 	token func(ctx context.Context) (int64, bool)
+	// field reads a hold's Redis owner field (the Mutex, whose Unlock may
+	// hand it over in memory); nil otherwise.
+	field func(hctx context.Context) string
 }
 
 // exclusiveLock is what the Mutex, the FairMutex and the MultiLock have in
@@ -485,7 +514,16 @@ func chaosExclusiveOps(prim string, l exclusiveLock, tr *chaosTracker) chaosOps 
 	}
 }
 
-func chaosMutexOps(m *Mutex, tr *chaosTracker) chaosOps { return chaosExclusiveOps("Mutex", m, tr) }
+func chaosMutexOps(m *Mutex, tr *chaosTracker) chaosOps {
+	ops := chaosExclusiveOps("Mutex", m, tr)
+	ops.field = func(hctx context.Context) string {
+		if h := holds.Carried(hctx, m.spec.Ref); h != nil {
+			return h.Field
+		}
+		return ""
+	}
+	return ops
+}
 
 func chaosFairOps(f *FairMutex, tr *chaosTracker) chaosOps {
 	return chaosExclusiveOps("FairMutex", f, tr)
@@ -659,6 +697,11 @@ func (ch *chaos) iterate(who string, ops chaosOps, rng *rand.Rand) {
 		began:   began,
 		got:     ret,
 	}
+	field := ""
+	if ops.field != nil {
+		field = ops.field(hctx)
+	}
+	h.granted = tr.grantedAt(field, ret)
 	ch.enter(tr, h)
 	defer ch.exit(tr, h) // after the release and cancel below (deferred later, run first)
 	var token int64
@@ -729,7 +772,8 @@ func (ch *chaos) iterate(who string, ops chaosOps, rng *rand.Rand) {
 			ch.lockFailed(ops.prim, "downgrade", err, hctx)
 		} else {
 			ch.count(ops.prim, "downgraded")
-			rh := &chaosHolder{who: h.who + " (downgraded)", owner: h.owner, mode: modeRead, ctx: rctx, began: db, got: time.Now()}
+			now := time.Now()
+			rh := &chaosHolder{who: h.who + " (downgraded)", owner: h.owner, mode: modeRead, ctx: rctx, began: db, got: now, granted: now}
 			ch.enter(tr, rh)
 			ch.releaseAll(ops, h, held, func(ctx context.Context) error { return ops.unlock(ctx, 1) })
 			ch.work(tr, rh, rng, time.Duration(5+rng.IntN(50))*time.Millisecond)
