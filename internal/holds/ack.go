@@ -21,12 +21,14 @@ func (a Ack) On() bool { return a.K > 0 }
 
 // RenewedAck reports whether a renewal's reply is acknowledged: nil without
 // WithReplicaAck, or when k replicas acknowledged it.
-func (m *Machine) RenewedAck(r reply) error {
-	if r.Acked < 0 {
-		return nil
-	}
-	if r.WaitErr != nil || r.Acked < int64(m.cfg.Ack.K) {
-		return &NotReplicatedError{acked: r.Acked, ack: m.cfg.Ack, err: r.WaitErr}
+func (m *Machine) RenewedAck(r reply) error { return m.cfg.Ack.unacked(r, nil) }
+
+// unacked returns a *NotReplicatedError carrying took (the reply of a
+// script that took something, or nil for a renewal's) when WAIT was sent
+// after r's script and fewer than K replicas acknowledged it, else nil.
+func (a Ack) unacked(r reply, took []int64) error {
+	if r.Acked >= 0 && (r.WaitErr != nil || r.Acked < int64(a.K)) {
+		return &NotReplicatedError{reply: took, acked: r.Acked, ack: a, err: r.WaitErr}
 	}
 	return nil
 }

@@ -235,8 +235,10 @@ func (m *Machine) Acquired(r reply) ([]int64, error) {
 	if err != nil {
 		return nil, err
 	}
-	if r.Acked >= 0 && len(v) >= 2 && v[0] == 1 && (r.WaitErr != nil || r.Acked < int64(m.cfg.Ack.K)) {
-		return nil, &NotReplicatedError{reply: v, acked: r.Acked, ack: m.cfg.Ack, err: r.WaitErr}
+	if len(v) >= 2 && v[0] == 1 {
+		if err := m.cfg.Ack.unacked(r, v); err != nil {
+			return nil, err
+		}
 	}
 	return v, nil
 }
