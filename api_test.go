@@ -293,7 +293,9 @@ func TestAPIHoldEndsWithItsContext(t *testing.T) {
 		base := redisState(t, e)
 		mine := k.mine(t, c1, name)
 
-		ctx, cancel := context.WithTimeout(bg, 300*time.Millisecond)
+		// Long enough that the checks below see the hold live several
+		// times on a loaded machine (300ms once left only 4 polls).
+		ctx, cancel := context.WithTimeout(bg, time.Second)
 		defer cancel()
 		hctx, err := mine.lock(ctx)
 		require.NoError(t, err)
