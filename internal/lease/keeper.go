@@ -129,13 +129,19 @@ func (w *Keeper) Add(h *Hold, st Stamp) error {
 	}
 	sent := st.Sent
 	w.holds[h] = struct{}{}
-	if _, ok := w.cad[h.Lease]; h.Renewed && !ok {
-		// The first hold of its lease: its cadence's first round is a
-		// third of the lease from now; the loop may be asleep for longer.
-		w.cad[h.Lease] = time.Now().Add(h.Lease / 3)
-		select {
-		case w.kick <- struct{}{}:
-		default:
+	if h.Renewed {
+		// A hold is first renewed at most a third of its lease after its
+		// script was sent: at its cadence's round, or sooner (at once) for
+		// the first hold of its lease, or for one granted by a late reply
+		// whose deadline would pass before that round. The loop may be
+		// asleep for longer.
+		first := sent.Add(h.Lease / 3)
+		if next, ok := w.cad[h.Lease]; !ok || next.After(sent.Add(h.Lease/2)) {
+			w.cad[h.Lease] = first
+			select {
+			case w.kick <- struct{}{}:
+			default:
+			}
 		}
 	}
 	h.tmu.Lock()

@@ -79,7 +79,13 @@ func (e *env) endOf(h *Hold) (EndReason, bool) {
 // hold takes key in Redis for field with lease d and registers its hold.
 func (e *env) hold(t *testing.T, key string, d time.Duration, renewed bool) *Hold {
 	t.Helper()
-	st := Stamp{Sent: time.Now(), Epoch: e.k.Epoch(Ref{Owner: e, Kind: "test", Name: key}, nil)}
+	return e.holdSent(t, key, d, renewed, time.Now())
+}
+
+// holdSent is hold for a script sent at sent (its reply came late).
+func (e *env) holdSent(t *testing.T, key string, d time.Duration, renewed bool, sent time.Time) *Hold {
+	t.Helper()
+	st := Stamp{Sent: sent, Epoch: e.k.Epoch(Ref{Owner: e, Kind: "test", Name: key}, nil)}
 	require.NoError(t, e.rdb.HSet(bg, key, "owner", 1).Err())
 	require.NoError(t, e.rdb.PExpire(bg, key, d).Err())
 	h := &Hold{Ref: Ref{Owner: e, Kind: "test", Name: key}, Field: "owner", Lease: d, Renewed: renewed,
@@ -110,6 +116,27 @@ func TestRenewalKeepsTheLease(t *testing.T) {
 	assert.GreaterOrEqual(t, len(e.rounds), 2, "renewal rounds")
 	e.mu.Unlock()
 	assert.Greater(t, h.Left(), 200*time.Millisecond, "the local deadline moved with the renewals")
+}
+
+// A hold granted by a reply that came late, when most of its lease (as
+// counted from the script's sending) had passed, is renewed at once rather
+// than at its cadence's next round, which would come after its deadline:
+// a waiter whose attempt sat in a paused Redis's socket got such a grant
+// and lost it 50ms later, with its lease in Redis intact. Alone and beside
+// a hold whose round has just been set.
+func TestLateGrantRenewedBeforeItsDeadline(t *testing.T) {
+	const d = 900 * time.Millisecond
+	for _, beside := range []bool{false, true} {
+		e := newEnv(t, d)
+		if beside {
+			e.hold(t, "l:beside", d, true) // its cadence's next round: d/3 from now
+		}
+		h := e.holdSent(t, "l:late", d, true, time.Now().Add(-d*3/4))
+		time.Sleep(d / 2) // past the late hold's first deadline, before the round
+		require.NoError(t, h.Ctx.Err(), "beside=%v: the late grant was lost at its first deadline instead of being renewed", beside)
+		assert.Greater(t, h.Left(), d/3, "beside=%v: the local deadline moved with a renewal", beside)
+		e.close()
+	}
 }
 
 // A hold whose key Redis lost is ended as lost at the next round, its
