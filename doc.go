@@ -227,9 +227,9 @@
 //	            pubsubmode.go (the PubSubMode option): what the
 //	            primitives and the layers below them consult
 //	holds       package internal/holds: the Machine, a Client's hold
-//	            machinery; a first acquisition across the attempts of a
-//	            wait and its grant (acquire.go), which hold a context
-//	            carries (owner.go), re-entry (reenter.go), release,
+//	            machinery; which hold a context carries, and a first
+//	            acquisition across the attempts of a wait and its grant
+//	            (acquire.go), re-entry (reenter.go), release,
 //	            every way of giving back what a call took and the one
 //	            rule that orders them (undo.go), waiting between
 //	            attempts (wait.go); handed the layers below and the
