@@ -101,11 +101,18 @@ func TestClusterRenewalPipelinesPerNode(t *testing.T) {
 	pipes, cmds := pc.take()
 	require.Len(t, pipes, 3, "every master renews its share")
 	total := 0
-	for addr, p := range pipes {
-		perTick := float64(p) / float64(ticks)
-		t.Logf("%s: %d pipelines, %d commands over %d ticks (%.1f pipelines per tick)", addr, p, cmds[addr], ticks, perTick)
-		assert.LessOrEqual(t, perTick, 5.0+1.0/float64(ticks), "%s: pipelines per tick", addr)
-		total += cmds[addr]
+	for _, c := range cmds {
+		total += c
 	}
 	assert.GreaterOrEqual(t, total, n*int(ticks), "every hold renewed every tick")
+	// The ticks counted are whole rounds; on a loaded machine the next one
+	// may start (rounds run back to back when one takes longer than the
+	// cadence) before the count is taken: count a node's pipelines per
+	// round's worth of renewals the window saw, allowing one partial batch.
+	worth := float64(total) / n
+	for addr, p := range pipes {
+		perTick := float64(p) / worth
+		t.Logf("%s: %d pipelines, %d commands over %d ticks, %.2f rounds' worth (%.1f pipelines per round)", addr, p, cmds[addr], ticks, worth, perTick)
+		assert.LessOrEqual(t, perTick, 5.0+1.0/worth, "%s: pipelines per tick", addr)
+	}
 }
