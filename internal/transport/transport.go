@@ -8,8 +8,9 @@
 // are in flight, never held behind another call's reply. Batches (DoAll,
 // Async), the calls that wait for replicas (WAIT answers for its own
 // connection's writes), and every call on a Cluster go in pipelines, one
-// lane per master (lane.go). On every path a script Redis no longer has is
-// sent again whole (NOSCRIPT), MOVED and ASK are followed, a reply that
+// lane per master (lane.go; a pipeline's sending: pipeline.go). On every
+// path a script Redis no longer has is sent again whole (NOSCRIPT), MOVED
+// and ASK are followed (redirect.go), a reply that
 // refused the call for now (TRYAGAIN, CLUSTERDOWN, LOADING) has it sent
 // again within its bound (retry.go), a caller whose context ends leaves at
 // once (the reply that comes later goes to its give-back, late), a call
