@@ -31,6 +31,8 @@ type Keeper struct {
 	mu      sync.Mutex
 	holds   map[*Hold]struct{}
 	cad     map[time.Duration]time.Time // the next round of each cadence (by lease) of renewed holds
+	pulled  map[time.Duration]time.Time // the round a late grant needs, by lease, until a round takes it (see plan)
+	running map[time.Duration]time.Time // the start of the round under way, by lease (see plan)
 	kick    chan struct{}               // wakes the loop: a new cadence
 	forced  map[Ref]uint64              // ForceUnlocks so far, per lock
 	forcing map[Ref]int                 // ForceUnlocks in flight, per lock
@@ -93,6 +95,8 @@ func New(cfg Config) *Keeper {
 		interval: cfg.Lease / 3,
 		holds:    map[*Hold]struct{}{},
 		cad:      map[time.Duration]time.Time{},
+		pulled:   map[time.Duration]time.Time{},
+		running:  map[time.Duration]time.Time{},
 		kick:     make(chan struct{}, 1),
 		forced:   map[Ref]uint64{},
 		forcing:  map[Ref]int{},
@@ -130,19 +134,7 @@ func (w *Keeper) Add(h *Hold, st Stamp) error {
 	sent := st.Sent
 	w.holds[h] = struct{}{}
 	if h.Renewed {
-		// A hold is first renewed at most a third of its lease after its
-		// script was sent: at its cadence's round, or sooner (at once) for
-		// the first hold of its lease, or for one granted by a late reply
-		// whose deadline would pass before that round. The loop may be
-		// asleep for longer.
-		first := sent.Add(h.Lease / 3)
-		if next, ok := w.cad[h.Lease]; !ok || next.After(sent.Add(h.Lease/2)) {
-			w.cad[h.Lease] = first
-			select {
-			case w.kick <- struct{}{}:
-			default:
-			}
-		}
+		w.plan(h.Lease, sent)
 	}
 	h.tmu.Lock()
 	h.sent = sent
@@ -154,6 +146,42 @@ func (w *Keeper) Add(h *Hold, st Stamp) error {
 	})
 	h.tmu.Unlock()
 	return nil
+}
+
+// plan makes sure a renewed hold of lease granted by a script sent at sent
+// is renewed before its deadline, a sixth of its lease ahead of it (room
+// for the round): at its cadence's next round, or at a round pulled
+// earlier when that one would come too late (a grant whose reply came
+// late: a script that sat in a paused server's socket, a very slow link),
+// or, for the first hold of its lease, a third of the lease from now. A
+// round under way (its holds taken) does not renew the hold: its next
+// round is the one that round's end sets, a third of the lease after its
+// start (when that round found holds of the lease; otherwise the cadence
+// starts again, as for a first hold). A pulled round is remembered until a round takes the hold
+// (snapshot), so that the end of a round under way does not move it back
+// (schedule). The loop may be asleep for longer: it is kicked. Called
+// under w.mu.
+func (w *Keeper) plan(lease time.Duration, sent time.Time) {
+	need := Deadline(sent, lease).Add(-lease / 6)
+	next, ok := w.cad[lease]
+	if start, busy := w.running[lease]; busy && ok {
+		next = start.Add(lease / 3)
+	}
+	switch {
+	case !ok && time.Now().Add(lease/3).Before(need):
+		w.cad[lease] = time.Now().Add(lease / 3)
+	case !ok || next.After(need):
+		w.cad[lease] = need
+		if p, ok := w.pulled[lease]; !ok || need.Before(p) {
+			w.pulled[lease] = need
+		}
+	default:
+		return
+	}
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
 }
 
 // Extend moves h's local deadline after a script sent at sent set its lease.

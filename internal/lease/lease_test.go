@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redisync-go/redisync/internal/faultproxy"
 	"github.com/redisync-go/redisync/internal/redistest"
 	"github.com/redisync-go/redisync/internal/transport"
 	"github.com/redisync-go/redisync/lua"
@@ -136,6 +138,72 @@ func TestLateGrantRenewedBeforeItsDeadline(t *testing.T) {
 		require.NoError(t, h.Ctx.Err(), "beside=%v: the late grant was lost at its first deadline instead of being renewed", beside)
 		assert.Greater(t, h.Left(), d/3, "beside=%v: the local deadline moved with a renewal", beside)
 		e.close()
+	}
+}
+
+// The same late grant added while a round is under way (after the round
+// took its holds): the round's end, which sets its cadence's next round a
+// third of the lease after its start, does not undo the earlier round the
+// grant needs. A renewal round that started during a pause answers at the
+// resume, with the late grants of that pause.
+func TestLateGrantDuringARoundRenewedBeforeItsDeadline(t *testing.T) {
+	const d = 900 * time.Millisecond
+	e := newEnv(t, d)
+	hook := faultproxy.NewHook()
+	e.rdb.AddHook(hook)
+	slow := hook.OnCommand(faultproxy.CommandRule{Times: 1, Action: faultproxy.DelayReply(100 * time.Millisecond),
+		Args: func(a []any) bool { return len(a) > 3 && a[3] == "l:beside" }})
+	e.hold(t, "l:beside", d, true) // its first round d/3 from now, its reply 100ms late
+	eventually(t, 2*time.Second, "the round started", func() bool { return slow.Fired() > 0 })
+	time.Sleep(20 * time.Millisecond)
+	h := e.holdSent(t, "l:late", d, true, time.Now().Add(-d*3/4))
+	time.Sleep(d / 2)
+	require.NoError(t, h.Ctx.Err(), "a late grant added during a round was lost at its first deadline")
+}
+
+// A hold added while a round is under way for its lease's cadence, after
+// that round found no hold of it (the cadence ends with the round), starts
+// the cadence again: it is renewed. The round is slow because it renews
+// another lease's hold too.
+func TestHoldAddedDuringARoundThatEndsItsCadence(t *testing.T) {
+	const long, short = 900 * time.Millisecond, 600 * time.Millisecond
+	e := newEnv(t, long)
+	hook := faultproxy.NewHook()
+	e.rdb.AddHook(hook)
+	slow := hook.OnCommand(faultproxy.CommandRule{Times: 1, Action: faultproxy.DelayReply(150 * time.Millisecond),
+		Args: func(a []any) bool { return len(a) > 3 && a[3] == "l:a" }})
+	x := e.hold(t, "l:x", short, true) // its cadence's round: short/3 from now
+	e.hold(t, "l:a", long, true)       // long/3 from now: near enough to join that round
+	e.k.End(x, EndUnlocked, nil)       // the round will find no hold of short
+	eventually(t, 2*time.Second, "the round started", func() bool { return slow.Fired() > 0 })
+	y := e.hold(t, "l:y", short, true) // while the round waits for l:a's reply
+	time.Sleep(short + short/3)
+	require.NoError(t, y.Ctx.Err(), "a hold added during the round that ended its cadence was never renewed")
+}
+
+// Grants that came a little late but with most of their lease ahead do not
+// add rounds: 50 holds of a 300ms lease, one replaced every 2ms by a grant
+// whose reply took a quarter of its lease, are renewed in about three
+// rounds per lease (an earlier version pulled the cadence for each of
+// them: about 1,000 rounds in 3s).
+func TestSlightlyLateGrantsAddNoRounds(t *testing.T) {
+	const d = 300 * time.Millisecond
+	e := newEnv(t, d)
+	ring := make([]*Hold, 50)
+	for end, i := time.Now().Add(3*time.Second), 0; time.Now().Before(end); i++ {
+		if old := ring[i%50]; old != nil {
+			e.k.End(old, EndLost, errLost)
+		}
+		ring[i%50] = e.holdSent(t, fmt.Sprintf("l:c%d", i%50), d, true, time.Now().Add(-d/4))
+		time.Sleep(2 * time.Millisecond)
+	}
+	e.mu.Lock()
+	n := len(e.rounds)
+	e.mu.Unlock()
+	t.Logf("rounds in 3s: %d (about 30 expected)", n)
+	assert.LessOrEqual(t, n, 60, "renewal rounds in 3s of a 300ms lease")
+	for _, h := range ring {
+		assert.NoError(t, h.Ctx.Err(), "a hold of the ring was lost")
 	}
 }
 

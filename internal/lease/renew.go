@@ -49,7 +49,10 @@ func (w *Keeper) snapshot(due map[time.Duration]bool) []*Hold {
 			live[h.Lease] = true
 		}
 	}
+	now := time.Now()
 	for lease := range due {
+		delete(w.pulled, lease) // this round renews the holds it was pulled for
+		w.running[lease] = now  // and not those added from now on (see plan)
 		if !live[lease] {
 			delete(w.cad, lease)
 		}
@@ -67,13 +70,21 @@ func (w *Keeper) schedule(due, failed map[time.Duration]bool, start time.Time) {
 	defer w.mu.Unlock()
 	for lease := range due {
 		if _, ok := w.cad[lease]; !ok {
+			delete(w.running, lease)
+			delete(w.pulled, lease)
 			continue // no hold left
 		}
 		next := lease / 3
 		if failed[lease] {
 			next = min(next/3, time.Second)
 		}
-		w.cad[lease] = start.Add(next)
+		at := start.Add(next)
+		if p, ok := w.pulled[lease]; ok && p.Before(at) {
+			at = p // a late grant added during the round (see plan)
+		}
+		delete(w.pulled, lease)
+		delete(w.running, lease)
+		w.cad[lease] = at
 	}
 }
 
