@@ -207,6 +207,35 @@ func TestSlightlyLateGrantsAddNoRounds(t *testing.T) {
 	}
 }
 
+// Grants whose reply took more than half their lease, one every 2ms, are
+// each renewed in time, by rounds that serve many of them: the round a
+// late grant needs (a sixth of its lease before its deadline) is waited
+// for, not run at once because it is within the slack by which cadences
+// join a round due (an earlier version ran a round per grant: about 1,050
+// in 3s).
+func TestVeryLateGrantsShareRounds(t *testing.T) {
+	const d = 300 * time.Millisecond
+	e := newEnv(t, d)
+	ring := make([]*Hold, 50)
+	grants := 0
+	for end, i := time.Now().Add(3*time.Second), 0; time.Now().Before(end); i++ {
+		if old := ring[i%50]; old != nil {
+			e.k.End(old, EndUnlocked, nil)
+		}
+		ring[i%50] = e.holdSent(t, fmt.Sprintf("l:v%d", i%50), d, true, time.Now().Add(-d*6/10))
+		grants++
+		time.Sleep(2 * time.Millisecond)
+	}
+	e.mu.Lock()
+	n := len(e.rounds)
+	e.mu.Unlock()
+	t.Logf("%d grants, %d rounds in 3s (one every 39ms: about 77)", grants, n)
+	for _, h := range ring {
+		assert.NoError(t, h.Ctx.Err(), "a hold of the ring was lost")
+	}
+	assert.LessOrEqual(t, n, 160, "renewal rounds in 3s of a 300ms lease")
+}
+
 // A hold whose key Redis lost is ended as lost at the next round, its
 // context cancelled with Errors.Lost, and the owner told.
 func TestLostInRedisEndsTheHold(t *testing.T) {

@@ -10,19 +10,26 @@ import (
 	"github.com/redisync-go/redisync/internal/transport"
 )
 
-// due returns the cadences (by lease) whose round is due at now, or
-// nearly: within half the shortest interval of them all, so that the
-// rounds of the slower cadences join those of the fastest (renewed a
-// little early, never late) instead of adding rounds of their own.
+// due returns, when the round of a cadence is due at now, the cadences
+// (by lease) whose round is due then or nearly: within half the shortest
+// interval of them all, so that the rounds of the slower cadences join
+// those of the fastest (renewed a little early, never late) instead of
+// adding rounds of their own. Nothing is due before a round is: a round
+// pulled for a late grant (plan) is waited for, so that the grants of its
+// wait share it.
 func (w *Keeper) due(now time.Time) map[time.Duration]bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var due map[time.Duration]bool
-	slack := time.Duration(0)
-	for lease := range w.cad {
+	slack, ripe := time.Duration(0), false
+	for lease, next := range w.cad {
 		if slack == 0 || lease/6 < slack {
 			slack = lease / 6
 		}
+		ripe = ripe || !next.After(now)
+	}
+	if !ripe {
+		return nil
 	}
 	for lease, next := range w.cad {
 		if !next.After(now.Add(slack)) {
