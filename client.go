@@ -64,7 +64,8 @@ type Option func(*Client) error
 // without WithLease (default 30s). It is renewed every d/3, and a holder whose
 // lease cannot be renewed is told a little before d has passed. Redis counts
 // leases in whole milliseconds: d is rounded up to one; d below MinLease is
-// refused, as is d above MaxLease.
+// refused, as is d above MaxLease. How soon a renewal round must answer:
+// see WithRenewedLease.
 func WithWatchdogTimeout(d time.Duration) Option {
 	return func(c *Client) error {
 		if err := checkLease("watchdog timeout", d); err != nil {
