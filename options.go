@@ -173,8 +173,8 @@ func WithLease(d time.Duration) LockOption {
 // a re-entry through a handle with another lease is refused (ErrInvalid).
 // It applies to every lock (a LockOption). Each renewal round must answer
 // before the holds' local deadlines: within about 0.57*d of its start for
-// leases of 200ms and more, 2d/3 - 21ms from 42ms to 200ms, and only
-// d/6 - 1ms below 42ms, so a lease of tens of milliseconds is lost
+// leases of 200ms and more, 2d/3 - 21ms from 40ms to 200ms, and only
+// d/6 - 1ms below 40ms, so a lease of tens of milliseconds is lost
 // whenever a round is that late (a loaded machine, the race detector).
 func WithRenewedLease(d time.Duration) LockOption {
 	return leaseOpt(func(lc *lockConfig) error {
