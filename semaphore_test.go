@@ -312,7 +312,9 @@ func TestSemaphoreCrashedHolder(t *testing.T) {
 // when the lease ends, by themselves, even if nobody waits for them.
 func TestSemaphoreFixedLease(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, e *testEnv) {
-		const lease = 300 * time.Millisecond
+		// 1s: the holder hears a tenth of it (100ms) ahead, room for this
+		// goroutine to see it on a loaded machine (300ms leaves 30ms).
+		const lease = time.Second
 		bg := context.Background()
 		c := e.client(t, WithWatchdogTimeout(3*time.Second))
 		s := c.Semaphore("sem", WithLease(lease))
@@ -325,7 +327,7 @@ func TestSemaphoreFixedLease(t *testing.T) {
 		<-hctx.Done()
 		require.ErrorIs(t, context.Cause(hctx), ErrLeaseLost)
 		require.Less(t, time.Since(start), lease, "the holder hears before the lease ends in Redis")
-		time.Sleep(time.Until(start.Add(lease + 20*time.Millisecond)))
+		time.Sleep(time.Until(start.Add(lease + 100*time.Millisecond))) // the script ran after start
 		require.Equal(t, 2, available(t, s), "expired permits counted as held")
 		require.ErrorIs(t, s.Release(hctx, 2), ErrNotHeld)
 		require.Equal(t, []string{"sem"}, e.keys(t))
