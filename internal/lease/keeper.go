@@ -157,10 +157,10 @@ func (w *Keeper) Add(h *Hold, st Stamp) error {
 // round under way (its holds taken) does not renew the hold: its next
 // round is the one that round's end sets, a third of the lease after its
 // start (when that round found holds of the lease; otherwise the cadence
-// starts again, as for a first hold). A pulled round is remembered until a round takes the hold
-// (snapshot), so that the end of a round under way does not move it back
-// (schedule). The loop may be asleep for longer: it is kicked. Called
-// under w.mu.
+// starts again, as for a first hold). A pulled round is remembered until
+// a round takes the hold (snapshot), so that the end of a round under way
+// does not move it back (schedule). The loop may be asleep for longer: it
+// is kicked. Called under w.mu.
 func (w *Keeper) plan(lease time.Duration, sent time.Time) {
 	need := Deadline(sent, lease).Add(-lease / 6)
 	next, ok := w.cad[lease]
