@@ -5,9 +5,9 @@ import "context"
 // HoldLock is a hold's lock (hold.mu): it serialises the scripts that
 // change the hold, as a mutex would, but a caller waiting for it can leave
 // when its context ends. The lock may be kept past its caller's return,
-// until a reply that caller left behind comes (see holds.Machine.UnderHold), so a wait
-// for it must be bounded like any other wait. Waiters take it in the
-// order they came.
+// until a reply that caller left behind comes (see
+// holds.Machine.UnderHold), so a wait for it must be bounded like any
+// other wait. Waiters take it in the order they came.
 type HoldLock chan struct{}
 
 func NewHoldLock() HoldLock { return make(HoldLock, 1) }

@@ -167,9 +167,9 @@ func (w *Keeper) plan(lease time.Duration, sent time.Time) {
 	if start, busy := w.running[lease]; busy && ok {
 		next = start.Add(lease / 3)
 	}
-	switch {
-	case !ok && time.Now().Add(lease/3).Before(need):
-		w.cad[lease] = time.Now().Add(lease / 3)
+	switch first := time.Now().Add(lease / 3); {
+	case !ok && first.Before(need):
+		w.cad[lease] = first
 	case !ok || next.After(need):
 		w.cad[lease] = need
 		if p, ok := w.pulled[lease]; !ok || need.Before(p) {

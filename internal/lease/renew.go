@@ -76,9 +76,10 @@ func (w *Keeper) schedule(due, failed map[time.Duration]bool, start time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for lease := range due {
+		p, pulled := w.pulled[lease] // by a late grant added during the round (see plan)
+		delete(w.pulled, lease)
+		delete(w.running, lease)
 		if _, ok := w.cad[lease]; !ok {
-			delete(w.running, lease)
-			delete(w.pulled, lease)
 			continue // no hold left
 		}
 		next := lease / 3
@@ -86,11 +87,9 @@ func (w *Keeper) schedule(due, failed map[time.Duration]bool, start time.Time) {
 			next = min(next/3, time.Second)
 		}
 		at := start.Add(next)
-		if p, ok := w.pulled[lease]; ok && p.Before(at) {
-			at = p // a late grant added during the round (see plan)
+		if pulled && p.Before(at) {
+			at = p
 		}
-		delete(w.pulled, lease)
-		delete(w.running, lease)
 		w.cad[lease] = at
 	}
 }
