@@ -1,5 +1,6 @@
-// Package readme holds the test that compiles every Go block of the
-// repository's README.md, so that an example there can never rot. It has
-// no code of its own; see readme_test.go for the convention the blocks
-// follow.
+// Package readme compiles the Go blocks of the repository's markdown
+// (README.md and docs/*.md), so that an example there can never rot: the
+// convention the blocks follow is in readme_test.go; readme.go holds the
+// machinery, which the bench module's test also uses for the migration
+// guides' blocks of the peer libraries' code ("```go before").
 package readme

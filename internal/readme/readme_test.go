@@ -1,6 +1,6 @@
 package readme
 
-// The README's Go blocks, the convention they follow:
+// The Go blocks of README.md and docs/*.md, the convention they follow:
 //
 //   - A block whose first line that is not blank or a comment starts with
 //     "package" is a whole Go file, compiled as it is, in a package of its
@@ -12,19 +12,22 @@ package readme
 //     below (ctx, rdb, c, and the stand-ins for the caller's own code, such
 //     as db or runJobs); add a name there when a new example needs one. Its
 //     imports are added from the package names it uses (imports below).
+//   - A block fenced "```go before" is a migration guide's code for a peer
+//     library (redsync, redislock, rueidislock): it is not compiled here but
+//     in the bench module, which requires those libraries
+//     (bench/migration_test.go, with a prelude of its own). Other fences
+//     (```java, ```sh) are not compiled.
 //
 // Every block is compiled in one module that requires redisync (and each
 // module under extra/) from this checkout, so a block may import them all.
-// A compile error is reported at the README's own line (a //line
-// directive maps the generated files back to it).
+// A compile error is reported at the file's own line (a //line directive
+// maps the generated files back to it). readme.go holds the machinery,
+// shared with the bench module's test.
 
 import (
-	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -76,83 +79,6 @@ var imports = map[string]string{
 	"http":         "net/http",
 }
 
-// block is one Go block of a README: its text, and the line of the README
-// its first line is on.
-type block struct {
-	line int
-	text string
-}
-
-// blocks returns the ```go blocks of a README.
-func blocks(readme string) []block {
-	var bs []block
-	var cur *block
-	var body []string
-	for i, l := range strings.Split(readme, "\n") {
-		switch {
-		case cur == nil && strings.TrimSpace(l) == "```go":
-			cur, body = &block{line: i + 2}, nil
-		case cur != nil && strings.TrimSpace(l) == "```":
-			cur.text = strings.Join(body, "\n") + "\n"
-			bs = append(bs, *cur)
-			cur = nil
-		case cur != nil:
-			body = append(body, l)
-		}
-	}
-	return bs
-}
-
-// wholeFile reports whether a block is a whole Go file.
-func wholeFile(text string) bool {
-	for _, l := range strings.Split(text, "\n") {
-		l = strings.TrimSpace(l)
-		if l == "" || strings.HasPrefix(l, "//") {
-			continue
-		}
-		return strings.HasPrefix(l, "package ")
-	}
-	return false
-}
-
-var (
-	lineComment = regexp.MustCompile(`//.*`)
-	qualified   = regexp.MustCompile(`\b([a-z][a-z0-9]*)\.`)
-)
-
-// source returns the Go files of block b, in package pkg, as file name to
-// content. name is the README's file name, for the //line directives.
-func source(name, pkg string, b block) (map[string]string, error) {
-	if wholeFile(b.text) {
-		return map[string]string{"block.go": fmt.Sprintf("//line %s:%d\n%s", name, b.line, b.text)}, nil
-	}
-	used := map[string]bool{}
-	for _, m := range qualified.FindAllStringSubmatch(lineComment.ReplaceAllString(b.text, ""), -1) {
-		if _, ok := imports[m[1]]; ok {
-			used[m[1]] = true
-		}
-	}
-	var names []string
-	for n := range used {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	var f strings.Builder
-	fmt.Fprintf(&f, "package %s\n\n", pkg)
-	if len(names) > 0 {
-		f.WriteString("import (\n")
-		for _, n := range names {
-			fmt.Fprintf(&f, "\t%s %q\n", n, imports[n])
-		}
-		f.WriteString(")\n\n")
-	}
-	fmt.Fprintf(&f, "func _() (err error) {\n//line %s:%d\n%s\treturn err\n}\n", name, b.line, b.text)
-	return map[string]string{
-		"block.go":   f.String(),
-		"prelude.go": "package " + pkg + "\n" + prelude,
-	}, nil
-}
-
 // repoRoot is the repository's root: this package is internal/readme.
 func repoRoot(t *testing.T) string {
 	t.Helper()
@@ -163,13 +89,12 @@ func repoRoot(t *testing.T) string {
 	return root
 }
 
-// build compiles the Go blocks of readme (named name) in a fresh module
-// that requires redisync and its extras from root, and returns the go
-// command's output and error.
-func build(t *testing.T, root, name, readme string) (int, string, error) {
+// build compiles the Go blocks of the markdown files given (name to
+// text) in a fresh module that requires redisync and its extras from root,
+// and returns how many blocks there were, the go command's output and its
+// error.
+func build(t *testing.T, root string, files map[string]string) (int, string, error) {
 	t.Helper()
-	bs := blocks(readme)
-	dir := t.TempDir()
 	mods := map[string]string{"github.com/redisync-go/redisync": root}
 	extras, _ := filepath.Glob(filepath.Join(root, "extra", "*", "go.mod"))
 	for _, gm := range extras {
@@ -192,28 +117,16 @@ func build(t *testing.T, root, name, readme string) (int, string, error) {
 			}
 		}
 	}
-	write(t, filepath.Join(dir, "go.mod"), gomod.String())
-	write(t, filepath.Join(dir, "go.sum"), gosum.String())
-	for i, b := range bs {
-		pkg := fmt.Sprintf("block%02d", i+1)
-		files, err := source(name, pkg, b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for f, text := range files {
-			write(t, filepath.Join(dir, pkg, f), text)
-		}
+	var fs []File
+	n := 0
+	for _, name := range sortedKeys(files) {
+		bs := Blocks(files[name], "")
+		n += len(bs)
+		fs = append(fs, File{Name: name, Blocks: bs})
 	}
-	// go list -export compiles every package (a main one too) and links
-	// nothing: a compile error fails it.
-	args := append([]string{"list", "-mod=mod", "-export", "-f", "{{.ImportPath}}"}, raceFlags...)
-	cmd := exec.Command("go", append(args, "./...")...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-buildvcs=false")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	return len(bs), out.String(), err
+	env := Env{Prelude: prelude, Imports: imports}
+	out, err := Compile(t.TempDir(), gomod.String(), gosum.String(), fs, env, raceFlags...)
+	return n, out, err
 }
 
 func sortedKeys(m map[string]string) []string {
@@ -225,54 +138,72 @@ func sortedKeys(m map[string]string) []string {
 	return ks
 }
 
-func write(t *testing.T, path, text string) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// TestReadmeGoBlocksCompile compiles every Go block of README.md.
+// TestReadmeGoBlocksCompile compiles every Go block of README.md and of
+// docs/*.md.
 func TestReadmeGoBlocksCompile(t *testing.T) {
 	t.Parallel()
 	root := repoRoot(t)
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	names, err := MarkdownFiles(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, out, err := build(t, root, "README.md", string(readme))
-	if n == 0 {
-		t.Fatal("README.md has no ```go block: is the test reading the right file?")
+	files := map[string]string{}
+	for _, name := range names {
+		b, err := os.ReadFile(filepath.Join(root, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(Blocks(string(b), "")) == 0 && name == "README.md" {
+			t.Fatal("README.md has no ```go block: is the test reading the right file?")
+		}
+		files[name] = string(b)
 	}
+	n, out, err := build(t, root, files)
 	if err != nil {
-		t.Fatalf("README.md's Go blocks do not compile (%d blocks):\n%s", n, out)
+		t.Fatalf("the Go blocks of %s do not compile (%d blocks):\n%s", strings.Join(names, ", "), n, out)
 	}
-	t.Logf("%d Go blocks of README.md compile", n)
+	t.Logf("%d Go blocks of %d files compile", n, len(names))
 }
 
-// TestReadmeCheckFailsOnBrokenBlock: the check fails, at the README's line,
+// TestReadmeCheckFailsOnBrokenBlock: the check fails, at the file's line,
 // on a block that does not compile (the fencing example as it once was:
 // its token declared and not used), and passes on a whole program and on a
-// block that uses the prelude.
+// block that uses the prelude; a "go before" block, the peers' code, is
+// left to the bench module.
 func TestReadmeCheckFailsOnBrokenBlock(t *testing.T) {
 	t.Parallel()
 	root := repoRoot(t)
 	good := "text\n\n```go\npackage main\n\nfunc main() {}\n```\n\n```go\nm := c.Mutex(\"x\")\n" +
 		"lctx, err := m.Lock(ctx)\nif err != nil {\n\treturn err\n}\n" +
-		"defer func() { err = errors.Join(err, m.Unlock(lctx)) }()\n```\n"
-	if n, out, err := build(t, root, "GOOD.md", good); err != nil || n != 2 {
+		"defer func() { err = errors.Join(err, m.Unlock(lctx)) }()\n```\n" +
+		"\n```go before\nnot Go that this module could compile\n```\n"
+	if n, out, err := build(t, root, map[string]string{"GOOD.md": good}); err != nil || n != 2 {
 		t.Fatalf("good blocks: %d blocks, %v:\n%s", n, err, out)
 	}
 	broken := good + "\n```go\nm := c.Mutex(\"y\", redisync.WithFencing())\nlctx, err := m.Lock(ctx)\n" +
 		"if err != nil {\n\treturn err\n}\ntoken, _ := m.Token(lctx)\n```\n"
-	n, out, err := build(t, root, "BROKEN.md", broken)
+	n, out, err := build(t, root, map[string]string{"docs/BROKEN.md": broken})
 	if err == nil {
 		t.Fatalf("a block with an unused variable compiled (%d blocks):\n%s", n, out)
 	}
-	if want := "BROKEN.md:24: declared and not used: token"; !strings.Contains(out, want) {
+	if want := "docs/BROKEN.md:28: declared and not used: token"; !strings.Contains(out, want) {
 		t.Fatalf("the error does not say %q:\n%s", want, out)
+	}
+}
+
+// TestBlocksByFence: Blocks picks the blocks of one fence only, and a
+// block of another fence never swallows the next one.
+func TestBlocksByFence(t *testing.T) {
+	md := "```sh\necho\n```\n```go\na := 1\n```\n```go before\nb := 2\n```\n```java\nx();\n```\n```go\nc := 3\n```\n"
+	var got []string
+	for _, b := range Blocks(md, "") {
+		got = append(got, fmt.Sprintf("%d:%s", b.Line, strings.TrimSpace(b.Text)))
+	}
+	if want := "5:a := 1 14:c := 3"; strings.Join(got, " ") != want {
+		t.Fatalf("go blocks: %q, want %q", strings.Join(got, " "), want)
+	}
+	bs := Blocks(md, "before")
+	if len(bs) != 1 || bs[0].Line != 8 || strings.TrimSpace(bs[0].Text) != "b := 2" {
+		t.Fatalf("go before blocks: %+v", bs)
 	}
 }
