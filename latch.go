@@ -41,8 +41,8 @@ const latchRecheck = time.Second
 // lost with it: its waiters return at their next look (within a second),
 // even when the latch has been set again meanwhile. Where waiters
 // must not be released early by a loss, keep the count in a store that
-// survives it, or check the work itself after Wait. (The README's "When
-// Redis loses its data" says what each primitive does then.)
+// survives it, or check the work itself after Wait. (docs/guarantees.md,
+// "When Redis loses its data", says what each primitive does then.)
 type CountDownLatch struct {
 	c       *Client
 	name    string

@@ -38,8 +38,8 @@ const maxPermits = 1 << 50
 // every hold's context ends with ErrLeaseLost at its next renewal, and
 // Acquire waits until the total is set again, which a handle made with
 // WithPermits does by itself at its next acquisition; without it, some
-// process must call SetPermits again. The README's "When Redis loses its
-// data" says what each primitive does then.
+// process must call SetPermits again. docs/guarantees.md, "When Redis
+// loses its data", says what each primitive does then.
 //
 // Permits are held as a Mutex's holds are: Acquire returns the hold's
 // context; acquiring again through it adds permits to the same hold, and

@@ -53,10 +53,12 @@ var (
 	from, to string           // account ids
 	amount   int64            // an amount to move
 	myAddr   string           // this process's address
+	id       string           // an order id
 )
 
 func transfer(ctx context.Context, from, to string, amount int64) error { return nil }
 func runJobs(ctx context.Context, term int64)                         {}
+func ship(ctx context.Context, id string) error                       { return nil }
 `
 
 // imports maps the package names a statement block may use to their import
