@@ -48,11 +48,11 @@ func bounded(wait time.Duration, tryFor func(context.Context, time.Duration) (co
 	return func(ctx context.Context) (context.Context, error) { return tryFor(ctx, wait) }
 }
 
-// Do runs fn under the lock: it waits as Lock does, calls fn with the
-// hold's context, and unlocks it when fn returns or panics (the panic goes
-// on after the Unlock). Its error is Lock's when it was not acquired (fn is
-// then not called), otherwise fn's joined with Unlock's: one wrapping
-// ErrLeaseLost says the lock was lost before fn's end.
+// Do runs fn under the lock with the hold's context, waiting as Lock does,
+// and unlocks it when fn returns or panics (a panic goes on after the
+// Unlock). It returns Lock's error without calling fn when the lock was not
+// acquired, otherwise fn's error joined with Unlock's, which wraps
+// ErrLeaseLost when the lock was lost before fn's end.
 func (m *Mutex) Do(ctx context.Context, fn func(lctx context.Context) error) error {
 	return do(ctx, m.wrap, m.Lock, m.Unlock, fn)
 }
@@ -64,9 +64,9 @@ func (m *Mutex) DoFor(ctx context.Context, wait time.Duration, fn func(lctx cont
 	return do(ctx, m.wrap, bounded(wait, m.TryLockFor), m.Unlock, fn)
 }
 
-// Do runs fn under the lock, granted in arrival order: Mutex.Do's contract
-// with this lock's Lock and Unlock. fn is not called when the lock was not
-// acquired; otherwise its error is joined with Unlock's.
+// Do runs fn under the lock, granted in arrival order, with the hold's
+// context, and unlocks it when fn returns or panics. Its results are
+// Mutex.Do's: Lock's error without calling fn, or fn's joined with Unlock's.
 func (f *FairMutex) Do(ctx context.Context, fn func(lctx context.Context) error) error {
 	return do(ctx, f.wrap, f.Lock, f.Unlock, fn)
 }
@@ -77,9 +77,9 @@ func (f *FairMutex) DoFor(ctx context.Context, wait time.Duration, fn func(lctx 
 	return do(ctx, f.wrap, bounded(wait, f.TryLockFor), f.Unlock, fn)
 }
 
-// Do runs fn under the write lock: Mutex.Do's contract with this lock's
-// Lock and Unlock. fn is not called when the lock was not acquired;
-// otherwise its error is joined with Unlock's.
+// Do runs fn under the write lock with the hold's context, and unlocks it
+// when fn returns or panics. Its results are Mutex.Do's: Lock's error
+// without calling fn, or fn's joined with Unlock's.
 func (r *RWMutex) Do(ctx context.Context, fn func(lctx context.Context) error) error {
 	return do(ctx, r.wrap, r.Lock, r.Unlock, fn)
 }
@@ -91,9 +91,9 @@ func (r *RWMutex) DoFor(ctx context.Context, wait time.Duration, fn func(lctx co
 	return do(ctx, r.wrap, bounded(wait, r.TryLockFor), r.Unlock, fn)
 }
 
-// RDo runs fn under the read lock: Mutex.Do's contract with RLock and
-// RUnlock. fn is not called when the lock was not acquired; otherwise its
-// error is joined with RUnlock's.
+// RDo runs fn under the read lock with the hold's context, and read-unlocks
+// it when fn returns or panics. Its results are Mutex.Do's: RLock's error
+// without calling fn, or fn's joined with RUnlock's.
 func (r *RWMutex) RDo(ctx context.Context, fn func(lctx context.Context) error) error {
 	return do(ctx, r.wrap, r.RLock, r.RUnlock, fn)
 }
@@ -105,11 +105,10 @@ func (r *RWMutex) RDoFor(ctx context.Context, wait time.Duration, fn func(lctx c
 	return do(ctx, r.wrap, bounded(wait, r.TryRLockFor), r.RUnlock, fn)
 }
 
-// Do runs fn holding n permits: it acquires them as Acquire does, calls fn
-// with the hold's context, and releases the n permits when fn returns or
-// panics. fn is not called when they were not acquired; otherwise its error
-// is joined with Release's (one wrapping ErrLeaseLost says they were lost
-// before fn's end).
+// Do runs fn holding n permits, acquired as Acquire does, with the hold's
+// context, and releases the n permits when fn returns or panics. Its results
+// are Mutex.Do's: Acquire's error without calling fn, or fn's joined with
+// Release's (ErrLeaseLost: the permits were lost before fn's end).
 func (s *Semaphore) Do(ctx context.Context, n int, fn func(lctx context.Context) error) error {
 	return do(ctx, s.wrap, func(ctx context.Context) (context.Context, error) { return s.Acquire(ctx, n) },
 		func(ctx context.Context) error { return s.Release(ctx, n) }, fn)
@@ -123,9 +122,10 @@ func (s *Semaphore) DoFor(ctx context.Context, n int, wait time.Duration, fn fun
 		func(ctx context.Context) error { return s.Release(ctx, n) }, fn)
 }
 
-// Do runs fn holding every name: Mutex.Do's contract with this lock's Lock
-// and Unlock. fn is not called when the names were not acquired; otherwise
-// its error is joined with Unlock's (ErrLeaseLost: a name was lost).
+// Do runs fn holding every name, with the hold's context, and unlocks them
+// when fn returns or panics. Its results are Mutex.Do's: Lock's error
+// without calling fn, or fn's joined with Unlock's (ErrLeaseLost: a name
+// was lost before fn's end).
 func (m *MultiLock) Do(ctx context.Context, fn func(lctx context.Context) error) error {
 	return do(ctx, m.wrap, m.Lock, m.Unlock, fn)
 }
