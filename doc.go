@@ -17,6 +17,12 @@
 //	}
 //	defer m.Unlock(lctx)
 //
+// Do is the same in one call: it runs a function under the lock with the
+// hold's context and returns its error joined with Unlock's, which wraps
+// ErrLeaseLost when the lock was lost before the function's end:
+//
+//	err := m.Do(ctx, func(lctx context.Context) error { return work(lctx) })
+//
 // A nested Lock of the same lock with lctx (or a context derived from it)
 // re-enters: the hold count goes up instead of deadlocking, as with
 // Redisson's thread identity. Re-entry is per lock: lctx carries a hold of
