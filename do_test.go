@@ -3,6 +3,7 @@ package redisync
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 
@@ -152,5 +153,25 @@ func TestDoJoinsTheReleaseError(t *testing.T) {
 			assert.NotErrorIs(t, err, errWork, form.name)
 			k.setup(t, c, name)
 		}
+	})
+}
+
+// fn that ends its goroutine (runtime.Goexit, as t.FailNow does) releases
+// the hold too.
+func TestDoGoexitReleases(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		m := e.client(t).Mutex("do:goexit")
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = m.Do(context.Background(), func(context.Context) error {
+				runtime.Goexit()
+				return nil
+			})
+		}()
+		<-done
+		locked, err := m.IsLocked(context.Background())
+		require.NoError(t, err)
+		assert.False(t, locked, "released when fn ended its goroutine")
 	})
 }
