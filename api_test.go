@@ -34,8 +34,11 @@ type apiOps struct {
 	try    func(context.Context) (context.Context, error)
 	tryFor func(context.Context, time.Duration) (context.Context, error)
 	unlock func(context.Context) error
-	count  func(context.Context) int // holds of ctx's hold, as Redis has them
-	busy   func() bool               // Redis says someone holds it (this way)
+	// do and doFor are the one-call forms (Do, DoFor; RDo, RDoFor).
+	do    func(context.Context, func(context.Context) error) error
+	doFor func(context.Context, time.Duration, func(context.Context) error) error
+	count func(context.Context) int // holds of ctx's hold, as Redis has them
+	busy  func() bool               // Redis says someone holds it (this way)
 }
 
 // apiKind is a primitive: mine is the way the tests hold it, rival a way of
@@ -71,7 +74,7 @@ func noSetup(*testing.T, *Client, string) {}
 func mutexOps(t *testing.T, c *Client, name string) apiOps {
 	m := c.Mutex(name)
 	return apiOps{
-		lock: m.Lock, try: m.TryLock, tryFor: m.TryLockFor, unlock: m.Unlock,
+		lock: m.Lock, try: m.TryLock, tryFor: m.TryLockFor, unlock: m.Unlock, do: m.Do, doFor: m.DoFor,
 		count: func(ctx context.Context) int {
 			n, err := m.HoldCount(ctx)
 			countErrOK(t, ctx, err)
@@ -88,7 +91,7 @@ func mutexOps(t *testing.T, c *Client, name string) apiOps {
 func fairOps(t *testing.T, c *Client, name string) apiOps {
 	f := c.FairMutex(name)
 	return apiOps{
-		lock: f.Lock, try: f.TryLock, tryFor: f.TryLockFor, unlock: f.Unlock,
+		lock: f.Lock, try: f.TryLock, tryFor: f.TryLockFor, unlock: f.Unlock, do: f.Do, doFor: f.DoFor,
 		count: func(ctx context.Context) int {
 			n, err := f.HoldCount(ctx)
 			countErrOK(t, ctx, err)
@@ -116,7 +119,7 @@ func countErrOK(t *testing.T, ctx context.Context, err error) {
 func rwWriteOps(t *testing.T, c *Client, name string) apiOps {
 	r := c.RWMutex(name)
 	return apiOps{
-		lock: r.Lock, try: r.TryLock, tryFor: r.TryLockFor, unlock: r.Unlock,
+		lock: r.Lock, try: r.TryLock, tryFor: r.TryLockFor, unlock: r.Unlock, do: r.Do, doFor: r.DoFor,
 		count: func(ctx context.Context) int {
 			n, err := r.HoldCount(ctx)
 			countErrOK(t, ctx, err)
@@ -133,7 +136,7 @@ func rwWriteOps(t *testing.T, c *Client, name string) apiOps {
 func rwReadOps(t *testing.T, c *Client, name string) apiOps {
 	r := c.RWMutex(name)
 	return apiOps{
-		lock: r.RLock, try: r.TryRLock, tryFor: r.TryRLockFor, unlock: r.RUnlock,
+		lock: r.RLock, try: r.TryRLock, tryFor: r.TryRLockFor, unlock: r.RUnlock, do: r.RDo, doFor: r.RDoFor,
 		count: func(ctx context.Context) int {
 			n, err := r.RHoldCount(ctx)
 			countErrOK(t, ctx, err)
@@ -163,6 +166,10 @@ func semOps(n int) func(t *testing.T, c *Client, name string) apiOps {
 			try:    func(ctx context.Context) (context.Context, error) { return s.TryAcquire(ctx, n) },
 			tryFor: func(ctx context.Context, d time.Duration) (context.Context, error) { return s.TryAcquireFor(ctx, n, d) },
 			unlock: func(ctx context.Context) error { return s.Release(ctx, n) },
+			do:     func(ctx context.Context, fn func(context.Context) error) error { return s.Do(ctx, n, fn) },
+			doFor: func(ctx context.Context, d time.Duration, fn func(context.Context) error) error {
+				return s.DoFor(ctx, n, d, fn)
+			},
 			count: func(ctx context.Context) int {
 				h := holds.Held(ctx, s.spec.Ref)
 				if h == nil {

@@ -20,16 +20,13 @@ func ExampleMultiLock() {
 
 	transfer := func(from, to string, amount int) error {
 		m := c.MultiLock([]string{"lock:account:" + from, "lock:account:" + to})
-		lctx, err := m.Lock(ctx) // both, or neither
-		if err != nil {
-			return err
-		}
-		defer m.Unlock(lctx)
-		// Here lctx is live exactly while both locks are held: pass it
-		// to the database calls.
-		balance[from] -= amount
-		balance[to] += amount
-		return nil
+		return m.Do(ctx, func(lctx context.Context) error { // both, or neither
+			// Here lctx is live exactly while both locks are held: pass
+			// it to the database calls.
+			balance[from] -= amount
+			balance[to] += amount
+			return nil
+		})
 	}
 
 	var wg sync.WaitGroup

@@ -44,16 +44,17 @@ func ExampleSemaphore() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			hctx, err := sem.Acquire(ctx, 1) // waits for a permit
+			err := sem.Do(ctx, 1, func(hctx context.Context) error { // waits for a permit
+				// Work under hctx: it is cancelled if the permit's lease is lost.
+				n := running.Add(1)
+				for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+				}
+				running.Add(-1)
+				return nil
+			})
 			if err != nil {
 				panic(err)
 			}
-			defer sem.Release(hctx, 1)
-			// Work under hctx: it is cancelled if the permit's lease is lost.
-			n := running.Add(1)
-			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
-			}
-			running.Add(-1)
 		}()
 	}
 	wg.Wait()

@@ -48,6 +48,10 @@ func TestLatchCountDownWithEndedContextDoesNotCount(t *testing.T) {
 func TestLatchCountDownAbandonedCountsAtMostOnce(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, e *testEnv) {
 		bg := context.Background()
+		// The reply comes late, long after the bound below, so that the
+		// bound tells "with its context" from "with the reply" even with a
+		// loaded machine's delay added to it.
+		const late = time.Second
 		hook := faultproxy.NewHook()
 		rdb := e.rdb(t)
 		gate(rdb, hook)
@@ -57,15 +61,17 @@ func TestLatchCountDownAbandonedCountsAtMostOnce(t *testing.T) {
 		slow := hook.OnCommand(faultproxy.CommandRule{
 			Args:   faultproxy.RunsScript(lua.LatchCountDown.Script),
 			Times:  1,
-			Action: faultproxy.DelayReply(300 * time.Millisecond),
+			Action: faultproxy.DelayReply(late),
 		})
 		ctx, cancel := context.WithTimeout(bg, 50*time.Millisecond)
 		defer cancel()
+		lag := watchLag(t) // the machine's scheduling delay, added to the bound
 		start := time.Now()
 		require.ErrorIs(t, l.CountDown(ctx), context.DeadlineExceeded)
-		assert.Less(t, time.Since(start), 250*time.Millisecond, "returns with its context")
+		assert.Less(t, time.Since(start), 250*time.Millisecond+lag.Slack(),
+			"returns with its context, not with the reply (the machine's worst delay meanwhile: %v)", lag.Worst())
 		eventually(t, time.Second, "the slow reply", func() bool { return slow.Fired() == 1 })
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(late + 200*time.Millisecond) // past the late reply: nothing sent again
 		require.EqualValues(t, 2, latchCount(t, l), "counted once")
 	})
 }

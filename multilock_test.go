@@ -32,7 +32,7 @@ func multiOps(t *testing.T, c *Client, name string) apiOps {
 	m := c.MultiLock(multiNames(name))
 	require.NoError(t, m.err)
 	return apiOps{
-		lock: m.Lock, try: m.TryLock, tryFor: m.TryLockFor, unlock: m.Unlock,
+		lock: m.Lock, try: m.TryLock, tryFor: m.TryLockFor, unlock: m.Unlock, do: m.Do, doFor: m.DoFor,
 		count: func(ctx context.Context) int {
 			h := holds.Held(ctx, m.spec.Ref)
 			if h == nil {

@@ -78,6 +78,11 @@ type ElectionOption interface {
 // LockOption is an option of every lock: a MutexOption, FairOption,
 // RWOption, SemaphoreOption, MultiLockOption and ElectionOption.
 // WithLease and WithRenewedLease are LockOptions.
+//
+// It is a return type only, as FencingOption and WaiterOption are: no
+// function takes one, and code outside this package cannot implement it.
+// A LockOption kept in a variable can be given to every constructor; a
+// list of options is a slice of one constructor's type ([]MutexOption).
 type LockOption interface {
 	MutexOption
 	FairOption
@@ -89,7 +94,7 @@ type LockOption interface {
 
 // FencingOption is the option of the locks that give fencing tokens when
 // asked: a MutexOption, FairOption, RWOption and MultiLockOption.
-// WithFencing is one.
+// WithFencing is one. It is a return type only (see LockOption).
 type FencingOption interface {
 	MutexOption
 	FairOption
@@ -98,7 +103,8 @@ type FencingOption interface {
 }
 
 // WaiterOption is the option of the locks whose waiters register in
-// Redis: a FairOption and an RWOption. WithWaiterTimeout is one.
+// Redis: a FairOption and an RWOption. WithWaiterTimeout is one. It is a
+// return type only (see LockOption).
 type WaiterOption interface {
 	FairOption
 	RWOption

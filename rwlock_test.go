@@ -236,18 +236,24 @@ func TestRWMutexWaitingWriterBlocksNewReaders(t *testing.T) {
 		require.NoError(t, r.RUnlock(again))
 		noLock(t, w, 50*time.Millisecond, "writer while a reader holds")
 
+		// The bounds add what the machine's scheduling delay was meanwhile
+		// (a poll would come after seconds; a loaded machine delays a wake-up
+		// by as much as it keeps the test's goroutines off a CPU).
+		lag := watchLag(t)
 		start := time.Now()
 		require.NoError(t, r.RUnlock(rd))
-		rw := recvLock(t, w, time.Second, "writer")
+		rw := recvLock(t, w, 5*time.Second, "writer")
 		require.NoError(t, rw.err)
-		assert.Less(t, rw.at.Sub(start), 500*time.Millisecond, "woken by the read unlock, not by polling")
+		assert.Less(t, rw.at.Sub(start), 500*time.Millisecond+lag.Slack(),
+			"woken by the read unlock, not by polling (the machine's worst delay meanwhile: %v)", lag.Worst())
 		noLock(t, nr, 50*time.Millisecond, "new reader while the writer holds")
 
 		start = time.Now()
 		require.NoError(t, wm.Unlock(rw.ctx))
-		rr := recvLock(t, nr, time.Second, "new reader")
+		rr := recvLock(t, nr, 5*time.Second, "new reader")
 		require.NoError(t, rr.err)
-		assert.Less(t, rr.at.Sub(start), 500*time.Millisecond, "woken by the write unlock")
+		assert.Less(t, rr.at.Sub(start), 500*time.Millisecond+lag.Slack(),
+			"woken by the write unlock (the machine's worst delay meanwhile: %v)", lag.Worst())
 		require.NoError(t, newReader.RUnlock(rr.ctx))
 		assert.Empty(t, e.keys(t))
 	})
