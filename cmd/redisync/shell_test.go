@@ -1,0 +1,487 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redisync-go/redisync"
+	"github.com/redisync-go/redisync/internal/keys"
+	"github.com/redisync-go/redisync/internal/redistest"
+)
+
+// The end-to-end tests of lock, semaphore and elect: they build the
+// command once and run it against a real redis-server, with shell
+// commands as children that write what they do to files.
+
+// proc is a redisync process started by a test.
+type proc struct {
+	cmd            *exec.Cmd
+	stdout, stderr bytes.Buffer
+	start          time.Time
+	done           chan struct{}
+	code           int           // exit status, once done is closed
+	took           time.Duration // from start to exit, once done is closed
+}
+
+// shell runs the built redisync against one redis-server.
+type shell struct {
+	bin string
+	srv *redistest.Server
+}
+
+func (sh *shell) start(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(sh.bin, args...), done: make(chan struct{})}
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	p.cmd.SysProcAttr = redistest.ChildProcAttr()
+	p.start = time.Now()
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		p.took = time.Since(p.start)
+		p.code = statusOf(p.cmd.ProcessState)
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	})
+	return p
+}
+
+// wait waits at most d for p to exit and returns its status.
+func (p *proc) wait(t *testing.T, d time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+		return p.code
+	case <-time.After(d):
+		t.Fatalf("%v still running after %v\nstderr: %s", p.cmd.Args, d, p.stderr.String())
+		return 0
+	}
+}
+
+// run runs redisync to its end (at most a minute) and returns its status.
+func (sh *shell) run(t *testing.T, args ...string) *proc {
+	t.Helper()
+	p := sh.start(t, nil, args...)
+	p.wait(t, time.Minute)
+	return p
+}
+
+// conn is the -redis flag of the test's server.
+func (sh *shell) conn() []string { return []string{"-redis", sh.srv.Addr()} }
+
+// args returns cmd, the connection flags, then rest.
+func (sh *shell) args(cmd string, rest ...string) []string {
+	return append(append([]string{cmd}, sh.conn()...), rest...)
+}
+
+// buildShell builds redisync into a temporary directory, once for the
+// tests that run it, and starts their redis-server.
+func buildShell(t *testing.T) *shell {
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("no go command to build redisync with: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "redisync")
+	if out, err := exec.Command(gobin, "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return &shell{bin: bin, srv: redistest.Start(t)}
+}
+
+// waitFile waits up to d for path to have at least n lines and returns them.
+func waitFile(t *testing.T, path string, n int, d time.Duration) []string {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		lines := readLines(path)
+		if len(lines) >= n {
+			return lines
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s has %d lines after %v, want %d: %q", path, len(lines), d, n, lines)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func readLines(path string) []string {
+	b, _ := os.ReadFile(path)
+	return strings.Fields(strings.ReplaceAll(string(b), " ", "_"))
+}
+
+// alive tells whether process pid exists and is not a zombie.
+func alive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return !errors.Is(err, os.ErrNotExist)
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+// looper is a child that writes "ready" to path, then loops until a
+// signal: on SIGTERM it writes "term" and exits 9.
+func looper(path string) []string {
+	return []string{"sh", "-c", `trap 'echo term >> ` + path + `; exit 9' TERM; echo ready >> ` + path + `; while :; do sleep 0.05; done`}
+}
+
+func TestShell(t *testing.T) {
+	sh := buildShell(t)
+	ctx := context.Background()
+	lib, err := redisync.New(sh.srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lib.Close() })
+	rdb := sh.srv.Client(t)
+
+	// Five redisync lock racing on one name never overlap: every child's
+	// start is followed by its own end.
+	t.Run("LockExcludes", func(t *testing.T) {
+		t.Parallel()
+		f := filepath.Join(t.TempDir(), "log")
+		var ps []*proc
+		for range 5 {
+			ps = append(ps, sh.start(t, nil, sh.args("lock", "-lease", "1s", "excl", "--",
+				"sh", "-c", `echo start-$$ >> `+f+`; sleep 0.1; echo end-$$ >> `+f)...))
+		}
+		for _, p := range ps {
+			if code := p.wait(t, time.Minute); code != 0 {
+				t.Fatalf("exit %d: %s", code, p.stderr.String())
+			}
+		}
+		lines := readLines(f)
+		if len(lines) != 10 {
+			t.Fatalf("want 10 lines, got %q", lines)
+		}
+		for i := 0; i < len(lines); i += 2 {
+			if !strings.HasPrefix(lines[i], "start-") || lines[i+1] != "end-"+strings.TrimPrefix(lines[i], "start-") {
+				t.Fatalf("overlap at line %d: %q", i, lines)
+			}
+		}
+	})
+
+	// Against a lock held elsewhere: -wait 0 exits 75 at once, saying who
+	// holds it; -conflict-exit-code chooses the status; -wait D waits D.
+	t.Run("TryOnce", func(t *testing.T) {
+		t.Parallel()
+		m := lib.Mutex("held")
+		h, err := m.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = m.Unlock(h) })
+		ran := filepath.Join(t.TempDir(), "ran")
+		p := sh.run(t, sh.args("lock", "-wait", "0", "held", "--", "touch", ran)...)
+		if p.code != exitNotAcquired || p.took > 5*time.Second {
+			t.Fatalf("exit %d after %v, want %d at once: %s", p.code, p.took, exitNotAcquired, p.stderr.String())
+		}
+		if want := "held by client " + lib.ID(); !strings.Contains(p.stderr.String(), want) {
+			t.Fatalf("stderr does not say %q: %s", want, p.stderr.String())
+		}
+		t.Logf("-wait 0: %v: %s", p.took, p.stderr.String())
+		p = sh.run(t, sh.args("lock", "-wait", "0", "-conflict-exit-code", "0", "held", "--", "touch", ran)...)
+		if p.code != 0 {
+			t.Fatalf("-conflict-exit-code 0: exit %d", p.code)
+		}
+		p = sh.run(t, sh.args("lock", "-wait", "300ms", "held", "--", "touch", ran)...)
+		if p.code != exitNotAcquired || p.took < 300*time.Millisecond {
+			t.Fatalf("-wait 300ms: exit %d after %v", p.code, p.took)
+		}
+		if _, err := os.Stat(ran); err == nil {
+			t.Fatal("the command ran without the lock")
+		}
+	})
+
+	// The child's status passes through (128+N for a signal), and its
+	// environment has REDISYNC_NAME and, with -fence, REDISYNC_TOKEN: the
+	// fencing token, which is the library's counter.
+	t.Run("Status", func(t *testing.T) {
+		t.Parallel()
+		for _, c := range []struct {
+			cmd  string
+			want int
+		}{{"exit 7", 7}, {"kill -TERM $$", 128 + 15}, {"true", 0}} {
+			if p := sh.run(t, sh.args("lock", "st", "--", "sh", "-c", c.cmd)...); p.code != c.want {
+				t.Errorf("%s: exit %d, want %d: %s", c.cmd, p.code, c.want, p.stderr.String())
+			}
+		}
+		if p := sh.run(t, sh.args("lock", "st", "--", "no-such-command-here")...); p.code != exitNotFound {
+			t.Errorf("a missing command: exit %d, want %d: %s", p.code, exitNotFound, p.stderr.String())
+		}
+		p := sh.run(t, sh.args("lock", "-fence", "st:fenced", "--", "sh", "-c", `echo "$REDISYNC_NAME" "$REDISYNC_TOKEN"`)...)
+		fence := rdb.Get(ctx, keys.Companion("st:fenced", "fence")).Val()
+		if got, want := strings.TrimSpace(p.stdout.String()), "st:fenced "+fence; p.code != 0 || fence == "" || got != want {
+			t.Fatalf("exit %d, child saw %q, want %q", p.code, got, want)
+		}
+		p = sh.run(t, sh.args("lock", "st", "--", "sh", "-c", `echo "[$REDISYNC_TOKEN]"`)...)
+		if got := strings.TrimSpace(p.stdout.String()); got != "[]" {
+			t.Fatalf("without -fence REDISYNC_TOKEN is %q", got)
+		}
+	})
+
+	// SIGINT, SIGTERM and SIGHUP to redisync reach the child, and the lock
+	// is free once it has exited.
+	t.Run("Signals", func(t *testing.T) {
+		t.Parallel()
+		for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} {
+			t.Run(sig.String(), func(t *testing.T) {
+				t.Parallel()
+				f := filepath.Join(t.TempDir(), "log")
+				name := "sig:" + strconv.Itoa(int(sig))
+				trap := fmt.Sprintf(`trap 'echo got >> %s; exit 5' %d; echo ready >> %s; while :; do sleep 0.05; done`, f, sig, f)
+				p := sh.start(t, nil, sh.args("lock", name, "--", "sh", "-c", trap)...)
+				waitFile(t, f, 1, 30*time.Second)
+				_ = p.cmd.Process.Signal(sig)
+				if code := p.wait(t, 30*time.Second); code != 5 {
+					t.Fatalf("exit %d, want the child's 5: %s", code, p.stderr.String())
+				}
+				if lines := readLines(f); len(lines) != 2 || lines[1] != "got" {
+					t.Fatalf("the child did not get %v: %q", sig, lines)
+				}
+				if n := rdb.Exists(ctx, name).Val(); n != 0 {
+					t.Fatal("the lock is still held")
+				}
+			})
+		}
+	})
+
+	// A lease lost while the child runs (its key deleted, or ForceUnlock
+	// by another Client) terminates the child within the lease: SIGTERM,
+	// then SIGKILL after -grace for a child that ignores it; redisync says
+	// so and exits 70.
+	t.Run("LeaseLost", func(t *testing.T) {
+		t.Parallel()
+		const lease = time.Second
+		for _, c := range []struct {
+			name  string
+			take  func(name string) error
+			child func(path string) []string
+			grace string
+		}{
+			{"Del", func(name string) error { return rdb.Del(ctx, name).Err() }, looper, "10s"},
+			{"ForceUnlock", func(name string) error { _, err := lib.Mutex(name).ForceUnlock(ctx); return err }, looper, "10s"},
+			{"Kill", func(name string) error { return rdb.Del(ctx, name).Err() }, func(path string) []string {
+				return []string{"sh", "-c", `trap 'echo term >> ` + path + `' TERM; echo ready >> ` + path + `; while :; do sleep 0.05; done`}
+			}, "300ms"},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				t.Parallel()
+				f := filepath.Join(t.TempDir(), "log")
+				name := "lost:" + c.name
+				p := sh.start(t, nil, append(sh.args("lock", "-lease", lease.String(), "-grace", c.grace, name, "--"), c.child(f)...)...)
+				waitFile(t, f, 1, 30*time.Second)
+				taken := time.Now()
+				if err := c.take(name); err != nil {
+					t.Fatal(err)
+				}
+				lines := waitFile(t, f, 2, 30*time.Second)
+				told := time.Since(taken)
+				code := p.wait(t, 30*time.Second)
+				t.Logf("%s: the child was told %v after, redisync exited %v after: %s", c.name, told, time.Since(taken), p.stderr.String())
+				if lines[1] != "term" || code != exitLost || !strings.Contains(p.stderr.String(), "lease lost") {
+					t.Fatalf("exit %d, child's log %q, stderr: %s", code, lines, p.stderr.String())
+				}
+				// Renewals run every third of the lease: the next one finds the
+				// key gone. Generous for a loaded machine, well under the grace.
+				if told > lease+2*time.Second {
+					t.Fatalf("the child was told %v after its lock was taken (lease %v)", told, lease)
+				}
+				if c.name == "Kill" && !strings.Contains(p.stderr.String(), "SIGKILL") {
+					t.Fatalf("no SIGKILL after the grace: %s", p.stderr.String())
+				}
+			})
+		}
+	})
+
+	// semaphore -permits 2 never runs more than 2 of 5 children at once
+	// (and does run 2), and refuses a run that says the semaphore has 3.
+	t.Run("Semaphore", func(t *testing.T) {
+		t.Parallel()
+		f := filepath.Join(t.TempDir(), "log")
+		var ps []*proc
+		for range 5 {
+			ps = append(ps, sh.start(t, nil, sh.args("semaphore", "-permits", "2", "-lease", "1s", "sem", "--",
+				"sh", "-c", `echo start >> `+f+`; sleep 0.3; echo end >> `+f)...))
+		}
+		for _, p := range ps {
+			if code := p.wait(t, time.Minute); code != 0 {
+				t.Fatalf("exit %d: %s", code, p.stderr.String())
+			}
+		}
+		running, most, starts := 0, 0, 0
+		for _, l := range readLines(f) {
+			if l == "start" {
+				running++
+				starts++
+			} else {
+				running--
+			}
+			most = max(most, running)
+		}
+		if most != 2 || starts != 5 {
+			t.Fatalf("%d children ran, at most %d at once: %q", starts, most, readLines(f))
+		}
+		p := sh.run(t, sh.args("semaphore", "-permits", "3", "sem", "--", "true")...)
+		if p.code == 0 || !strings.Contains(p.stderr.String(), `semaphore "sem" has 2 permits in Redis, not 3`) {
+			t.Fatalf("exit %d: %s", p.code, p.stderr.String())
+		}
+	})
+
+	// elect runs one child; when its redisync is killed (SIGKILL), its child
+	// dies with it, and another candidate's child runs within the lease,
+	// with a greater term.
+	t.Run("Elect", func(t *testing.T) {
+		t.Parallel()
+		const lease = time.Second
+		f := filepath.Join(t.TempDir(), "log")
+		child := []string{"sh", "-c", `echo $PPID:$$:$REDISYNC_TOKEN >> ` + f + `; while :; do sleep 0.05; done`}
+		ps := map[int]*proc{}
+		for range 3 {
+			p := sh.start(t, nil, append(sh.args("elect", "-lease", lease.String(), "leader", "--"), child...)...)
+			ps[p.cmd.Process.Pid] = p
+		}
+		first := waitFile(t, f, 1, 30*time.Second)
+		time.Sleep(lease / 2)
+		if lines := readLines(f); len(lines) != 1 {
+			t.Fatalf("two leaders: %q", lines)
+		}
+		var parent, pid int
+		var term int64
+		if _, err := fmt.Sscanf(strings.ReplaceAll(first[0], ":", " "), "%d %d %d", &parent, &pid, &term); err != nil || ps[parent] == nil {
+			t.Fatalf("the child wrote %q (%v)", first[0], err)
+		}
+		_ = ps[parent].cmd.Process.Kill()
+		killed := time.Now()
+		lines := waitFile(t, f, 2, 30*time.Second)
+		took := time.Since(killed)
+		var parent2, pid2 int
+		var term2 int64
+		if _, err := fmt.Sscanf(strings.ReplaceAll(lines[1], ":", " "), "%d %d %d", &parent2, &pid2, &term2); err != nil || ps[parent2] == nil || parent2 == parent {
+			t.Fatalf("the next leader wrote %q (%v)", lines[1], err)
+		}
+		t.Logf("the next leader ran %v after the first's redisync was killed", took)
+		if term2 <= term {
+			t.Fatalf("term %d after term %d", term2, term)
+		}
+		if took > lease+2*time.Second {
+			t.Fatalf("the next leader ran %v after, with a lease of %v", took, lease)
+		}
+		for deadline := time.Now().Add(10 * time.Second); alive(pid); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the killed redisync's child runs on")
+			}
+		}
+	})
+
+	// Bad input is refused with a message and a non-zero status, and a
+	// Redis that does not answer is given up within the dial timeout.
+	t.Run("BadInput", func(t *testing.T) {
+		t.Parallel()
+		silent, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = silent.Close() })
+		go func() { // accepts, never answers
+			for {
+				c, err := silent.Accept()
+				if err != nil {
+					return
+				}
+				t.Cleanup(func() { _ = c.Close() })
+			}
+		}()
+		refused, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = refused.Close()
+		for _, c := range []struct {
+			args []string
+			code int
+			says string
+		}{
+			{sh.args("lock", "x", "true"), exitUsage, "no -- before the command"},
+			{sh.args("lock", "x", "--"), exitUsage, "no command after --"},
+			{sh.args("lock", "", "--", "true"), exitUsage, "an empty NAME"},
+			{sh.args("lock", "--", "true"), exitUsage, "no -- before the command"},
+			{sh.args("lock", "a", "b", "--", "true"), exitUsage, "one NAME before --"},
+			{sh.args("lock", "-lease", "0s", "x", "--", "true"), exitUsage, "-lease 0s"},
+			{sh.args("semaphore", "x", "--", "true"), exitUsage, "-permits N (N > 0) is required"},
+			{sh.args("lock", "-nope", "x", "--", "true"), exitUsage, "flag provided but not defined"},
+			{[]string{"lock", "-url", "http://x", "x", "--", "true"}, exitUsage, "bad Redis URL"},
+			{[]string{"lock", "-url", "redis://127.0.0.1:1/x", "x", "--", "true"}, exitUsage, "bad Redis URL"},
+			{[]string{"lock", "-redis", "127.0.0.1:1", "-cluster", "127.0.0.1:2", "x", "--", "true"}, exitUsage, "give one of"},
+			{[]string{"lock", "-sentinel", "127.0.0.1:1", "x", "--", "true"}, exitUsage, "want MASTER@host:port"},
+			{[]string{"lock", "-redis", refused.Addr().String(), "x", "--", "true"}, exitFailed, "connection refused"},
+			{[]string{"lock", "-url", "redis://" + silent.Addr().String() + "/?dial_timeout=1s", "x", "--", "true"}, exitFailed, "no answer within 1s"},
+			{[]string{"inspect", "-url", "redis://" + silent.Addr().String() + "/?dial_timeout=1s", "x"}, exitFailed, "no answer within 1s"},
+		} {
+			p := sh.run(t, c.args...)
+			if p.code != c.code || !strings.Contains(p.stderr.String(), c.says) {
+				t.Errorf("%q: exit %d, stderr %q; want %d and %q", c.args, p.code, p.stderr.String(), c.code, c.says)
+			}
+			if p.took > 10*time.Second {
+				t.Errorf("%q: took %v", c.args, p.took)
+			}
+		}
+	})
+
+	// The URL's user, password and database are used, from -url or
+	// REDIS_URL; help shows the examples.
+	t.Run("URL", func(t *testing.T) {
+		t.Parallel()
+		if err := rdb.Do(ctx, "ACL", "SETUSER", "cli", "on", ">secret", "~*", "&*", "+@all").Err(); err != nil {
+			t.Fatal(err)
+		}
+		url := "redis://cli:secret@" + sh.srv.Addr() + "/3"
+		f := filepath.Join(t.TempDir(), "log")
+		p := sh.start(t, nil, append([]string{"lock", "-url", url, "in-db-3", "--"}, looper(f)...)...)
+		waitFile(t, f, 1, 30*time.Second)
+		db3 := redis.NewClient(&redis.Options{Addr: sh.srv.Addr(), DB: 3})
+		defer db3.Close()
+		if db3.Exists(ctx, "in-db-3").Val() != 1 || rdb.Exists(ctx, "in-db-3").Val() != 0 {
+			t.Fatal("the lock is not in database 3")
+		}
+		other := sh.start(t, []string{"REDIS_URL=" + url}, "lock", "-wait", "0", "in-db-3", "--", "true")
+		if code := other.wait(t, time.Minute); code != exitNotAcquired {
+			t.Fatalf("REDIS_URL: exit %d: %s", code, other.stderr.String())
+		}
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		if code := p.wait(t, time.Minute); code != 9 {
+			t.Fatalf("exit %d: %s", code, p.stderr.String())
+		}
+		bad := sh.run(t, "lock", "-url", "redis://cli:wrong@"+sh.srv.Addr()+"/3", "x", "--", "true")
+		if bad.code != exitFailed || !strings.Contains(bad.stderr.String(), "WRONGPASS") {
+			t.Fatalf("a wrong password: exit %d: %s", bad.code, bad.stderr.String())
+		}
+		var out bytes.Buffer
+		if err := run(ctx, []string{"help"}, &out); err != nil || !strings.Contains(out.String(), "0 3 * * * redisync lock -wait 0") {
+			t.Fatalf("help: %v\n%s", err, out.String())
+		}
+	})
+}
