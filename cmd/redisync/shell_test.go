@@ -48,6 +48,7 @@ func (sh *shell) start(t *testing.T, env []string, args ...string) *proc {
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	p.cmd.SysProcAttr = redistest.ChildProcAttr()
+	p.cmd.WaitDelay = 5 * time.Second // a child left behind may hold the output pipes
 	p.start = time.Now()
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -392,6 +393,7 @@ func TestShell(t *testing.T) {
 		}
 		for deadline := time.Now().Add(10 * time.Second); alive(pid); time.Sleep(10 * time.Millisecond) {
 			if time.Now().After(deadline) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
 				t.Fatal("the killed redisync's child runs on")
 			}
 		}
