@@ -45,7 +45,9 @@ func (h *holdFlags) register(fs *flag.FlagSet) {
 
 // parse parses args into fs and h, and checks them.
 func (h *holdFlags) parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		return &exitError{code: 0} // -h: the flags were printed
+	} else if err != nil {
 		return &exitError{code: exitUsage, err: err}
 	}
 	h.forever = true

@@ -215,6 +215,32 @@ func TestShell(t *testing.T) {
 		if _, err := os.Stat(ran); err == nil {
 			t.Fatal("the command ran without the lock")
 		}
+
+		// A signal ends a wait with 128+N, leaving no waiter behind.
+		w := sh.start(t, nil, sh.args("lock", "held", "--", "touch", ran)...)
+		time.Sleep(500 * time.Millisecond)
+		_ = w.cmd.Process.Signal(syscall.SIGTERM)
+		if code := w.wait(t, 30*time.Second); code != 128+15 || !strings.Contains(w.stderr.String(), "terminated while waiting") {
+			t.Fatalf("SIGTERM while waiting: exit %d: %s", code, w.stderr.String())
+		}
+		if hs, err := m.Holders(ctx); err != nil || len(hs) != 1 || hs[0].ClientID != lib.ID() {
+			t.Fatalf("holders after the wait: %v, %v", hs, err)
+		}
+
+		// A semaphore whose permits are all held: the same.
+		s := lib.Semaphore("full")
+		if err := s.SetPermits(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		sh2, err := s.Acquire(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Release(sh2, 1) })
+		p = sh.run(t, sh.args("semaphore", "-permits", "1", "-wait", "0", "full", "--", "touch", ran)...)
+		if want := "held by client " + lib.ID() + " (1 permits"; p.code != exitNotAcquired || !strings.Contains(p.stderr.String(), want) {
+			t.Fatalf("exit %d, want %d and %q: %s", p.code, exitNotAcquired, want, p.stderr.String())
+		}
 	})
 
 	// The child's status passes through (128+N for a signal), and its
@@ -370,6 +396,10 @@ func TestShell(t *testing.T) {
 		if lines := readLines(f); len(lines) != 1 {
 			t.Fatalf("two leaders: %q", lines)
 		}
+		busy := sh.run(t, sh.args("elect", "-wait", "0", "leader", "--", "true")...)
+		if busy.code != exitNotAcquired || !strings.Contains(busy.stderr.String(), `not acquired at once (-wait 0); led by "`) {
+			t.Fatalf("-wait 0 while led: exit %d: %s", busy.code, busy.stderr.String())
+		}
 		var parent, pid int
 		var term int64
 		if _, err := fmt.Sscanf(strings.ReplaceAll(first[0], ":", " "), "%d %d %d", &parent, &pid, &term); err != nil || ps[parent] == nil {
@@ -449,6 +479,33 @@ func TestShell(t *testing.T) {
 			}
 			if p.took > 10*time.Second {
 				t.Errorf("%q: took %v", c.args, p.took)
+			}
+		}
+	})
+
+	// A Redis Cluster (named, or detected from one node) and a master
+	// found through Sentinel: the lock is taken there, as its fencing
+	// counter shows.
+	t.Run("Topologies", func(t *testing.T) {
+		t.Parallel()
+		cl := redistest.StartCluster(t, 3)
+		master := redistest.Start(t)
+		sen := redistest.StartSentinel(t, master, "main", 0)
+		for _, c := range []struct {
+			conn []string
+			rdb  redis.UniversalClient
+		}{
+			{[]string{"-cluster", strings.Join(cl.Addrs(), ",")}, cl.Client(t)},
+			{[]string{"-redis", cl.Addrs()[1]}, cl.Client(t)},
+			{[]string{"-sentinel", "main@" + sen.Addr()}, master.Client(t)},
+		} {
+			for _, name := range []string{"a", "b", "c"} { // on several masters
+				args := append(append([]string{"lock", "-fence"}, c.conn...), name, "--", "sh", "-c", "echo $REDISYNC_TOKEN")
+				p := sh.run(t, args...)
+				fence := c.rdb.Get(ctx, keys.Companion(name, "fence")).Val()
+				if got := strings.TrimSpace(p.stdout.String()); p.code != 0 || fence == "" || got != fence {
+					t.Fatalf("%v: exit %d, token %q, counter %q: %s", c.conn, p.code, got, fence, p.stderr.String())
+				}
 			}
 		}
 	})
