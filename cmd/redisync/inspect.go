@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -36,20 +35,20 @@ var companions = []struct{ token, typ string }{
 // MULTI/EXEC with Redis's clock (TIME), so a block is a consistent snapshot
 // and deadlines are counted on the clock the library's scripts use.
 //
-// It reads the server at addr, or the Redis Cluster whose nodes (some of
-// them) are cluster; addr is read as a Cluster too when it is a Cluster
-// node. On a Cluster, each name is read on the master of its slot, where its
-// companion keys are too, and its block says which master that is.
-func inspect(ctx context.Context, out io.Writer, addr string, cluster []string, names []string) error {
+// It reads the Redis that conn names (a Cluster too, given -cluster or
+// the address of one of its nodes). On a Cluster, each name is read on the
+// master of its slot, where its companion keys are too, and its block says
+// which master that is.
+func inspect(ctx context.Context, out io.Writer, conn connFlags, names []string) error {
 	if len(names) == 0 {
-		return fmt.Errorf("inspect: name at least one lock")
+		return usageErr("inspect: name at least one lock")
 	}
 	for _, name := range names {
 		if name == "" {
-			return fmt.Errorf("inspect: an empty name is no lock's name")
+			return usageErr("inspect: an empty name is no lock's name")
 		}
 	}
-	rdb, err := connect(ctx, addr, cluster)
+	rdb, err := conn.open(ctx)
 	if err != nil {
 		return fmt.Errorf("inspect: %w", err)
 	}
@@ -59,7 +58,7 @@ func inspect(ctx context.Context, out io.Writer, addr string, cluster []string, 
 		s, err := read(ctx, rdb, name)
 		if err != nil {
 			if cc == nil && redis.HasErrorPrefix(err, "MOVED") {
-				err = fmt.Errorf("%w (%s is a Redis Cluster node: name its nodes with -cluster)", err, addr)
+				err = fmt.Errorf("%w (a Redis Cluster node: name its nodes with -cluster)", err)
 			}
 			return fmt.Errorf("inspect %q: %w", name, err)
 		}
@@ -83,29 +82,6 @@ func inspect(ctx context.Context, out io.Writer, addr string, cluster []string, 
 		}
 	}
 	return nil
-}
-
-// connect returns a Cluster client when cluster names nodes, or when the
-// server at addr says it is a Cluster node (INFO cluster: cluster_enabled:1);
-// a client of the server at addr otherwise, also when that server refuses
-// INFO.
-func connect(ctx context.Context, addr string, cluster []string) (redis.UniversalClient, error) {
-	if len(cluster) > 0 {
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster}), nil
-	}
-	c := redis.NewClient(&redis.Options{Addr: addr})
-	info, err := c.Info(ctx, "cluster").Result()
-	var refused redis.Error
-	switch {
-	case err == nil && strings.Contains(info, "cluster_enabled:1"):
-		_ = c.Close()
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{addr}}), nil
-	case err == nil, errors.As(err, &refused):
-		return c, nil
-	default:
-		_ = c.Close()
-		return nil, err
-	}
 }
 
 // masterOf tells which master serves name's slot.
