@@ -158,7 +158,9 @@
 // with their wait and error, releases with their hold time, lost leases,
 // watchdog rounds, subscription connections lost and restored and the
 // pub/sub mode detected, for metrics and traces: the functions about a
-// hold or a wait get the caller's context. The modules extra/redisyncotel
+// hold or a wait get the caller's context, and WaitStarted and
+// HoldStarted give the values that the wait's Redis commands and the
+// hold's context carry (a live span). The modules extra/redisyncotel
 // and extra/redisyncprom plug it into OpenTelemetry and Prometheus.
 // Client.ID is the UUID at the start of every Redis owner field of the
 // client, and Holders (on Mutex, FairMutex, RWMutex and Semaphore) lists
