@@ -298,39 +298,31 @@ func (c *Client) renewed(r lease.Round) {
 	}
 }
 
-// waitStarted returns the Machine's WaitStarted: it tells the observer of
-// the start of a first acquisition of ref, with the caller's ctx (nil
-// when the observer has no WaitStarted).
-func (c *Client) waitStarted() func(ctx context.Context, ref lease.Ref) context.Context {
+// waitStarted tells the observer of the start of a first acquisition of
+// ref, with the caller's ctx, and returns the context the wait goes on
+// with (nil: ctx).
+func (c *Client) waitStarted(ctx context.Context, ref lease.Ref) context.Context {
 	if c.obs.WaitStarted == nil {
 		return nil
 	}
-	return func(ctx context.Context, ref lease.Ref) context.Context {
-		return c.obs.WaitStarted(ctx, HoldEvent{Kind: Kind(ref.Kind), Name: ref.Name})
-	}
+	return c.obs.WaitStarted(ctx, HoldEvent{Kind: Kind(ref.Kind), Name: ref.Name})
 }
 
-// acquired returns the Machine's Acquired: it tells the observer of a
-// first acquisition of ref that made a hold, after wait (by a handoff, in
-// memory or by script, with handoff): Acquired with the wait's ctx, then
-// HoldStarted with the caller's (parent), whose answer it returns. Nil
-// when the observer has neither.
-func (c *Client) acquired() func(ctx, parent context.Context, ref lease.Ref, wait time.Duration, handoff bool) context.Context {
-	if c.obs.Acquired == nil && c.obs.HoldStarted == nil {
+// acquired tells the observer of a first acquisition of ref that made a
+// hold, after wait (by a handoff, in memory or by script, with handoff):
+// Acquired with the wait's ctx, then HoldStarted with the caller's
+// (parent), whose answer it returns (nil: none).
+func (c *Client) acquired(ctx, parent context.Context, ref lease.Ref, wait time.Duration, handoff bool) context.Context {
+	e := HoldEvent{Kind: Kind(ref.Kind), Name: ref.Name, Wait: wait, Handoff: handoff}
+	if c.obs.Acquired != nil {
+		e.Outcome = OutcomeAcquired
+		c.obs.Acquired(ctx, e)
+	}
+	if c.obs.HoldStarted == nil {
 		return nil
 	}
-	return func(ctx, parent context.Context, ref lease.Ref, wait time.Duration, handoff bool) context.Context {
-		e := HoldEvent{Kind: Kind(ref.Kind), Name: ref.Name, Wait: wait, Handoff: handoff}
-		if c.obs.Acquired != nil {
-			e.Outcome = OutcomeAcquired
-			c.obs.Acquired(ctx, e)
-		}
-		if c.obs.HoldStarted == nil {
-			return nil
-		}
-		e.Outcome = ""
-		return c.obs.HoldStarted(parent, e)
-	}
+	e.Outcome = ""
+	return c.obs.HoldStarted(parent, e)
 }
 
 // failedEvent tells the observer of a first acquisition of ref that failed
