@@ -264,8 +264,15 @@ func (c *Client) ended(h *lease.Hold, why lease.EndReason, cause error) {
 		c.log.Warn("redisync: lease lost", "kind", e.Kind, "name", e.Name, "owner", h.Field, "held", e.Held, "cause", cause)
 	}
 	if tell != nil {
-		h.AfterStarted(func(ctx context.Context) { tell(ctx, e) })
+		tellEnd(h, tell, e)
 	}
+}
+
+// tellEnd tells e to tell once h's start has been told (a function of its
+// own, so that ended does not move e to the heap when there is no one to
+// tell).
+func tellEnd(h *lease.Hold, tell func(context.Context, HoldEvent), e HoldEvent) {
+	h.AfterStarted(func(ctx context.Context) { tell(ctx, e) })
 }
 
 // subLost tells the observer that the subscription connection to node

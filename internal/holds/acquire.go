@@ -219,6 +219,9 @@ func (a *Acquisition) Grant(field string, count int, renew []call, ends ...func(
 		Token: a.Token, Tokens: a.Tokens, Parts: a.Spec.Parts, Covers: a.Spec.Covers, Parent: a.Parent, Count: count,
 		Taken: time.Now(), Mu: lease.NewHoldLock(),
 	}
+	if a.m.cfg.HoldValues {
+		h.Obs = new(lease.Observed)
+	}
 	if a.Releases == nil && len(renew) == 1 {
 		h.One = [2]call{renew[0], a.Release(field)} // one allocation for both
 		h.Renew, h.Release = h.One[:1:1], h.One[1:2:2]

@@ -31,7 +31,9 @@ type Config struct {
 	// Each such acquisition then ends with one call of Acquired or
 	// AcquireFailed, with that context. Acquired returns the context
 	// whose values the hold's contexts carry (nil: the caller's), given
-	// the caller's (parent).
+	// the caller's (parent); only when HoldValues is set, which makes
+	// each hold with a lease.Observed.
+	HoldValues    bool
 	WaitStarted   func(ctx context.Context, ref lease.Ref) context.Context
 	Acquired      func(ctx, parent context.Context, ref lease.Ref, wait time.Duration, handoff bool) context.Context
 	AcquireFailed func(ctx context.Context, ref lease.Ref, wait time.Duration, err error)

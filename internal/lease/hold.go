@@ -76,7 +76,10 @@ type Hold struct {
 	// what they see of other contexts was not caused by its end.
 	firsts []func()
 
-	obs observed // the observer's values, and its start told before its end (observed.go)
+	// Obs, when set (by the root, for an observer that gives values at a
+	// hold's start), holds those values and orders the reports of the
+	// hold's start and end (observed.go).
+	Obs *Observed
 
 	k *Keeper // set by Add
 }

@@ -119,7 +119,12 @@ func (w *Keeper) Add(h *Hold, st Stamp) error {
 	h.k = w
 	h.dl.clear() // until registered
 	h.over = make(chan struct{})
-	cctx, cancel := context.WithCancelCause(&valuesCtx{Context: h.Parent, h: h})
+	base := h.Parent
+	if h.Obs != nil {
+		h.Obs.base = valuesCtx{Context: h.Parent, h: h}
+		base = &h.Obs.base
+	}
+	cctx, cancel := context.WithCancelCause(base)
 	h.Ctx, h.cancel = &holdCtx{Context: context.WithValue(cctx, h.Ref, h), h: h}, cancel
 	w.mu.Lock()
 	defer w.mu.Unlock()
