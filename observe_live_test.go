@@ -216,3 +216,29 @@ func TestObserverStartsChain(t *testing.T) {
 	defer mu.Unlock()
 	assert.Equal(t, []bool{true, true}, seen)
 }
+
+// An Election's Campaign is a wait and a leadership a hold, as for the
+// locks: the campaign's commands carry WaitStarted's values, the
+// leadership's context HoldStarted's, and the end is told with them.
+func TestObserverLiveContextsElection(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		var o liveObserver
+		var cmds cmdLog
+		rdb := e.rdb(t)
+		rdb.AddHook(&cmds)
+		c := newClient(t, rdb, WithObserver(o.observer()))
+		leader := e.client(t).Election("obs:live-elect")
+		held, err := leader.Campaign(context.Background(), "a")
+		require.NoError(t, err)
+		time.AfterFunc(150*time.Millisecond, func() { _ = leader.Resign(held) })
+		el := c.Election("obs:live-elect")
+		lctx, err := el.Campaign(marked("call"), "b")
+		require.NoError(t, err)
+		assert.GreaterOrEqual(t, len(cmds.live("wait")), 2, "the campaign's attempts carry the wait's values")
+		assert.Equal(t, "hold", lctx.Value(liveKey{}))
+		time.Sleep(20 * time.Millisecond)
+		require.NoError(t, lctx.Err())
+		require.NoError(t, el.Resign(lctx))
+		assert.Equal(t, []string{"waitStarted::call", "acquired:wait:call", "holdStarted::call", "released:hold:call"}, o.seen())
+	})
+}
