@@ -45,7 +45,7 @@ type apiOps struct {
 // holding it that excludes mine and is excluded by it.
 type apiKind struct {
 	name  string // subtest name
-	event string // HoldEvent.Kind
+	event Kind   // HoldEvent.Kind
 	setup func(t *testing.T, c *Client, name string)
 	mine  func(t *testing.T, c *Client, name string) apiOps
 	rival func(t *testing.T, c *Client, name string) apiOps
@@ -1319,12 +1319,14 @@ func TestAPILatchDelete(t *testing.T) {
 	})
 }
 
-// HoldEvent.Kind's constants keep the strings the field always carried, so
-// code that compared it with literals still works.
+// HoldEvent.Kind's values are fit for a metric's label: distinct, with no
+// spaces; they are the ones CHANGELOG's Upgrading lists.
 func TestAPIHoldEventKinds(t *testing.T) {
-	assert.Equal(t, "lock", KindMutex)
-	assert.Equal(t, "fair lock", KindFairMutex)
-	assert.Equal(t, "rw read", KindRWRead)
-	assert.Equal(t, "rw write", KindRWWrite)
-	assert.Equal(t, "semaphore", KindSemaphore)
+	want := map[Kind]string{KindMutex: "mutex", KindFairMutex: "fair_mutex", KindRWRead: "rw_read", KindRWWrite: "rw_write",
+		KindSemaphore: "semaphore", KindMultiLock: "multilock", KindElection: "election"}
+	assert.Len(t, want, 7, "two kinds share a value")
+	for k, v := range want {
+		assert.Equal(t, v, string(k))
+		assert.NotContains(t, string(k), " ")
+	}
 }

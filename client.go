@@ -121,7 +121,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	c.ps = notify.New(notify.Config{RDB: rdb, Closed: c.closed, ClosedErr: ErrClosed, Log: c.log,
 		Mode: c.mode.Sharded, Hold: c.co.ChanYielding, Lost: c.subLost, Restored: c.subRestored})
 	c.holds = holds.New(holds.Config{ID: c.id, Transport: c.tr, Keeper: c.wd, Hub: c.ps, Queue: c.co, Closed: c.closed,
-		Log: c.log, Ack: c.ack, Cluster: isCluster(rdb), Acquired: c.acquiredEvent, AcquireFailed: c.failedEvent})
+		Log: c.log, Ack: c.ack, Cluster: isCluster(rdb), HoldValues: c.obs.HoldStarted != nil, WaitStarted: c.waitStarted, Acquired: c.acquired, AcquireFailed: c.failedEvent})
 	if mode := c.PubSub(); mode != PubSubAuto {
 		c.ps.SetMode(mode == PubSubSharded)
 	}

@@ -90,7 +90,7 @@ func (c *Client) Election(name string, opts ...ElectionOption) *Election {
 		err = fmt.Errorf("%w: election name %q contains \"}\" without a hash tag", ErrInvalid, name)
 	}
 	e.err = e.spec.Wrap(err)
-	e.spec.Ref = lease.Ref{Owner: c, Kind: KindElection, Name: name}
+	e.spec.Ref = lease.Ref{Owner: c, Kind: string(KindElection), Name: name}
 	e.spec.Fenced = true // terms are its tokens
 	e.spec.Lease, e.spec.Renewed = lc.leaseOf(c)
 	return e

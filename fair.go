@@ -93,7 +93,7 @@ func (c *Client) FairMutex(name string, opts ...FairOption) *FairMutex {
 		f.spec.Wrap = wrapFor(c, "fair lock", name, keyType{name, "hash"}, keyType{f.queue, "zset"}, keyType{f.timeouts, "zset"}, keyType{f.fence, "string"})
 	}
 	f.err = f.spec.Wrap(err)
-	f.spec.Ref = lease.Ref{Owner: c, Kind: KindFairMutex, Name: name}
+	f.spec.Ref = lease.Ref{Owner: c, Kind: string(KindFairMutex), Name: name}
 	f.spec.Lease, f.spec.Renewed = lc.leaseOf(c)
 	if lc.waiter > 0 {
 		f.waiter = lc.waiter

@@ -94,10 +94,10 @@ func (c *Client) MultiLock(names []string, opts ...MultiLockOption) *MultiLock {
 		m.spec.Wrap = wrapLabelled(c, "multilock", ref, ref, layout...)
 	}
 	m.err = m.spec.Wrap(err)
-	m.spec.Ref = lease.Ref{Owner: c, Kind: KindMultiLock, Name: ref}
+	m.spec.Ref = lease.Ref{Owner: c, Kind: string(KindMultiLock), Name: ref}
 	m.spec.Parts = true
 	for _, n := range sorted {
-		m.spec.Covers = append(m.spec.Covers, lease.Ref{Owner: c, Kind: KindMutex, Name: n})
+		m.spec.Covers = append(m.spec.Covers, lease.Ref{Owner: c, Kind: string(KindMutex), Name: n})
 	}
 	m.spec.Lease, m.spec.Renewed = lc.leaseOf(c)
 	return m

@@ -2,6 +2,7 @@ package redisync
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -18,12 +19,37 @@ import (
 // Unlock, so they must be fast and must not block or call back into the
 // Client. Those about a hold or a wait get a context: the one given to the
 // call that took the hold or tried to (Lock, TryLock, Acquire, Campaign,
-// ...), for its values (a trace's span, request attributes). It may have
-// ended; its end may be why the hold or the wait ended.
+// ...), for its values (a trace's span, request attributes), with the
+// values the observer added when the wait or the hold started (see
+// WaitStarted and HoldStarted). It may have ended; its end may be why the
+// hold or the wait ended.
+//
+// Each first acquisition (not a re-entry, nor a call refused before it
+// tried: bad input, a context that had already ended) is told in order:
+// WaitStarted; then Acquired and HoldStarted, and at the hold's end
+// Released or LeaseLost; or AcquireFailed.
 type Observer struct {
+	// WaitStarted is called when a first acquisition starts, before its
+	// first attempt, with the caller's context. It returns the context
+	// the call goes on with (nil: ctx): the Redis commands of the wait
+	// carry its values (go-redis's hooks see them: a live span of the
+	// wait, to parent them under), and so does the context given to
+	// Acquired or AcquireFailed when the wait ends. Only its values are
+	// used: the wait still ends with the caller's context, or its bound.
+	// Return ctx or a context derived from it, such as one carrying a
+	// span.
+	WaitStarted func(ctx context.Context, e HoldEvent) context.Context
 	// Acquired is called when a hold is taken (not on a re-entry), with
-	// how long the call waited for it.
+	// how long the call waited for it: the wait's end.
 	Acquired func(ctx context.Context, e HoldEvent)
+	// HoldStarted is called when a hold is taken, right after Acquired,
+	// with the caller's context. It returns the context whose values the
+	// hold's context carries (nil: ctx), so that work under the hold can
+	// be parented to a live span of the hold; Released or LeaseLost is
+	// given it at the hold's end, which is never told before HoldStarted
+	// has returned. Only its values are used: the hold still ends as it
+	// would. Return ctx or a context derived from it.
+	HoldStarted func(ctx context.Context, e HoldEvent) context.Context
 	// AcquireFailed is called when a call that would have taken a hold
 	// returns without one, with how long it waited (Wait) and the error it
 	// returns (Cause): not acquired (TryLock, the bound of TryLockFor),
@@ -57,28 +83,68 @@ type Observer struct {
 	PubSubModeChanged func(PubSubModeEvent)
 }
 
-// The kinds of hold, as HoldEvent.Kind reports them. They are plain
-// strings, so a comparison with the literal works as well.
+// Kind is a kind of hold, as HoldEvent.Kind reports it: a short value with
+// no spaces, fit for a metric's label.
+type Kind string
+
+// The kinds of hold.
 const (
-	KindMutex     = "lock"      // a hold of a Mutex
-	KindFairMutex = "fair lock" // a hold of a FairMutex
-	KindRWRead    = "rw read"   // a read hold of an RWMutex
-	KindRWWrite   = "rw write"  // a write hold of an RWMutex
-	KindSemaphore = "semaphore" // a hold of a Semaphore's permits
-	KindMultiLock = "multilock" // a hold of a MultiLock (its Name: its names, quoted)
-	KindElection  = "election"  // a leadership of an Election
+	KindMutex     Kind = "mutex"      // a hold of a Mutex
+	KindFairMutex Kind = "fair_mutex" // a hold of a FairMutex
+	KindRWRead    Kind = "rw_read"    // a read hold of an RWMutex
+	KindRWWrite   Kind = "rw_write"   // a write hold of an RWMutex
+	KindSemaphore Kind = "semaphore"  // a hold of a Semaphore's permits
+	KindMultiLock Kind = "multilock"  // a hold of a MultiLock (its Name: its names, quoted)
+	KindElection  Kind = "election"   // a leadership of an Election
 )
 
-// HoldEvent describes one hold of one lock.
+// Outcome is how a wait or a hold ended, as HoldEvent.Outcome reports it:
+// a short value with no spaces, fit for a metric's label.
+type Outcome string
+
+// The outcomes: of a wait (Acquired, AcquireFailed), and of a hold
+// (Released, LeaseLost).
+const (
+	OutcomeAcquired         Outcome = "acquired"          // the wait got the lock
+	OutcomeNotAcquired      Outcome = "not_acquired"      // TryLock, or TryLockFor's bound (ErrNotAcquired)
+	OutcomeCanceled         Outcome = "canceled"          // the call's context was cancelled
+	OutcomeDeadlineExceeded Outcome = "deadline_exceeded" // the call's context's deadline passed
+	OutcomeClosed           Outcome = "closed"            // the Client was closed (ErrClosed)
+	OutcomeError            Outcome = "error"             // Redis failed, or another error
+	OutcomeReleased         Outcome = "released"          // a hold ended without losing its lease
+	OutcomeLost             Outcome = "lost"              // a hold's lease was lost (ErrLeaseLost)
+)
+
+// waitOutcome returns the outcome of a wait that returned err (nil:
+// acquired).
+func waitOutcome(err error) Outcome {
+	switch {
+	case err == nil:
+		return OutcomeAcquired
+	case errors.Is(err, ErrNotAcquired):
+		return OutcomeNotAcquired
+	case errors.Is(err, context.DeadlineExceeded):
+		return OutcomeDeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		return OutcomeCanceled
+	case errors.Is(err, ErrClosed):
+		return OutcomeClosed
+	default:
+		return OutcomeError
+	}
+}
+
+// HoldEvent describes one hold of one lock, or one wait for it.
 type HoldEvent struct {
-	Kind  string        // KindMutex, KindFairMutex, KindRWRead, KindRWWrite, KindSemaphore, KindMultiLock or KindElection
-	Name  string        // the lock's name
-	Wait  time.Duration // Acquired: from the call to the grant; AcquireFailed: from the call to its return
-	Held  time.Duration // Released, LeaseLost: from the grant to the end
-	Cause error         // LeaseLost: why (matches ErrLeaseLost); AcquireFailed: the call's error
-	// Handoff is set on Acquired when a holder in this Client handed the
-	// lock straight to this waiter (a Mutex's cohort handoff, see
-	// Mutex.Unlock), with no unlock message and no race.
+	Kind    Kind          // KindMutex, KindFairMutex, KindRWRead, KindRWWrite, KindSemaphore, KindMultiLock or KindElection
+	Name    string        // the lock's name
+	Wait    time.Duration // Acquired, HoldStarted: from the call to the grant; AcquireFailed: from the call to its return
+	Held    time.Duration // Released, LeaseLost: from the grant to the end
+	Cause   error         // LeaseLost: why (matches ErrLeaseLost); AcquireFailed: the call's error
+	Outcome Outcome       // Acquired, AcquireFailed (from Cause), Released, LeaseLost; "" for WaitStarted, HoldStarted
+	// Handoff is set on Acquired and HoldStarted when a holder in this
+	// Client handed the lock straight to this waiter (a Mutex's cohort
+	// handoff, see Mutex.Unlock), with no unlock message and no race.
 	Handoff bool
 }
 
@@ -106,15 +172,18 @@ type PubSubModeEvent struct {
 
 // WithObserver has the Client report its holds, waits, renewals and
 // subscription to o (see Observer), from the Client's start. Given several
-// times, it adds each: every observer is told, in the order given. A nil o
-// is refused.
+// times, it adds each: every observer is told, in the order given; of
+// WaitStarted and HoldStarted, each is given the context the one before
+// returned. A nil o is refused.
 func WithObserver(o *Observer) Option {
 	return func(c *Client) error {
 		if o == nil {
 			return fmt.Errorf("%w: nil Observer", ErrInvalid)
 		}
 		c.obs = Observer{
+			WaitStarted:          chain(c.obs.WaitStarted, o.WaitStarted),
 			Acquired:             both(c.obs.Acquired, o.Acquired),
+			HoldStarted:          chain(c.obs.HoldStarted, o.HoldStarted),
 			AcquireFailed:        both(c.obs.AcquireFailed, o.AcquireFailed),
 			Released:             both(c.obs.Released, o.Released),
 			LeaseLost:            both(c.obs.LeaseLost, o.LeaseLost),
@@ -136,6 +205,27 @@ func both[E any](f, g func(context.Context, E)) func(context.Context, E) {
 		return f
 	}
 	return func(ctx context.Context, e E) { f(ctx, e); g(ctx, e) }
+}
+
+// chain returns a function that calls f, then g with the context f
+// returned (nil: the one f was given), and returns g's (nil: f's); either
+// may be nil.
+func chain[E any](f, g func(context.Context, E) context.Context) func(context.Context, E) context.Context {
+	switch {
+	case f == nil:
+		return g
+	case g == nil:
+		return f
+	}
+	return func(ctx context.Context, e E) context.Context {
+		if c := f(ctx, e); c != nil {
+			ctx = c
+		}
+		if c := g(ctx, e); c != nil {
+			ctx = c
+		}
+		return ctx
+	}
 }
 
 // then is both for events with no context.
@@ -164,20 +254,25 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// ended reports the end of h to the observer and, for a lost lease, the log.
+// ended reports the end of h to the observer, once its start has been
+// told (see lease.Hold.AfterStarted), and, for a lost lease, to the log.
 func (c *Client) ended(h *lease.Hold, why lease.EndReason, cause error) {
-	e := HoldEvent{Kind: h.Ref.Kind, Name: h.Ref.Name, Held: time.Since(h.Taken)}
+	e := HoldEvent{Kind: Kind(h.Ref.Kind), Name: h.Ref.Name, Held: time.Since(h.Taken), Outcome: OutcomeReleased}
+	tell := c.obs.Released
 	if why == lease.EndLost || why == lease.EndForced {
-		e.Cause = cause
+		e.Cause, e.Outcome, tell = cause, OutcomeLost, c.obs.LeaseLost
 		c.log.Warn("redisync: lease lost", "kind", e.Kind, "name", e.Name, "owner", h.Field, "held", e.Held, "cause", cause)
-		if c.obs.LeaseLost != nil {
-			c.obs.LeaseLost(h.Parent, e)
-		}
-		return
 	}
-	if c.obs.Released != nil {
-		c.obs.Released(h.Parent, e)
+	if tell != nil {
+		tellEnd(h, tell, e)
 	}
+}
+
+// tellEnd tells e to tell once h's start has been told (a function of its
+// own, so that ended does not move e to the heap when there is no one to
+// tell).
+func tellEnd(h *lease.Hold, tell func(context.Context, HoldEvent), e HoldEvent) {
+	h.AfterStarted(func(ctx context.Context) { tell(ctx, e) })
 }
 
 // subLost tells the observer that the subscription connection to node
@@ -210,18 +305,37 @@ func (c *Client) renewed(r lease.Round) {
 	}
 }
 
-// acquiredEvent tells the observer of a first acquisition of ref that made
-// a hold, after wait (by a handoff, in memory or by script, with handoff).
-func (c *Client) acquiredEvent(ctx context.Context, ref lease.Ref, wait time.Duration, handoff bool) {
-	if c.obs.Acquired != nil {
-		c.obs.Acquired(ctx, HoldEvent{Kind: ref.Kind, Name: ref.Name, Wait: wait, Handoff: handoff})
+// waitStarted tells the observer of the start of a first acquisition of
+// ref, with the caller's ctx, and returns the context the wait goes on
+// with (nil: ctx).
+func (c *Client) waitStarted(ctx context.Context, ref lease.Ref) context.Context {
+	if c.obs.WaitStarted == nil {
+		return nil
 	}
+	return c.obs.WaitStarted(ctx, HoldEvent{Kind: Kind(ref.Kind), Name: ref.Name})
+}
+
+// acquired tells the observer of a first acquisition of ref that made a
+// hold, after wait (by a handoff, in memory or by script, with handoff):
+// Acquired with the wait's ctx, then HoldStarted with the caller's
+// (parent), whose answer it returns (nil: none).
+func (c *Client) acquired(ctx, parent context.Context, ref lease.Ref, wait time.Duration, handoff bool) context.Context {
+	e := HoldEvent{Kind: Kind(ref.Kind), Name: ref.Name, Wait: wait, Handoff: handoff}
+	if c.obs.Acquired != nil {
+		e.Outcome = OutcomeAcquired
+		c.obs.Acquired(ctx, e)
+	}
+	if c.obs.HoldStarted == nil {
+		return nil
+	}
+	e.Outcome = ""
+	return c.obs.HoldStarted(parent, e)
 }
 
 // failedEvent tells the observer of a first acquisition of ref that failed
-// with err after wait.
+// with err after wait; ctx is the wait's.
 func (c *Client) failedEvent(ctx context.Context, ref lease.Ref, wait time.Duration, err error) {
 	if c.obs.AcquireFailed != nil {
-		c.obs.AcquireFailed(ctx, HoldEvent{Kind: ref.Kind, Name: ref.Name, Wait: wait, Cause: err})
+		c.obs.AcquireFailed(ctx, HoldEvent{Kind: Kind(ref.Kind), Name: ref.Name, Wait: wait, Cause: err, Outcome: waitOutcome(err)})
 	}
 }

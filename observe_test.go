@@ -2,6 +2,7 @@ package redisync
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -353,4 +354,19 @@ func TestObserverPubSubModeChanged(t *testing.T) {
 	newClient(t, cl.Client(t), WithPubSub(PubSubClassic), WithObserver(fixed.observer()))
 	newClient(t, miniEnv(t).rdb(t), WithObserver(fixed.observer()))
 	assert.Empty(t, fixed.modes)
+}
+
+// HoldEvent.Outcome of a failed wait follows its error, wrapped or not.
+func TestWaitOutcome(t *testing.T) {
+	for err, want := range map[error]Outcome{
+		nil:                                 OutcomeAcquired,
+		ErrNotAcquired:                      OutcomeNotAcquired,
+		context.Canceled:                    OutcomeCanceled,
+		context.DeadlineExceeded:            OutcomeDeadlineExceeded,
+		ErrClosed:                           OutcomeClosed,
+		ErrNotReplicated:                    OutcomeError,
+		fmt.Errorf("x: %w", ErrNotAcquired): OutcomeNotAcquired,
+	} {
+		assert.Equal(t, want, waitOutcome(err), "%v", err)
+	}
 }

@@ -62,7 +62,7 @@ func (c *Client) Mutex(name string, opts ...MutexOption) *Mutex {
 		err = fmt.Errorf("%w: on a Cluster, name %q and its unlock channel %q (Redisson's naming) hash to different slots", ErrInvalid, name, m.channel)
 	}
 	m.err = m.spec.Wrap(err)
-	m.spec.Ref = lease.Ref{Owner: c, Kind: KindMutex, Name: name}
+	m.spec.Ref = lease.Ref{Owner: c, Kind: string(KindMutex), Name: name}
 	m.spec.Lease, m.spec.Renewed = lc.leaseOf(c)
 	return m
 }

@@ -98,8 +98,8 @@ func (c *Client) RWMutex(name string, opts ...RWOption) *RWMutex {
 		r.fence = fenceKey(name)
 		wrap = wrapFor(c, "rw lock", name, append(layout, keyType{r.fence, "string"})...)
 	}
-	r.rspec = holds.Spec{Ref: lease.Ref{Owner: c, Kind: KindRWRead, Name: name}, Lease: d, Renewed: renewed, Wrap: wrap}
-	r.wspec = holds.Spec{Ref: lease.Ref{Owner: c, Kind: KindRWWrite, Name: name}, Lease: d, Renewed: renewed, Fenced: r.fence != "", Wrap: wrap}
+	r.rspec = holds.Spec{Ref: lease.Ref{Owner: c, Kind: string(KindRWRead), Name: name}, Lease: d, Renewed: renewed, Wrap: wrap}
+	r.wspec = holds.Spec{Ref: lease.Ref{Owner: c, Kind: string(KindRWWrite), Name: name}, Lease: d, Renewed: renewed, Fenced: r.fence != "", Wrap: wrap}
 	return r
 }
 

@@ -95,7 +95,7 @@ func (c *Client) Semaphore(name string, opts ...SemaphoreOption) *Semaphore {
 		err = fmt.Errorf("%w: semaphore name %q contains \"}\" without a hash tag", ErrInvalid, name)
 	}
 	s.err = s.spec.Wrap(err)
-	s.spec.Ref = lease.Ref{Owner: c, Kind: KindSemaphore, Name: name}
+	s.spec.Ref = lease.Ref{Owner: c, Kind: string(KindSemaphore), Name: name}
 	s.spec.Lease, s.spec.Renewed = lc.leaseOf(c)
 	s.permits = lc.permits
 	return s
@@ -272,16 +272,13 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 			ErrInvalid, holds.LeaseText(h.Lease, h.Renewed), holds.LeaseText(s.spec.Lease, s.spec.Renewed)))
 	}
 	leaseMs := s.spec.Lease.Milliseconds()
-	a := s.c.holds.Begin(&s.spec, parent, wctx, wait, nil, func(field string) call {
-		return script(lua.SemDrop, s.keys, field, publish, semReclaimLimit, s.channel)
-	})
-	defer func() {
-		failed := err
-		if h != nil {
-			failed = nil // permits added to a hold, as a re-entry: not a first acquisition
-		}
-		a.Finish(failed)
-	}()
+	var a *holds.Acquisition // a first acquisition's; permits added to a hold are a re-entry's
+	if h == nil {
+		a = s.c.holds.Begin(&s.spec, parent, wctx, wait, nil, func(field string) call {
+			return script(lua.SemDrop, s.keys, field, publish, semReclaimLimit, s.channel)
+		})
+		defer func() { a.Finish(err) }()
+	}
 	var hctx context.Context // a hold added to
 	neverSet := false
 	acquire := func(field string, prev int) call {

@@ -8,13 +8,15 @@ import (
 	"github.com/redis/go-redis/v9"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/redisync-go/redisync"
 	"github.com/redisync-go/redisync/extra/redisyncotel"
 )
 
 // A request's span gets a child span for the wait for the lock and one for
-// the hold. Here the spans go to an in-memory exporter; a service gives
+// the hold, live while the hold lasts: work done with the hold's context
+// is its child. Here the spans go to an in-memory exporter; a service gives
 // its own TracerProvider (or sets the global one, the default).
 func ExampleNewObserver() {
 	mr, err := miniredis.Run() // an embedded Redis, for the example
@@ -40,16 +42,22 @@ func ExampleNewObserver() {
 	if err != nil {
 		panic(err)
 	}
-	// ... work under the lock ...
+	// Work under the lock, with the hold's context: a child of its span.
+	_, work := tp.Tracer("example").Start(lctx, "work")
+	work.End()
 	if err := m.Unlock(lctx); err != nil {
 		panic(err)
 	}
 	req.End()
 
+	names := map[trace.SpanID]string{}
+	for _, s := range exp.GetSpans() {
+		names[s.SpanContext.SpanID()] = s.Name
+	}
 	for _, s := range exp.GetSpans() {
 		parent := "-"
-		if s.Parent.SpanID() == req.SpanContext().SpanID() {
-			parent = "GET /orders/42"
+		if s.Parent.IsValid() {
+			parent = names[s.Parent.SpanID()]
 		}
 		outcome := ""
 		for _, kv := range s.Attributes {
@@ -61,6 +69,7 @@ func ExampleNewObserver() {
 	}
 	// Output:
 	// redisync.wait (acquired) under GET /orders/42
+	// work () under redisync.hold
 	// redisync.hold (released) under GET /orders/42
 	// GET /orders/42 () under -
 }

@@ -58,9 +58,9 @@ func ExampleNewCollector() {
 		}
 	}
 	// Output:
-	// redisync_hold_duration_seconds{kind=lock,outcome=released} count 1
-	// redisync_wait_duration_seconds{kind=lock,outcome=acquired} count 1
-	// redisync_wait_duration_seconds{kind=lock,outcome=not_acquired} count 1
+	// redisync_hold_duration_seconds{kind=mutex,outcome=released} count 1
+	// redisync_wait_duration_seconds{kind=mutex,outcome=acquired} count 1
+	// redisync_wait_duration_seconds{kind=mutex,outcome=not_acquired} count 1
 }
 
 func labels(ls []*dto.LabelPair) string {

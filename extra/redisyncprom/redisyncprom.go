@@ -8,8 +8,10 @@
 //
 // One Collector may observe several Clients: their figures add up. The
 // labels are the lock's kind (redisync.KindMutex, ...: a handful of
-// values) and the outcome; never the lock's name, whose values are
-// unbounded (trace a lock's name with extra/redisyncotel instead).
+// values) and the outcome (redisync.OutcomeAcquired, ...); never the
+// lock's name, whose values are unbounded (trace a lock's name with
+// extra/redisyncotel instead). The histograms' buckets are set by options
+// (WithWaitBuckets, ...).
 //
 // The metrics, with the default namespace "redisync":
 //
@@ -35,63 +37,32 @@ package redisyncprom
 
 import (
 	"context"
-	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/redisync-go/redisync"
 )
 
-// The outcome label's values.
-const (
-	OutcomeAcquired         = "acquired"          // the wait got the lock
-	OutcomeNotAcquired      = "not_acquired"      // TryLock, or TryLockFor's bound (ErrNotAcquired)
-	OutcomeCanceled         = "canceled"          // the call's context was cancelled
-	OutcomeDeadlineExceeded = "deadline_exceeded" // the call's context's deadline passed
-	OutcomeClosed           = "closed"            // the Client was closed (ErrClosed)
-	OutcomeError            = "error"             // Redis failed, or another error
-	OutcomeReleased         = "released"          // a hold ended without losing its lease
-	OutcomeLost             = "lost"              // a hold's lease was lost (ErrLeaseLost)
-)
-
-// Outcome returns the outcome of a wait that returned err (nil: acquired).
-func Outcome(err error) string {
-	switch {
-	case err == nil:
-		return OutcomeAcquired
-	case errors.Is(err, redisync.ErrNotAcquired):
-		return OutcomeNotAcquired
-	case errors.Is(err, context.DeadlineExceeded):
-		return OutcomeDeadlineExceeded
-	case errors.Is(err, context.Canceled):
-		return OutcomeCanceled
-	case errors.Is(err, redisync.ErrClosed):
-		return OutcomeClosed
-	default:
-		return OutcomeError
-	}
-}
-
-// The default buckets, in seconds.
+// The default buckets, in seconds (see the With*Buckets options).
 var (
-	// WaitBuckets: a wait takes a round trip when the lock is free, up to
+	// waitBuckets: a wait takes a round trip when the lock is free, up to
 	// the holder's hold under contention.
-	WaitBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
-	// HoldBuckets: from a short critical section to a leadership.
-	HoldBuckets = []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 1800, 3600}
-	// RoundBuckets: a watchdog round is one pipeline per node.
-	RoundBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}
-	// DownBuckets: how long a subscription connection stays lost.
-	DownBuckets = []float64{.01, .05, .1, .5, 1, 5, 10, 30, 60, 300}
+	waitBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+	// holdBuckets: from a short critical section to a leadership.
+	holdBuckets = []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 1800, 3600}
+	// roundBuckets: a watchdog round is one pipeline per node.
+	roundBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}
+	// downBuckets: how long a subscription connection stays lost.
+	downBuckets = []float64{.01, .05, .1, .5, 1, 5, 10, 30, 60, 300}
 )
 
 // Option configures NewCollector.
 type Option func(*config)
 
 type config struct {
-	namespace          string
-	labels             prometheus.Labels
-	wait, hold, rounds []float64
+	namespace                string
+	labels                   prometheus.Labels
+	wait, hold, rounds, down []float64
 }
 
 // WithNamespace sets the metrics' namespace (default "redisync").
@@ -101,11 +72,34 @@ func WithNamespace(ns string) Option { return func(c *config) { c.namespace = ns
 // register two Collectors in one registry (one per Redis deployment, say).
 func WithConstLabels(l prometheus.Labels) Option { return func(c *config) { c.labels = l } }
 
-// WithWaitBuckets sets the buckets of the wait histogram, in seconds.
-func WithWaitBuckets(b []float64) Option { return func(c *config) { c.wait = b } }
+// WithWaitBuckets sets the buckets of the wait histogram
+// (redisync_wait_duration_seconds), in seconds. The default runs from
+// 0.5ms to 30s.
+func WithWaitBuckets(b []float64) Option { return func(c *config) { c.wait = clone(b) } }
 
-// WithHoldBuckets sets the buckets of the hold histogram, in seconds.
-func WithHoldBuckets(b []float64) Option { return func(c *config) { c.hold = b } }
+// WithHoldBuckets sets the buckets of the hold histogram
+// (redisync_hold_duration_seconds), in seconds. The default runs from 1ms
+// to an hour.
+func WithHoldBuckets(b []float64) Option { return func(c *config) { c.hold = clone(b) } }
+
+// WithRoundBuckets sets the buckets of the watchdog's round histogram
+// (redisync_renewal_round_duration_seconds), in seconds. The default runs
+// from 0.5ms to 2.5s.
+func WithRoundBuckets(b []float64) Option { return func(c *config) { c.rounds = clone(b) } }
+
+// WithDowntimeBuckets sets the buckets of the subscription's downtime
+// histogram (redisync_subscription_downtime_seconds), in seconds. The
+// default runs from 10ms to 5 minutes.
+func WithDowntimeBuckets(b []float64) Option { return func(c *config) { c.down = clone(b) } }
+
+// clone copies b, so that the caller's slice may change later; nil stays
+// nil (Prometheus's default buckets).
+func clone(b []float64) []float64 {
+	if b == nil {
+		return nil
+	}
+	return append([]float64(nil), b...)
+}
 
 // Collector is a prometheus.Collector of what the Clients it observes do.
 // Register it, and give its Observer to each Client.
@@ -124,7 +118,7 @@ type Collector struct {
 
 // NewCollector returns a Collector; see the package's doc for its metrics.
 func NewCollector(opts ...Option) *Collector {
-	cfg := config{namespace: "redisync", wait: WaitBuckets, hold: HoldBuckets, rounds: RoundBuckets}
+	cfg := config{namespace: "redisync", wait: waitBuckets, hold: holdBuckets, rounds: roundBuckets, down: downBuckets}
 	for _, o := range opts {
 		if o != nil {
 			o(&cfg)
@@ -159,7 +153,7 @@ func NewCollector(opts ...Option) *Collector {
 		subLosses: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "subscription_losses_total",
 			Help: "Subscription connections lost (the one that wakes waiters; one per node in sharded mode).", ConstLabels: cl}),
 		subDown: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "subscription_downtime_seconds",
-			Help: "How long a subscription connection was lost, once restored.", ConstLabels: cl, Buckets: DownBuckets}),
+			Help: "How long a subscription connection was lost, once restored.", ConstLabels: cl, Buckets: cfg.down}),
 	}
 	c.all = []prometheus.Collector{c.waits, c.holdTimes, c.holds, c.handoffs, c.lost, c.rounds, c.roundTrips,
 		c.roundTimes, c.renewals, c.renewFailures, c.subLosses, c.subDown}
@@ -185,23 +179,23 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 func (c *Collector) Observer() *redisync.Observer {
 	return &redisync.Observer{
 		Acquired: func(_ context.Context, e redisync.HoldEvent) {
-			c.waits.WithLabelValues(e.Kind, OutcomeAcquired).Observe(e.Wait.Seconds())
-			c.holds.WithLabelValues(e.Kind).Inc()
+			c.waits.WithLabelValues(string(e.Kind), string(e.Outcome)).Observe(e.Wait.Seconds())
+			c.holds.WithLabelValues(string(e.Kind)).Inc()
 			if e.Handoff {
-				c.handoffs.WithLabelValues(e.Kind).Inc()
+				c.handoffs.WithLabelValues(string(e.Kind)).Inc()
 			}
 		},
 		AcquireFailed: func(_ context.Context, e redisync.HoldEvent) {
-			c.waits.WithLabelValues(e.Kind, Outcome(e.Cause)).Observe(e.Wait.Seconds())
+			c.waits.WithLabelValues(string(e.Kind), string(e.Outcome)).Observe(e.Wait.Seconds())
 		},
 		Released: func(_ context.Context, e redisync.HoldEvent) {
-			c.holdTimes.WithLabelValues(e.Kind, OutcomeReleased).Observe(e.Held.Seconds())
-			c.holds.WithLabelValues(e.Kind).Dec()
+			c.holdTimes.WithLabelValues(string(e.Kind), string(e.Outcome)).Observe(e.Held.Seconds())
+			c.holds.WithLabelValues(string(e.Kind)).Dec()
 		},
 		LeaseLost: func(_ context.Context, e redisync.HoldEvent) {
-			c.holdTimes.WithLabelValues(e.Kind, OutcomeLost).Observe(e.Held.Seconds())
-			c.holds.WithLabelValues(e.Kind).Dec()
-			c.lost.WithLabelValues(e.Kind).Inc()
+			c.holdTimes.WithLabelValues(string(e.Kind), string(e.Outcome)).Observe(e.Held.Seconds())
+			c.holds.WithLabelValues(string(e.Kind)).Dec()
+			c.lost.WithLabelValues(string(e.Kind)).Inc()
 		},
 		Renewed: func(e redisync.RenewalEvent) {
 			c.rounds.Inc()

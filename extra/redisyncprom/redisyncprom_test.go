@@ -2,9 +2,11 @@ package redisyncprom_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
@@ -115,8 +117,8 @@ func TestCollector(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := gather(t, reg)
-	if n := g.count("redisync_holds", "kind", redisync.KindMutex, "deployment", "test"); n != 1 {
-		t.Errorf("redisync_holds{kind=lock} = %v while held, want 1", n)
+	if n := g.count("redisync_holds", "kind", string(redisync.KindMutex), "deployment", "test"); n != 1 {
+		t.Errorf("redisync_holds{kind=mutex} = %v while held, want 1", n)
 	}
 	time.Sleep(250 * time.Millisecond) // rounds every 100ms
 	if err := m.Unlock(lctx); err != nil {
@@ -176,7 +178,7 @@ func TestCollector(t *testing.T) {
 	}
 	<-sctx.Done()
 	waitFor(t, "the lost lease counted", func() bool {
-		return gather(t, reg).count("redisync_leases_lost_total", "kind", redisync.KindSemaphore) == 1
+		return gather(t, reg).count("redisync_leases_lost_total", "kind", string(redisync.KindSemaphore)) == 1
 	})
 
 	g = gather(t, reg)
@@ -185,15 +187,15 @@ func TestCollector(t *testing.T) {
 		labels []string
 		want   float64
 	}{
-		{"redisync_wait_duration_seconds", []string{"kind", redisync.KindMutex, "outcome", "acquired"}, 2},
-		{"redisync_wait_duration_seconds", []string{"kind", redisync.KindMutex, "outcome", "not_acquired"}, 1},
-		{"redisync_wait_duration_seconds", []string{"kind", redisync.KindMutex, "outcome", "deadline_exceeded"}, 1},
-		{"redisync_wait_duration_seconds", []string{"kind", redisync.KindSemaphore, "outcome", "acquired"}, 1},
-		{"redisync_hold_duration_seconds", []string{"kind", redisync.KindMutex, "outcome", "released"}, 2},
-		{"redisync_hold_duration_seconds", []string{"kind", redisync.KindSemaphore, "outcome", "lost"}, 1},
-		{"redisync_holds", []string{"kind", redisync.KindMutex}, 0},
-		{"redisync_holds", []string{"kind", redisync.KindSemaphore}, 0},
-		{"redisync_leases_lost_total", []string{"kind", redisync.KindSemaphore}, 1},
+		{"redisync_wait_duration_seconds", []string{"kind", string(redisync.KindMutex), "outcome", "acquired"}, 2},
+		{"redisync_wait_duration_seconds", []string{"kind", string(redisync.KindMutex), "outcome", "not_acquired"}, 1},
+		{"redisync_wait_duration_seconds", []string{"kind", string(redisync.KindMutex), "outcome", "deadline_exceeded"}, 1},
+		{"redisync_wait_duration_seconds", []string{"kind", string(redisync.KindSemaphore), "outcome", "acquired"}, 1},
+		{"redisync_hold_duration_seconds", []string{"kind", string(redisync.KindMutex), "outcome", "released"}, 2},
+		{"redisync_hold_duration_seconds", []string{"kind", string(redisync.KindSemaphore), "outcome", "lost"}, 1},
+		{"redisync_holds", []string{"kind", string(redisync.KindMutex)}, 0},
+		{"redisync_holds", []string{"kind", string(redisync.KindSemaphore)}, 0},
+		{"redisync_leases_lost_total", []string{"kind", string(redisync.KindSemaphore)}, 1},
 		{"redisync_subscription_losses_total", nil, 1},
 		{"redisync_subscription_downtime_seconds", nil, 1},
 	} {
@@ -201,10 +203,10 @@ func TestCollector(t *testing.T) {
 			t.Errorf("%s%v = %v, want %v", tc.name, tc.labels, got, tc.want)
 		}
 	}
-	if s := g.sum("redisync_wait_duration_seconds", "kind", redisync.KindMutex, "outcome", "deadline_exceeded"); s < 0.045 {
+	if s := g.sum("redisync_wait_duration_seconds", "kind", string(redisync.KindMutex), "outcome", "deadline_exceeded"); s < 0.045 {
 		t.Errorf("the wait whose deadline passed took %vs, its deadline was 50ms", s)
 	}
-	if s := g.sum("redisync_hold_duration_seconds", "kind", redisync.KindMutex, "outcome", "released"); s < 0.24 {
+	if s := g.sum("redisync_hold_duration_seconds", "kind", string(redisync.KindMutex), "outcome", "released"); s < 0.24 {
 		t.Errorf("the holds took %vs in all, the first alone 250ms", s)
 	}
 	if n := g.count("redisync_renewal_rounds_total"); n < 2 {
@@ -247,5 +249,54 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// The histograms' buckets are the options' (copies of them: the caller's
+// slices may change afterwards), and the defaults otherwise.
+func TestBucketOptions(t *testing.T) {
+	mr := miniredis.RunT(t)
+	wait, hold, round, down := []float64{.1, 1}, []float64{.2, 2}, []float64{.3, 3}, []float64{.4, 4}
+	col := redisyncprom.NewCollector(redisyncprom.WithWaitBuckets(wait), redisyncprom.WithHoldBuckets(hold),
+		redisyncprom.WithRoundBuckets(round), redisyncprom.WithDowntimeBuckets(down))
+	wait[0], hold[0], round[0], down[0] = 9, 9, 9, 9
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(col, redisyncprom.NewCollector(redisyncprom.WithNamespace("defaults")))
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c, err := redisync.New(rdb, redisync.WithObserver(col.Observer()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	m := c.Mutex("prom:buckets")
+	lctx, err := m.Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Unlock(lctx); err != nil {
+		t.Fatal(err)
+	}
+	g := gather(t, reg)
+	for name, want := range map[string][]float64{
+		"redisync_wait_duration_seconds":          {.1, 1},
+		"redisync_hold_duration_seconds":          {.2, 2},
+		"redisync_renewal_round_duration_seconds": {.3, 3},
+		"redisync_subscription_downtime_seconds":  {.4, 4},
+		"defaults_renewal_round_duration_seconds": {.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		"defaults_subscription_downtime_seconds":  {.01, .05, .1, .5, 1, 5, 10, 30, 60, 300},
+	} {
+		m := g.metric(name)
+		if m == nil {
+			t.Errorf("no %s", name)
+			continue
+		}
+		var got []float64
+		for _, b := range m.GetHistogram().GetBucket() {
+			got = append(got, b.GetUpperBound())
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s's buckets are %v, want %v", name, got, want)
+		}
 	}
 }

@@ -101,7 +101,8 @@ type Acquisition struct {
 	m       *Machine
 	Spec    *Spec
 	Parent  context.Context // the hold is bound to it
-	WaitCtx context.Context // the wait ends with it
+	WaitCtx context.Context // the wait ends with it; its commands carry its values
+	told    context.Context // the wait's values, as the observer is told them
 	wait    bool
 	start   time.Time
 	Owner   string
@@ -127,13 +128,21 @@ type Acquisition struct {
 
 // Begin starts the first acquisition of s's lock for a hold bound to
 // parent, waiting (if wait) as long as wctx lasts: left and release are
-// as the Acquisition's fields say (left may be nil).
+// as the Acquisition's fields say (left may be nil). It tells the
+// observer (WaitStarted), whose context's values the acquisition's
+// commands carry from then on: Finish must follow, or a grant.
 func (m *Machine) Begin(s *Spec, parent, wctx context.Context, wait bool, left func(string) []call, release func(string) call) *Acquisition {
 	if left == nil {
 		left = func(string) []call { return nil }
 	}
-	return &Acquisition{m: m, Spec: s, Parent: parent, WaitCtx: wctx, wait: wait, start: time.Now(),
+	a := &Acquisition{m: m, Spec: s, Parent: parent, WaitCtx: wctx, told: parent, wait: wait, start: time.Now(),
 		Owner: m.NewField(), left: left, Release: release}
+	if m.cfg.WaitStarted != nil {
+		if v := m.cfg.WaitStarted(parent, s.Ref); v != nil && v != parent {
+			a.told, a.WaitCtx = v, WithValues(wctx, v)
+		}
+	}
+	return a
 }
 
 // All returns what gives back everything an attempt of field may have
@@ -210,6 +219,9 @@ func (a *Acquisition) Grant(field string, count int, renew []call, ends ...func(
 		Token: a.Token, Tokens: a.Tokens, Parts: a.Spec.Parts, Covers: a.Spec.Covers, Parent: a.Parent, Count: count,
 		Taken: time.Now(), Mu: lease.NewHoldLock(),
 	}
+	if a.m.cfg.HoldValues {
+		h.Obs = new(lease.Observed)
+	}
 	if a.Releases == nil && len(renew) == 1 {
 		h.One = [2]call{renew[0], a.Release(field)} // one allocation for both
 		h.Renew, h.Release = h.One[:1:1], h.One[1:2:2]
@@ -219,13 +231,14 @@ func (a *Acquisition) Grant(field string, count int, renew []call, ends ...func(
 	for _, end := range ends {
 		h.OnEnd(end)
 	}
-	hctx, err := a.m.grant(a.Spec, h, a.start, a.St)
+	hctx, err := a.m.grant(a.Spec, h, a.told, a.start, a.St)
 	return a.Granted(field, hctx, err)
 }
 
 // grant adds h, granted by a script stamped st, to the lease Keeper, and
-// returns its context; see Acquisition.Grant.
-func (m *Machine) grant(s *Spec, h *lease.Hold, start time.Time, st lease.Stamp) (context.Context, error) {
+// returns its context; see Acquisition.Grant. The observer is told with
+// told, the wait's values.
+func (m *Machine) grant(s *Spec, h *lease.Hold, told context.Context, start time.Time, st lease.Stamp) (context.Context, error) {
 	parent := h.Parent
 	giveUp := func(err error) (context.Context, error) {
 		m.Cleanup(h.Lease, h.Release...)
@@ -245,9 +258,11 @@ func (m *Machine) grant(s *Spec, h *lease.Hold, start time.Time, st lease.Stamp)
 			m.GiveBack(h)
 		}
 	}))
+	var vals context.Context
 	if m.cfg.Acquired != nil {
-		m.cfg.Acquired(h.Parent, s.Ref, h.Taken.Sub(start), st.Handoff)
+		vals = m.cfg.Acquired(told, parent, s.Ref, h.Taken.Sub(start), st.Handoff)
 	}
+	h.Started(vals)
 	return h.Ctx, nil
 }
 
@@ -281,7 +296,7 @@ func (a *Acquisition) Finish(err error) {
 		a.m.Sweep(a.Spec.Lease, a.All(a.Owner)...)
 	}
 	if err != nil && a.m.cfg.AcquireFailed != nil {
-		a.m.cfg.AcquireFailed(a.Parent, a.Spec.Ref, time.Since(a.start), err)
+		a.m.cfg.AcquireFailed(a.told, a.Spec.Ref, time.Since(a.start), err)
 	}
 }
 

@@ -25,9 +25,17 @@ type Config struct {
 	Ack       Ack  // WithReplicaAck
 	Cluster   bool // a Redis Cluster: subscribers may be on any node
 
-	// Acquired and AcquireFailed, when set, are told of each first
-	// acquisition that made a hold, and of each that failed.
-	Acquired      func(ctx context.Context, ref lease.Ref, wait time.Duration, handoff bool)
+	// WaitStarted, when set, is told of each first acquisition as it
+	// starts, with the caller's context, and returns the context whose
+	// values the acquisition's commands carry (nil: the caller's).
+	// Each such acquisition then ends with one call of Acquired or
+	// AcquireFailed, with that context. Acquired returns the context
+	// whose values the hold's contexts carry (nil: the caller's), given
+	// the caller's (parent); only when HoldValues is set, which makes
+	// each hold with a lease.Observed.
+	HoldValues    bool
+	WaitStarted   func(ctx context.Context, ref lease.Ref) context.Context
+	Acquired      func(ctx, parent context.Context, ref lease.Ref, wait time.Duration, handoff bool) context.Context
 	AcquireFailed func(ctx context.Context, ref lease.Ref, wait time.Duration, err error)
 }
 

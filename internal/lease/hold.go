@@ -39,8 +39,8 @@ type Hold struct {
 	Renew   []transport.Call
 	Release []transport.Call
 	One     [2]transport.Call // backs renew and release for one call each: no allocation
-	Parent  context.Context
-	Ctx     context.Context // carries the hold; ends with it
+	Parent  context.Context   // the hold ends with it
+	Ctx     context.Context   // carries the hold (and its Values); ends with it
 	cancel  context.CancelCauseFunc
 
 	// Parts: the hold is on several locks, and can be lost from some of
@@ -75,6 +75,11 @@ type Hold struct {
 	// firsts run when the hold ends, before its context is cancelled:
 	// what they see of other contexts was not caused by its end.
 	firsts []func()
+
+	// Obs, when set (by the root, for an observer that gives values at a
+	// hold's start), holds those values and orders the reports of the
+	// hold's start and end (observed.go).
+	Obs *Observed
 
 	k *Keeper // set by Add
 }

@@ -111,15 +111,20 @@ func New(cfg Config) *Keeper {
 
 // Add starts h, whose lease was set by a script stamped st: h gets its
 // context (h.Ctx: a child of h.Parent that carries h under h.Ref, and
-// tells from its deadline), and its lease is kept from now on. It
-// registers nothing and returns Errors.Closed once the keeper is closed,
-// and Errors.Untrusted when a ForceUnlock of the lock came after st; h's
-// context is then cancelled with that error.
+// tells from its deadline; its other values are h.Values()), and its lease
+// is kept from now on. It registers nothing and returns Errors.Closed once
+// the keeper is closed, and Errors.Untrusted when a ForceUnlock of the lock
+// came after st; h's context is then cancelled with that error.
 func (w *Keeper) Add(h *Hold, st Stamp) error {
 	h.k = w
 	h.dl.clear() // until registered
 	h.over = make(chan struct{})
-	cctx, cancel := context.WithCancelCause(h.Parent)
+	base := h.Parent
+	if h.Obs != nil {
+		h.Obs.base = valuesCtx{Context: h.Parent, h: h}
+		base = &h.Obs.base
+	}
+	cctx, cancel := context.WithCancelCause(base)
 	h.Ctx, h.cancel = &holdCtx{Context: context.WithValue(cctx, h.Ref, h), h: h}, cancel
 	w.mu.Lock()
 	defer w.mu.Unlock()
