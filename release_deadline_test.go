@@ -45,21 +45,25 @@ type faultyLink struct {
 	refuse atomic.Bool
 }
 
-func newFaultyLink(t *testing.T, addr string) *faultyLink {
+func newFaultyLink(t *testing.T, addr string, tune ...func(*redis.Options)) *faultyLink {
 	l := &faultyLink{p: faultproxy.New(t, addr)}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	closed := ln.Addr().String()
 	require.NoError(t, ln.Close())
 	var d net.Dialer
-	l.rdb = redis.NewClient(&redis.Options{Addr: l.p.Addr(), DialTimeout: time.Second,
+	opt := &redis.Options{Addr: l.p.Addr(), DialTimeout: time.Second,
 		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
 		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			if l.refuse.Load() {
 				addr = closed
 			}
 			return d.DialContext(ctx, network, addr)
-		}})
+		}}
+	for _, f := range tune {
+		f(opt)
+	}
+	l.rdb = redis.NewClient(opt)
 	t.Cleanup(func() { _ = l.rdb.Close() })
 	return l
 }
@@ -72,38 +76,39 @@ func (l *faultyLink) heal() {
 
 // releaseKind is one kind of release, with how to take what it releases.
 type releaseKind struct {
-	name    string
+	name    string                                     // the release
+	taking  string                                     // the acquisition
 	setup   func(t *testing.T, c *Client, name string) // before the first acquire (nil: nothing)
 	acquire func(c *Client, ctx context.Context, name string) (context.Context, error)
 	release func(c *Client, hctx context.Context, name string) error
 }
 
 var releaseKinds = []releaseKind{{
-	name: "Mutex.Unlock",
+	name: "Mutex.Unlock", taking: "Mutex.Lock",
 	acquire: func(c *Client, ctx context.Context, name string) (context.Context, error) {
 		return c.Mutex(name).Lock(ctx)
 	},
 	release: func(c *Client, hctx context.Context, name string) error { return c.Mutex(name).Unlock(hctx) },
 }, {
-	name: "FairMutex.Unlock",
+	name: "FairMutex.Unlock", taking: "FairMutex.Lock",
 	acquire: func(c *Client, ctx context.Context, name string) (context.Context, error) {
 		return c.FairMutex(name).Lock(ctx)
 	},
 	release: func(c *Client, hctx context.Context, name string) error { return c.FairMutex(name).Unlock(hctx) },
 }, {
-	name: "RWMutex.RUnlock",
+	name: "RWMutex.RUnlock", taking: "RWMutex.RLock",
 	acquire: func(c *Client, ctx context.Context, name string) (context.Context, error) {
 		return c.RWMutex(name).RLock(ctx)
 	},
 	release: func(c *Client, hctx context.Context, name string) error { return c.RWMutex(name).RUnlock(hctx) },
 }, {
-	name: "RWMutex.Unlock",
+	name: "RWMutex.Unlock", taking: "RWMutex.Lock",
 	acquire: func(c *Client, ctx context.Context, name string) (context.Context, error) {
 		return c.RWMutex(name).Lock(ctx)
 	},
 	release: func(c *Client, hctx context.Context, name string) error { return c.RWMutex(name).Unlock(hctx) },
 }, {
-	name: "Semaphore.Release",
+	name: "Semaphore.Release", taking: "Semaphore.Acquire",
 	setup: func(t *testing.T, c *Client, name string) {
 		require.NoError(t, c.Semaphore(name).SetPermits(context.Background(), 1))
 	},
@@ -112,13 +117,13 @@ var releaseKinds = []releaseKind{{
 	},
 	release: func(c *Client, hctx context.Context, name string) error { return c.Semaphore(name).Release(hctx, 1) },
 }, {
-	name: "Election.Resign",
+	name: "Election.Resign", taking: "Election.Campaign",
 	acquire: func(c *Client, ctx context.Context, name string) (context.Context, error) {
 		return c.Election(name).Campaign(ctx, "v")
 	},
 	release: func(c *Client, hctx context.Context, name string) error { return c.Election(name).Resign(hctx) },
 }, {
-	name: "MultiLock.Unlock",
+	name: "MultiLock.Unlock", taking: "MultiLock.Lock",
 	acquire: func(c *Client, ctx context.Context, name string) (context.Context, error) {
 		return c.MultiLock([]string{name + ":a", name + ":b"}).Lock(ctx)
 	},

@@ -271,6 +271,7 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 				stop()
 			}
 		}
+		err = a.Explain(err)
 		a.Finish(err)
 	}()
 	// A downgrade whose write hold ended otherwise than by its Unlock

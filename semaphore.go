@@ -276,6 +276,7 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 		return script(lua.SemDrop, s.keys, field, publish, semReclaimLimit, s.channel)
 	})
 	defer func() {
+		err = a.Explain(err)
 		failed := err
 		if h != nil {
 			failed = nil // permits added to a hold, as a re-entry: not a first acquisition
