@@ -37,7 +37,8 @@
 // hold's: a lock taken with lock A's hold context ends with A's hold (for
 // hand-over-hand locking, take it with the outer context instead). To
 // bound only the wait, use TryLockFor. Unlock works with a cancelled
-// context. On error, every call that returns a hold's context (Lock,
+// context, and returns by the end of the context the hold was taken with at
+// the latest (see Mutex.Unlock). On error, every call that returns a hold's context (Lock,
 // TryLock, TryLockFor, RLock, Acquire, Campaign...) returns a nil
 // context, so a caller that drops the error holds nothing that looks like
 // a hold.
@@ -91,8 +92,10 @@
 // the unlock message; every wait is also bounded
 // by the holder's remaining lease, so a lost message costs a delay, never a
 // hang. Waits end when their context ends, returning an error that wraps
-// the context's error and names the lock, even while Redis does not answer,
-// and leave nothing behind in Redis. TryLockFor (TryRLockFor,
+// the context's error and names the lock, even while Redis does not answer
+// (then it also wraps the last error the wait's attempts met, a refused
+// connection say, or says how long the last one had no reply), and leave
+// nothing behind in Redis. TryLockFor (TryRLockFor,
 // TryAcquireFor) bounds the wait alone and returns ErrNotAcquired after it.
 //
 // Under contention, a Mutex's last Unlock hands the lock straight to a
