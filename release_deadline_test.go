@@ -224,3 +224,31 @@ func TestUnlockRightAfterItsContextEndedIsNilAtOnce(t *testing.T) {
 		}
 	})
 }
+
+// The last RUnlock of a downgraded read hold waits for its reply as any
+// release does: the context that hold is bound to (derived from the write
+// hold's) is ended by the hold's own end, and that end is not the end of
+// the context it was taken with. Once RUnlock returns nil, another writer
+// takes the lock at once.
+func TestDowngradedRUnlockWaitsForItsReply(t *testing.T) {
+	t.Parallel()
+	e := realEnv(t)
+	bg := context.Background()
+	rdb, hook := faultRDB(t, &redis.Options{Addr: e.addr})
+	c := newClient(t, rdb)
+	require.NoError(t, lua.RWRUnlock.Load(bg, rdb).Err())
+	r := c.RWMutex("downgrade:reply")
+	w, err := r.Lock(bg)
+	require.NoError(t, err)
+	rd, err := r.RLock(w)
+	require.NoError(t, err)
+	require.NoError(t, r.Unlock(w))
+
+	hook.OnCommand(faultproxy.CommandRule{Name: "evalsha", Args: faultproxy.RunsScript(lua.RWRUnlock.Script), Times: 1,
+		Action: faultproxy.DelayReply(300 * time.Millisecond)})
+	start := time.Now()
+	require.NoError(t, r.RUnlock(rd))
+	require.GreaterOrEqual(t, time.Since(start), 250*time.Millisecond, "RUnlock waited for its reply")
+	_, err = e.client(t).RWMutex("downgrade:reply").TryLock(bg)
+	require.NoError(t, err, "free once RUnlock has returned nil")
+}

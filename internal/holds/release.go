@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/redisync-go/redisync/internal/errs"
@@ -41,8 +42,9 @@ func (m *Machine) Release(ctx context.Context, s *Spec, n int, send func(ctx con
 	if h == nil {
 		return s.Wrap(fmt.Errorf("%w (the context carries no hold of it)", errs.NotHeld))
 	}
-	ctx, cancel := releaseBound(ctx, h)
-	defer cancel()
+	b := releaseBound(ctx, h)
+	defer b.done()
+	ctx = b.ctx
 	m.endWithParent(h)
 	if err := h.Mu.LockCtx(ctx); err != nil {
 		if m.endWithParent(h); !h.Live() {
@@ -72,14 +74,20 @@ func (m *Machine) Release(ctx context.Context, s *Spec, n int, send func(ctx con
 	if last {
 		// Tell everyone sharing the hold before the lock can be free;
 		// renewals stop before the script is sent, so none follows it.
+		// A context that the hold's own end ends (a downgrade's, in
+		// the root's rwlock.go) does not end its release.
+		b.unwatch()
 		m.wd.End(h, lease.EndUnlocked, nil)
+		if h.Parent.Err() == nil {
+			b.watch(h)
+		}
 	} else {
 		p = &pending{m: m, h: h, count: count, n: n}
 		ctx = context.WithValue(ctx, pendingKey{}, p)
 	}
 	reply, sent, err := send(ctx, h, count)
 	switch {
-	case err != nil && h.Parent.Err() != nil:
+	case err != nil && b.parentEnded.Load():
 		// No reply before the hold's context ended: the hold has ended
 		// with it, and was the caller's until then (see afterEnd).
 		if last {
@@ -116,16 +124,41 @@ func (m *Machine) Release(ctx context.Context, s *Spec, n int, send func(ctx con
 	return nil
 }
 
-// releaseBound returns the context a release through h runs in: ctx's
-// values, ended by ReleaseTimeout or by the end of the context h was taken
-// with, whichever comes first.
-func releaseBound(ctx context.Context, h *lease.Hold) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(detach(ctx), ReleaseTimeout)
-	stop := context.AfterFunc(h.Parent, cancel)
-	return ctx, func() {
-		stop()
-		cancel()
-	}
+// bound is the context a release through a hold runs in: the caller's
+// values, ended by ReleaseTimeout or, while watched, by the end of the
+// context the hold was taken with, whichever comes first.
+type bound struct {
+	ctx         context.Context
+	cancel      context.CancelFunc
+	stop        func() bool
+	parentEnded atomic.Bool // the bound ended with the hold's context
+}
+
+// releaseBound returns the bound of a release of h with ctx, watching h's
+// context.
+func releaseBound(ctx context.Context, h *lease.Hold) *bound {
+	b := &bound{}
+	b.ctx, b.cancel = context.WithTimeout(detach(ctx), ReleaseTimeout)
+	b.watch(h)
+	return b
+}
+
+// watch ends b when the context h was taken with ends.
+func (b *bound) watch(h *lease.Hold) {
+	b.stop = context.AfterFunc(h.Parent, func() {
+		b.parentEnded.Store(true)
+		b.cancel()
+	})
+}
+
+// unwatch stops watching; the bound stays ended if the watched context
+// ended before.
+func (b *bound) unwatch() { b.stop() }
+
+// done releases b's resources.
+func (b *bound) done() {
+	b.stop()
+	b.cancel()
 }
 
 // endWithParent ends h, and gives it back in the background, when the
