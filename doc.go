@@ -27,13 +27,13 @@
 // ErrLeaseLost says the hold was lost before it, and what was written under
 // it may have raced another holder.
 //
-// # Ownership lives in the context
-//
 // Do is the same in one call: it runs a function under the lock with the
 // hold's context and returns its error joined with Unlock's, which wraps
 // ErrLeaseLost when the lock was lost before the function's end:
 //
 //	err := m.Do(ctx, func(lctx context.Context) error { return work(lctx) })
+//
+// # Ownership lives in the context
 //
 // A nested Lock of the same lock with lctx (or a context derived from it)
 // re-enters; any other context gets a fresh owner, so goroutines sharing a

@@ -120,7 +120,8 @@ func (e *Election) wrap(err error) error { return wrapOr(e.spec.Wrap, err) }
 // Campaign makes the caller a candidate with value (what Leader and
 // Observe report of it, such as the node's address), and blocks until it
 // leads or ctx ends (then it returns an error that wraps ctx's error,
-// leaving nothing behind). Candidates wait for the unlock of the
+// leaving nothing behind; it says why Redis did not answer as Mutex.Lock's
+// does). Candidates wait for the unlock of the
 // leadership, woken by pub/sub when a leader resigns or its campaign's
 // context ends, and bounded by the leader's lease when it crashes.
 //
@@ -178,7 +179,7 @@ func (e *Election) campaign(parent, wctx context.Context, value string, bounded 
 	a := e.c.holds.Begin(&e.spec, parent, wctx, true, nil, func(field string) call {
 		return e.resign(field, term.Load())
 	})
-	defer func() { a.Finish(err) }()
+	defer func() { err = a.Explain(err); a.Finish(err) }()
 	try := func() (bool, time.Duration, error) {
 		field, r, d, err := a.Send(func(field string) call {
 			return script(lua.ElectCampaign, e.keys, leaseMs, field, value, publish, e.channel)
@@ -235,12 +236,15 @@ func (e *Election) Term(ctx context.Context) (int64, bool) {
 // the election is freed in Redis and the next candidate, in any process,
 // leads at once (woken by pub/sub, without waiting for a lease). It works
 // with a cancelled ctx. It returns nil when the leadership already ended
-// with the context it was won with, and an error wrapping ErrNotHeld when
+// with the context it was won with (at once: redisync frees the election in
+// the background, as Mutex.Unlock says), and an error wrapping ErrNotHeld when
 // ctx carries no leadership of this election, or one that has ended; that
 // error also wraps ErrLeaseLost when the leadership was lost, as
 // Mutex.Unlock tells it: by the leadership's local deadline (a process
 // stopped past its lease learns it here), or by Redis no longer having it
-// (a leadership lost before its deadline, a deleted key).
+// (a leadership lost before its deadline, a deleted key). It returns by the
+// end of the context the leadership was won with at the latest, and within
+// 5s, with the results Mutex.Unlock has then.
 func (e *Election) Resign(ctx context.Context) error {
 	if err := e.check(ctx); err != nil {
 		return err

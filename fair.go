@@ -180,7 +180,7 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 		func(field string) []call { return []call{f.leaveCall(field)} },
 		func(field string) call { return script(lua.FairDrop, f.keys(), field, f.prefix, publish) })
 	a.Restart = true // a new owner queues, and listens, as itself
-	defer func() { a.Finish(err) }()
+	defer func() { err = a.Explain(err); a.Finish(err) }()
 	try := func() (bool, time.Duration, error) {
 		field, r, d, err := a.Send(func(field string) call { return f.script(field, 0, wait) })
 		if r == nil {
@@ -243,7 +243,8 @@ func (f *FairMutex) leave(field string) { f.c.holds.Cleanup(f.waiter, f.leaveCal
 
 // Unlock releases one hold of the lock that ctx carries; when the last hold
 // is released the lock is handed to the head of the queue, and only that
-// waiter is woken. Its results are Mutex.Unlock's. It works with a
+// waiter is woken. Its results, and its bound (the end of the context the
+// hold was taken with, 5s at most), are Mutex.Unlock's. It works with a
 // cancelled ctx.
 func (f *FairMutex) Unlock(ctx context.Context) error {
 	if err := f.check(ctx); err != nil {

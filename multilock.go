@@ -268,7 +268,7 @@ func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 
 	a := m.c.holds.Begin(&m.spec, parent, wctx, wait, nil, nil)
 	a.Releases = func(field string) []call { return m.unlockCalls(field, 1) }
-	defer func() { a.Finish(err) }()
+	defer func() { err = a.Explain(err); a.Finish(err) }()
 	blocker := m.names[0] // the name the latest attempt found held
 	try := func() (bool, time.Duration, error) {
 		field := a.Owner
@@ -424,7 +424,10 @@ func (m *MultiLock) unlockCallsOf(groups []multiGroup, field string, count int) 
 // then freed too), told as Mutex.Unlock tells it: by the hold's local
 // deadline, or by what Redis no longer has. After
 // another error on the last hold, the hold has ended and redisync retries
-// the release in the background.
+// the release in the background. It returns by the end of the context the
+// hold was taken with at the latest, and within 5s, with the results
+// Mutex.Unlock has then (nil once that context has ended: the release goes
+// on in the background).
 func (m *MultiLock) Unlock(ctx context.Context) error {
 	if err := m.check(ctx); err != nil {
 		return err

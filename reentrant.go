@@ -80,7 +80,9 @@ func (m *Mutex) check(ctx context.Context) error {
 func (m *Mutex) wrap(err error) error { return wrapOr(m.spec.Wrap, err) }
 
 // Lock acquires the lock, waiting until it is free or ctx ends (then it
-// returns an error that wraps ctx's error and names the lock).
+// returns an error that wraps ctx's error and names the lock, and, when
+// Redis had not answered the wait's latest attempts, wraps the last error
+// they met and says how long the last one had no reply).
 //
 // It returns the hold's context, derived from ctx: pass it down, and a
 // nested Lock of this lock with it (or with a context derived from it)
@@ -169,7 +171,7 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx con
 	a := m.c.holds.Begin(&m.spec, parent, wctx, wait, nil, func(field string) call {
 		return script(lua.Drop, []string{m.name}, field, publish, unlockMessage, m.channel)
 	})
-	defer func() { a.Finish(err) }()
+	defer func() { err = a.Explain(err); a.Finish(err) }()
 	try := func() (bool, time.Duration, error) {
 		field, r, d, err := a.Send(func(field string) call { return m.script(field, 0) })
 		if r == nil {
@@ -278,8 +280,12 @@ func (m *Mutex) script(field string, count int) call {
 // nothing: when Redis lost the hold early, the new holder is told at its
 // next renewal, not this Unlock.
 //
-// It returns nil when the hold already ended with the context it was taken
-// with (redisync released it then), and an error wrapping ErrNotHeld when
+// It returns nil, at once, when the hold already ended with the context it
+// was taken with: the hold was the caller's until then, and redisync
+// releases it in Redis from that moment, in the background (behind any
+// call through the hold still waiting for its reply; the lease frees it at
+// the latest), so the lock may still be held there for a while after that
+// nil. It returns an error wrapping ErrNotHeld when
 // ctx carries no hold of the lock, a hold already released, or a hold whose
 // lease was lost (that error also wraps ErrLeaseLost, and whatever Redis
 // still kept of the hold is cleared). The hold's local deadline decides
@@ -294,9 +300,18 @@ func (m *Mutex) script(field string, count int) call {
 // (WithFencing). After another error on the last hold (Redis
 // unreachable), the hold has ended: redisync retries the release in the
 // background, and Redis frees the lock when its lease ends at the latest.
-// Unlock returns within 5s whatever ctx, with an error when Redis has not
-// answered by then (a silent link); a release that is not the last then
-// counts once its reply comes.
+//
+// Unlock returns by the end of the context the hold was taken with at the
+// latest, and within 5s whatever that is. When that context ends before
+// Redis has answered (a request's deadline passing while the link is silent
+// or Redis refuses connections), the hold has ended with it, and Unlock
+// returns nil then, as for a hold that had already ended with its context:
+// the hold was the caller's until that end; the release goes on in the
+// background, and the lease frees the lock at the latest. A loss that only
+// Redis's reply would have shown (a hold Redis lost before its deadline)
+// is then not reported. When Redis has not answered within 5s while that
+// context lives (a silent link), Unlock returns an error; a release that
+// is not the last then counts once its reply comes.
 func (m *Mutex) Unlock(ctx context.Context) error {
 	if err := m.check(ctx); err != nil {
 		return err

@@ -271,6 +271,7 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 				stop()
 			}
 		}
+		err = a.Explain(err)
 		a.Finish(err)
 	}()
 	// A downgrade whose write hold ended otherwise than by its Unlock
@@ -359,8 +360,9 @@ func (r *RWMutex) leave(field string) { r.c.holds.Cleanup(r.waiter, r.leaveCall(
 
 // RUnlock releases one read hold that ctx carries; the last one ends the
 // owner's share, and the last share of the lock frees it and wakes a
-// waiting writer. Its results are Mutex.Unlock's. It works with a cancelled
-// ctx.
+// waiting writer. Its results, and its bound (the end of the context the
+// hold was taken with, 5s at most), are Mutex.Unlock's. It works with a
+// cancelled ctx.
 func (r *RWMutex) RUnlock(ctx context.Context) error {
 	if err := r.check(ctx); err != nil {
 		return err
@@ -372,8 +374,9 @@ func (r *RWMutex) RUnlock(ctx context.Context) error {
 
 // Unlock releases one write hold that ctx carries. The last one lets in the
 // readers that waited for it and wakes a writer; if the owner also took the
-// read lock, it keeps it (downgrade). Its results are Mutex.Unlock's. It
-// works with a cancelled ctx.
+// read lock, it keeps it (downgrade). Its results, and its bound (the end
+// of the context the hold was taken with, 5s at most), are
+// Mutex.Unlock's. It works with a cancelled ctx.
 func (r *RWMutex) Unlock(ctx context.Context) error {
 	if err := r.check(ctx); err != nil {
 		return err

@@ -277,7 +277,10 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 		a = s.c.holds.Begin(&s.spec, parent, wctx, wait, nil, func(field string) call {
 			return script(lua.SemDrop, s.keys, field, publish, semReclaimLimit, s.channel)
 		})
-		defer func() { a.Finish(err) }()
+		defer func() {
+			err = a.Explain(err)
+			a.Finish(err)
+		}()
 	}
 	var hctx context.Context // a hold added to
 	neverSet := false
@@ -413,7 +416,12 @@ func semBound(ms int64) time.Duration {
 // already ended with the context it was taken with, and an error wrapping
 // ErrNotHeld (and ErrLeaseLost) when its lease was lost (its deadline had
 // passed, or Redis no longer had its permits, told as Mutex.Unlock tells
-// it), in which case whatever Redis still kept of the hold is released.
+// it), in which case whatever Redis still kept of the hold is released. It
+// returns by the end of the context the permits were acquired with at the
+// latest, and within 5s, with the results Mutex.Unlock has then: nil once
+// that context has ended (the permits were the caller's until then; they
+// are released in the background, and their lease frees them at the
+// latest), an error when Redis has not answered within 5s while it lives.
 func (s *Semaphore) Release(ctx context.Context, n int) error {
 	if err := s.check(ctx); err != nil {
 		return err

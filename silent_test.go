@@ -235,8 +235,8 @@ func TestSilentQueueWaitsEndAtTheirContext(t *testing.T) {
 }
 
 // Unlock of a hold that already ended with its context returns nil, as
-// Mutex.Unlock's doc promises, even when the release it sends again (to
-// make sure) meets a reset connection.
+// Mutex.Unlock's doc promises, even when the release it sends again in the
+// background (to make sure) meets a reset connection.
 func TestUnlockAfterContextEndedOverResets(t *testing.T) {
 	t.Parallel() // its own servers, mostly waiting
 	e := realEnv(t)
@@ -261,7 +261,7 @@ func TestUnlockAfterContextEndedOverResets(t *testing.T) {
 	cancel()
 	eventually(t, 5*time.Second, "released with its context", func() bool { return lost.Fired() >= 1 && !exists() })
 	require.NoError(t, m.Unlock(hctx))
-	assert.GreaterOrEqual(t, lost.Fired(), 2, "Unlock made sure Redis does not keep it")
+	eventually(t, 5*time.Second, "Unlock made sure Redis does not keep it, in the background", func() bool { return lost.Fired() >= 2 })
 	assert.False(t, exists())
 }
 

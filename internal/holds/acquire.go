@@ -112,6 +112,11 @@ type Acquisition struct {
 	Token   int64            // the fencing token of the latest attempt's grant
 	Tokens  map[string]int64 // a fenced MultiLock's, by name
 	HoldCtx context.Context  // the hold's context, once won
+	// For Explain: why the latest attempt that Redis did not answer
+	// failed, when the wait went on after it (nil once Redis answers one),
+	// and how long the attempt the wait ended in had waited for its reply.
+	last   error
+	unsent time.Duration
 
 	// left returns what an attempt of field may leave in Redis even
 	// when refused (a queue entry); release gives up what a granted one
@@ -191,9 +196,16 @@ func (a *Acquisition) Send(build func(field string) call) (string, []int64, time
 		return field, nil, 0, err
 	}
 	if err != nil {
-		d, err := a.m.unsure(err, a.wait, &a.Dirty)
-		return field, nil, d, err
+		d, uerr := a.m.unsure(err, a.wait, &a.Dirty)
+		switch {
+		case uerr == nil:
+			a.last = err // the wait goes on
+		case a.WaitCtx.Err() != nil:
+			a.unsent = time.Since(a.St.Sent) // the wait ended first
+		}
+		return field, nil, d, uerr
 	}
+	a.last = nil // Redis answered
 	a.St.Sent = r.Sent
 	a.Token = FenceToken(a.Spec, v)
 	return field, v, 0, nil
@@ -299,6 +311,35 @@ func (a *Acquisition) Finish(err error) {
 		a.m.cfg.AcquireFailed(a.told, a.Spec.Ref, time.Since(a.start), err)
 	}
 }
+
+// Explain returns err, the error the call ends with, saying why Redis gave
+// no answer to the wait's latest attempts when the wait ended (its
+// context, or TryLockFor's bound) before one came: the error of the latest
+// one that failed (a refused or reset connection, a Redis loading its
+// data), and how long the one the wait ended in had waited for its reply.
+// A wait on an unreachable Redis then reads differently from a wait for a
+// lock that stayed busy, whose attempts Redis answered. The result matches
+// what err matched (the context's error, errs.NotAcquired), and that
+// attempt's error.
+func (a *Acquisition) Explain(err error) error {
+	if err == nil || a.WaitCtx.Err() == nil {
+		return err
+	}
+	noReply := a.unsent >= noReplyNoted
+	switch {
+	case a.last != nil && noReply:
+		return fmt.Errorf("%w (the last attempt had no reply within %v; the one before failed: %w)", err, a.unsent.Round(time.Millisecond), a.last)
+	case a.last != nil:
+		return fmt.Errorf("%w (the last attempt failed: %w)", err, a.last)
+	case noReply:
+		return fmt.Errorf("%w (the last attempt had no reply within %v)", err, a.unsent.Round(time.Millisecond))
+	}
+	return err
+}
+
+// noReplyNoted is how long an attempt must have waited for its reply when
+// its wait ended for Explain to say so (less is a round trip cut short).
+const noReplyNoted = 50 * time.Millisecond
 
 // FenceToken returns the token in a fenced lock's granted acquire reply
 // ({1, count, token}), or 0.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/redisync-go/redisync/internal/errs"
@@ -12,32 +13,41 @@ import (
 )
 
 // Release gives up n of the holds that ctx carries (all of them when n is
-// its count), within ReleaseTimeout whatever ctx says. send runs the
-// release script with the count before it and returns 1 (holds remain), 2
-// (the last was released, or was already gone and the call was written
-// twice: see writes), GoneAt (the last was already gone, lost) or 0
-// (holds that should remain are gone: the lease was lost), and when it was
-// sent.
+// its count). send runs the release script with the count before it and
+// returns 1 (holds remain), 2 (the last was released, or was already gone
+// and the call was written twice: see writes), GoneAt (the last was
+// already gone, lost) or 0 (holds that should remain are gone: the lease
+// was lost), and when it was sent.
 //
-// A release that does not answer within ReleaseTimeout (a silent link)
-// returns an error: the last one has ended the hold already, and is tried
-// again in the background (Redis frees it at its lease's end at the
-// latest); one that is not the last (sent by ReleaseBy) keeps h's lock
-// until its reply comes, and is counted then (see pending), so that no
-// later script through the hold is overtaken by it. A release that cannot
-// have h's lock within ReleaseTimeout (an earlier call through the hold
-// keeps it, waiting for its reply) changes nothing and returns an error,
-// unless the hold has ended: then it answers as for an ended hold, and
-// makes sure of Redis in the background once the lock is free.
+// A release returns by the end of the context the hold was taken with
+// (h.Parent) at the latest, and within ReleaseTimeout whatever that is.
+// Once that context has ended, the hold has ended with it: the release is
+// the ended-hold case (afterEnd), and answers nil at once, whether it was
+// called after that end or was still waiting for its reply (or for h's
+// lock) when the end came; what it could not finish goes on in the
+// background (the give-back the end started, and the release's own
+// write), and Redis frees the lock at its lease's end at the latest.
+//
+// A release that does not answer within ReleaseTimeout while that
+// context lives (a silent link) returns an error: the last one has ended
+// the hold already, and is tried again in the background (Redis frees it
+// at its lease's end at the latest); one that is not the last (sent by
+// ReleaseBy) keeps h's lock until its reply comes, and is counted then
+// (see pending), so that no later script through the hold is overtaken
+// by it. A release that cannot have h's lock within ReleaseTimeout (an
+// earlier call through the hold keeps it, waiting for its reply) changes
+// nothing and returns an error.
 func (m *Machine) Release(ctx context.Context, s *Spec, n int, send func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error)) error {
 	h := Carried(ctx, s.Ref)
 	if h == nil {
 		return s.Wrap(fmt.Errorf("%w (the context carries no hold of it)", errs.NotHeld))
 	}
-	ctx, cancel := context.WithTimeout(detach(ctx), ReleaseTimeout)
-	defer cancel()
+	b := releaseBound(ctx, h)
+	defer b.done()
+	ctx = b.ctx
+	m.endWithParent(h)
 	if err := h.Mu.LockCtx(ctx); err != nil {
-		if !h.Live() {
+		if m.endWithParent(h); !h.Live() {
 			// Ended, while an earlier call through the hold kept its
 			// lock all along the release's bound (the give-back its end
 			// started, on a silent link, say): the answer needs nothing
@@ -64,13 +74,28 @@ func (m *Machine) Release(ctx context.Context, s *Spec, n int, send func(ctx con
 	if last {
 		// Tell everyone sharing the hold before the lock can be free;
 		// renewals stop before the script is sent, so none follows it.
+		// A context that the hold's own end ends (a downgrade's, in
+		// the root's rwlock.go) does not end its release.
+		b.unwatch()
 		m.wd.End(h, lease.EndUnlocked, nil)
+		if h.Parent.Err() == nil {
+			b.watch(h)
+		}
 	} else {
 		p = &pending{m: m, h: h, count: count, n: n}
 		ctx = context.WithValue(ctx, pendingKey{}, p)
 	}
 	reply, sent, err := send(ctx, h, count)
 	switch {
+	case err != nil && b.parentEnded.Load():
+		// No reply before the hold's context ended: the hold has ended
+		// with it, and was the caller's until then (see afterEnd).
+		if last {
+			m.giveBackFrom(h, true) // try again in the background; else Redis frees it at the lease's end
+		} else {
+			m.endWithParent(h) // its give-back waits for the reply (pending)
+		}
+		return nil
 	case err != nil:
 		if ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
 			then := "the hold counts it once its reply comes"
@@ -99,6 +124,53 @@ func (m *Machine) Release(ctx context.Context, s *Spec, n int, send func(ctx con
 	return nil
 }
 
+// bound is the context a release through a hold runs in: the caller's
+// values, ended by ReleaseTimeout or, while watched, by the end of the
+// context the hold was taken with, whichever comes first.
+type bound struct {
+	ctx         context.Context
+	cancel      context.CancelFunc
+	stop        func() bool
+	parentEnded atomic.Bool // the bound ended with the hold's context
+}
+
+// releaseBound returns the bound of a release of h with ctx, watching h's
+// context.
+func releaseBound(ctx context.Context, h *lease.Hold) *bound {
+	b := &bound{}
+	b.ctx, b.cancel = context.WithTimeout(detach(ctx), ReleaseTimeout)
+	b.watch(h)
+	return b
+}
+
+// watch ends b when the context h was taken with ends.
+func (b *bound) watch(h *lease.Hold) {
+	b.stop = context.AfterFunc(h.Parent, func() {
+		b.parentEnded.Store(true)
+		b.cancel()
+	})
+}
+
+// unwatch stops watching; the bound stays ended if the watched context
+// ended before.
+func (b *bound) unwatch() { b.stop() }
+
+// done releases b's resources.
+func (b *bound) done() {
+	b.stop()
+	b.cancel()
+}
+
+// endWithParent ends h, and gives it back in the background, when the
+// context it was taken with has ended: as the context.AfterFunc that
+// grant registers does, for a caller that must not find h live meanwhile
+// (that function runs in a goroutine of its own).
+func (m *Machine) endWithParent(h *lease.Hold) {
+	if h.Parent.Err() != nil && m.wd.End(h, lease.EndParent, context.Cause(h.Parent)) {
+		m.GiveBack(h)
+	}
+}
+
 // GoneInTime reports whether a last release of h whose reply found the
 // hold gone in Redis found it gone while its lease still stood there: its
 // reply came (so the script ran) before the hold's deadline, which comes
@@ -119,27 +191,30 @@ func (m *Machine) Lose(h *lease.Hold, locked bool) {
 	}
 }
 
-// afterEnd answers a release through a hold that has already ended, making
-// sure Redis does not keep it: nil when it ended with its context (redisync
-// released it), an error otherwise. A release to make sure that fails (a
-// reset connection, Redis silent) does not change the answer: it is tried
-// again in the background, and the lease frees the lock at the latest.
-// locked says the caller holds h.Mu; without it, that release is sent in
-// the background once the lock is free (not once the Client is closing).
+// afterEnd answers a release through a hold that has already ended: nil
+// at once when it ended with its context (it was the caller's until then,
+// and the give-back that end started releases it in Redis, after any call
+// through the hold still waiting for its reply: see giveBackFrom), an
+// error otherwise. Redis may still have the lock when that nil comes
+// (a silent link, a late reply ahead of the give-back); it frees it at the
+// lease's end at the latest. A lost hold is cleared here, within ctx
+// (locked says the caller holds h.Mu), or in the background when the
+// caller does not hold h.Mu; a clearing that fails (a reset connection,
+// Redis silent) does not change the answer: it is tried again in the
+// background. So is an ended-with-context hold's, to make sure.
 func (m *Machine) afterEnd(ctx context.Context, s *Spec, h *lease.Hold, locked bool) error {
-	why := h.Reason()
-	if why == lease.EndParent || why == lease.EndLost {
+	switch h.Reason() {
+	case lease.EndParent:
+		// In the background, behind the give-back the end started (not
+		// once the Client is closing: Redis frees it at the lease's end).
+		m.Go(func() { m.GiveBack(h) })
+		return nil
+	case lease.EndLost:
 		if !locked {
-			// In the background: once the Client is closing, not at all
-			// (the caller must not wait more; Redis frees it at the
-			// lease's end).
 			m.Go(func() { m.GiveBack(h) })
 		} else if err := m.ReleaseAll(ctx, h.Release); err != nil {
 			m.giveBackFrom(h, true)
 		}
-	}
-	if why == lease.EndParent {
-		return nil
 	}
 	return s.Wrap(EndedError(h))
 }
