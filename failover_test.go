@@ -1,0 +1,277 @@
+package redisync
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisync-go/redisync/internal/faultproxy"
+	"github.com/redisync-go/redisync/internal/holds"
+	"github.com/redisync-go/redisync/internal/redistest"
+)
+
+// The releaser heals what a failover lost (internal/holds/heal.go): each
+// test below has a release run by the old primary that never reaches the
+// one promoted in its place, which therefore keeps the released lock, with
+// its default 30s lease, and nobody renews it.
+
+// comeBack is how soon after a failover the lock a lost release left
+// behind must be taken again (the target is 1.5s; a loaded machine gets
+// more).
+const comeBack = 5 * time.Second
+
+// scriptsOn counts the scripts sent through a go-redis client that name
+// key (EVAL/EVALSHA with key as their first key).
+type scriptsOn struct {
+	key string
+	n   atomic.Int64
+}
+
+func (s *scriptsOn) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (s *scriptsOn) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		s.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (s *scriptsOn) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			s.count(c)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (s *scriptsOn) count(cmd redis.Cmder) {
+	a := cmd.Args()
+	if len(a) >= 4 && (strings.EqualFold(cmd.Name(), "evalsha") || strings.EqualFold(cmd.Name(), "eval")) && a[3] == s.key {
+		s.n.Add(1)
+	}
+}
+
+// lostReleaseCase is the state both failover tests set up before the
+// switch, on keys that share one slot: lost (A released it while the
+// replica's link was cut: only the old primary ran that), reached (A
+// released it before, B took it after, both replicated), partial (A holds
+// it, re-entered and released once, replicated).
+type lostReleaseCase struct {
+	a, b           *Client
+	lost, reached  string
+	partial        string
+	bReached       context.Context
+	aPartial       context.Context
+	aLost          context.Context
+	reachedScripts *scriptsOn
+}
+
+// counts, when given, is already hooked into ra.
+func setUpLostRelease(t *testing.T, ra, rb redis.UniversalClient, tag string, counts *scriptsOn) *lostReleaseCase {
+	lc := &lostReleaseCase{lost: "{" + tag + "}lost", reached: "{" + tag + "}reached", partial: "{" + tag + "}partial"}
+	lc.reachedScripts = counts
+	if counts == nil {
+		lc.reachedScripts = &scriptsOn{key: lc.reached}
+		ra.AddHook(lc.reachedScripts)
+	}
+	lc.a, lc.b = newClient(t, ra), newClient(t, rb) // the default 30s lease
+	ctx := context.Background()
+	var err error
+	lc.aLost, err = lc.a.Mutex(lc.lost).Lock(ctx)
+	require.NoError(t, err)
+	hy, err := lc.a.Mutex(lc.reached).Lock(ctx)
+	require.NoError(t, err)
+	require.NoError(t, lc.a.Mutex(lc.reached).Unlock(hy))
+	lc.bReached, err = lc.b.Mutex(lc.reached).Lock(ctx)
+	require.NoError(t, err)
+	lc.aPartial, err = lc.a.Mutex(lc.partial).Lock(ctx)
+	require.NoError(t, err)
+	again, err := lc.a.Mutex(lc.partial).Lock(lc.aPartial)
+	require.NoError(t, err)
+	require.NoError(t, lc.a.Mutex(lc.partial).Unlock(again))
+	return lc
+}
+
+// releaseLost releases the lost lock (the replica's link is cut by the
+// caller).
+func (lc *lostReleaseCase) releaseLost(t *testing.T, primary *redis.Client) {
+	require.NoError(t, lc.a.Mutex(lc.lost).Unlock(lc.aLost))
+	n, err := primary.Exists(context.Background(), lc.lost).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "the old primary ran the release")
+}
+
+// check is what must hold after the switch to promoted (once B's redis
+// client has followed it): the lost lock is taken again, on promoted,
+// within comeBack of the switch, the others untouched by the sends that
+// took it.
+func (lc *lostReleaseCase) check(t *testing.T, promoted *redis.Client, followed func() bool, switched time.Time, scriptsBefore int64) {
+	ctx := context.Background()
+	eventually(t, 10*time.Second, "B's redis client to follow the new primary", followed)
+	f, err := promoted.HKeys(ctx, lc.lost).Result()
+	require.NoError(t, err)
+	t.Logf("the promoted primary has %q held by %v; B's redis client followed it %v after the switch", lc.lost, f, time.Since(switched))
+
+	bm := lc.b.Mutex(lc.lost)
+	hctx, err := bm.TryLockFor(ctx, comeBack)
+	took := time.Since(switched)
+	require.NoError(t, err, "the lock a lost release left was not taken again within %v of the switch", comeBack)
+	t.Logf("first acquisition %v after the switch (target 1.5s)", took)
+	f, err = promoted.HKeys(ctx, lc.lost).Result()
+	require.NoError(t, err)
+	require.Len(t, f, 1)
+	require.True(t, strings.HasPrefix(f[0], lc.b.ID()+":"), "B holds it on the promoted primary")
+	require.NoError(t, bm.Unlock(hctx))
+
+	// The healer has sent A's release of reached again (its primary
+	// changed): B's hold, taken after it, is untouched.
+	eventually(t, 3*time.Second, "A's release of reached sent again", func() bool {
+		return lc.reachedScripts.n.Load() > scriptsBefore
+	})
+	require.NoError(t, context.Cause(lc.bReached), "B's hold of reached survived the failover")
+	n, err := lc.b.Mutex(lc.reached).HoldCount(lc.bReached)
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "B's hold of reached untouched")
+	require.NoError(t, lc.b.Mutex(lc.reached).Unlock(lc.bReached))
+
+	// A's re-entered hold, released in part, is not released further.
+	require.NoError(t, context.Cause(lc.aPartial))
+	n, err = lc.a.Mutex(lc.partial).HoldCount(lc.aPartial)
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "A's hold of partial keeps its count")
+	require.NoError(t, lc.a.Mutex(lc.partial).Unlock(lc.aPartial))
+}
+
+// waitReplicated waits until primary's replicas have everything written
+// so far.
+func waitReplicated(t *testing.T, primary *redis.Client) {
+	n, err := primary.Wait(context.Background(), 1, 5*time.Second).Result()
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "the replica acknowledged")
+}
+
+// A planned Sentinel failover (SENTINEL FAILOVER) whose promoted replica
+// never got a release: the replica's link to the primary goes through a
+// proxy that drops it. The lock comes back within comeBack (target 1.5s),
+// not at its 30s lease's end.
+func TestReleaseLostInSentinelFailoverIsHealed(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
+	master := redistest.Start(t)
+	mc := master.Client(t)
+	require.NoError(t, mc.ConfigSet(context.Background(), "repl-diskless-sync-delay", "0").Err())
+	link := faultproxy.New(t, master.Addr())
+	_, port, _ := strings.Cut(link.Addr(), ":")
+	replica := redistest.Start(t, "--replicaof", "127.0.0.1", port)
+	rc := replica.Client(t)
+	eventually(t, 10*time.Second, "the replica's link up", func() bool {
+		info, _ := rc.Info(context.Background(), "replication").Result()
+		return strings.Contains(info, "master_link_status:up")
+	})
+	s := redistest.StartSentinel(t, master, "redisync", 1)
+	newFailover := func() *redis.Client {
+		rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: []string{s.Addr()},
+			DialTimeout: 300 * time.Millisecond, ReadTimeout: time.Second})
+		t.Cleanup(func() { rdb.Close() })
+		return rdb
+	}
+	lc := setUpLostRelease(t, newFailover(), newFailover(), "s", nil)
+	waitReplicated(t, mc)
+	link.Blackhole(true) // the replica gets nothing more
+	lc.releaseLost(t, mc)
+	time.Sleep(2 * holds.HealEvery) // the healer knows the old primary
+	before := lc.reachedScripts.n.Load()
+
+	sc := redis.NewSentinelClient(&redis.Options{Addr: s.Addr()})
+	defer sc.Close()
+	require.NoError(t, sc.Failover(context.Background(), s.MasterName).Err())
+	var switched time.Time
+	eventually(t, 15*time.Second, "the replica promoted", func() bool {
+		info, _ := rc.Info(context.Background(), "replication").Result()
+		switched = time.Now()
+		return strings.Contains(info, "role:master")
+	})
+	n, err := rc.Exists(context.Background(), lc.lost).Result()
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "the promoted replica never got the release")
+	id, err := replID(context.Background(), rc)
+	require.NoError(t, err)
+	lc.check(t, rc, func() bool {
+		got, err := replID(context.Background(), lc.b.rdb)
+		return err == nil && got == id
+	}, switched, before)
+}
+
+// A Cluster failover (CLUSTER FAILOVER TAKEOVER on the replica of the
+// locks' master) whose promoted replica never got a release: the replica
+// is stopped and its link killed by the master before the release, and
+// promoted as it resumes, before it can connect again.
+func TestReleaseLostInClusterFailoverIsHealed(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
+	cl := redistest.StartClusterWithReplicas(t, 3, 1)
+	ctx := context.Background()
+	const tag = "c"
+	owner := cl.Owner(t, redistest.SlotOf(t, cl.Masters[0], "{"+tag+"}"))
+	shard := -1
+	for i, m := range cl.Masters {
+		if m == owner {
+			shard = i
+		}
+	}
+	require.GreaterOrEqual(t, shard, 0)
+	mc, replica := owner.Client(t), cl.Replicas[shard][0]
+	hooked := func(hook redis.Hook) *redis.ClusterClient {
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), NewClient: func(o *redis.Options) *redis.Client {
+			n := redis.NewClient(o)
+			if hook != nil {
+				n.AddHook(hook) // the transport sends to the nodes
+			}
+			return n
+		}})
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	counts := &scriptsOn{key: "{" + tag + "}reached"}
+	lc := setUpLostRelease(t, hooked(counts), hooked(nil), tag, counts)
+	waitReplicated(t, mc)
+
+	// One connection to the replica, open before it stops: the
+	// TAKEOVER is read in its first loop once it resumes, before its
+	// cron can connect it to the master again.
+	rc := redis.NewClient(&redis.Options{Addr: replica.Addr(), PoolSize: 1, ReadTimeout: 10 * time.Second})
+	defer rc.Close()
+	require.NoError(t, rc.Ping(ctx).Err())
+	replica.Pause()
+	defer replica.Resume()
+	require.NoError(t, mc.Do(ctx, "CLIENT", "KILL", "TYPE", "replica").Err())
+	lc.releaseLost(t, mc)
+	time.Sleep(2 * holds.HealEvery) // the healer knows the old primary
+	before := lc.reachedScripts.n.Load()
+
+	took := make(chan error, 1)
+	go func() { took <- rc.Do(ctx, "CLUSTER", "FAILOVER", "TAKEOVER").Err() }()
+	time.Sleep(100 * time.Millisecond) // written to the stopped replica
+	replica.Resume()
+	require.NoError(t, <-took)
+	var switched time.Time
+	eventually(t, 15*time.Second, "the replica promoted", func() bool {
+		role, err := rc.Do(ctx, "ROLE").Slice()
+		switched = time.Now()
+		return err == nil && len(role) > 0 && role[0] == "master"
+	})
+	n, err := rc.Exists(ctx, lc.lost).Result()
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "the promoted replica never got the release")
+	lc.check(t, rc, func() bool {
+		cc := lc.b.rdb.(*redis.ClusterClient)
+		cc.ReloadState(ctx) // it has sent nothing to be told MOVED
+		node, err := cc.MasterForKey(ctx, lc.lost)
+		return err == nil && node.Options().Addr == replica.Addr()
+	}, switched, before)
+}
