@@ -22,7 +22,7 @@ type Config struct {
 	Queue     *cohort.Queue
 	Closed    <-chan struct{} // closed when the Client closes
 	Log       *slog.Logger
-	Ack       Ack  // WithReplicaAck
+	Ack       Ack // WithReplicaAck
 	// Primaries, when set, says who serves keys now: the healer (heal.go)
 	// sends again the recent releases a change of primary may have lost.
 	Primaries Primaries
