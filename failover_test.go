@@ -71,11 +71,15 @@ type lostReleaseCase struct {
 	aPartial       context.Context
 	aLost          context.Context
 	reachedScripts *scriptsOn
+
+	sem, elect     string          // a Semaphore of 1 permit and an Election, lost as lost is
+	aSem, aLeading context.Context // A's permit and leadership
 }
 
 // counts, when given, is already hooked into ra.
 func setUpLostRelease(t *testing.T, ra, rb redis.UniversalClient, tag string, counts *scriptsOn) *lostReleaseCase {
-	lc := &lostReleaseCase{lost: "{" + tag + "}lost", reached: "{" + tag + "}reached", partial: "{" + tag + "}partial"}
+	lc := &lostReleaseCase{lost: "{" + tag + "}lost", reached: "{" + tag + "}reached", partial: "{" + tag + "}partial",
+		sem: "{" + tag + "}sem", elect: "{" + tag + "}elect"}
 	lc.reachedScripts = counts
 	if counts == nil {
 		lc.reachedScripts = &scriptsOn{key: lc.reached}
@@ -96,6 +100,11 @@ func setUpLostRelease(t *testing.T, ra, rb redis.UniversalClient, tag string, co
 	again, err := lc.a.Mutex(lc.partial).Lock(lc.aPartial)
 	require.NoError(t, err)
 	require.NoError(t, lc.a.Mutex(lc.partial).Unlock(again))
+	require.NoError(t, lc.a.Semaphore(lc.sem).SetPermits(ctx, 1))
+	lc.aSem, err = lc.a.Semaphore(lc.sem).Acquire(ctx, 1)
+	require.NoError(t, err)
+	lc.aLeading, err = lc.a.Election(lc.elect).Campaign(ctx, "a")
+	require.NoError(t, err)
 	return lc
 }
 
@@ -103,9 +112,11 @@ func setUpLostRelease(t *testing.T, ra, rb redis.UniversalClient, tag string, co
 // caller).
 func (lc *lostReleaseCase) releaseLost(t *testing.T, primary *redis.Client) {
 	require.NoError(t, lc.a.Mutex(lc.lost).Unlock(lc.aLost))
-	n, err := primary.Exists(context.Background(), lc.lost).Result()
+	require.NoError(t, lc.a.Semaphore(lc.sem).Release(lc.aSem, 1))
+	require.NoError(t, lc.a.Election(lc.elect).Resign(lc.aLeading))
+	n, err := primary.Exists(context.Background(), lc.lost, lc.elect).Result()
 	require.NoError(t, err)
-	require.Zero(t, n, "the old primary ran the release")
+	require.Zero(t, n, "the old primary ran the releases")
 }
 
 // check is what must hold after the switch to promoted (once B's redis
@@ -117,7 +128,7 @@ func (lc *lostReleaseCase) check(t *testing.T, promoted *redis.Client, followed 
 	eventually(t, 10*time.Second, "B's redis client to follow the new primary", followed)
 	f, err := promoted.HKeys(ctx, lc.lost).Result()
 	require.NoError(t, err)
-	t.Logf("the promoted primary has %q held by %v; B's redis client followed it %v after the switch", lc.lost, f, time.Since(switched))
+	t.Logf("the promoted primary has %q held by %v (unless healed already); B's redis client followed it %v after the switch", lc.lost, f, time.Since(switched))
 
 	bm := lc.b.Mutex(lc.lost)
 	hctx, err := bm.TryLockFor(ctx, comeBack)
@@ -129,9 +140,18 @@ func (lc *lostReleaseCase) check(t *testing.T, promoted *redis.Client, followed 
 	require.Len(t, f, 1)
 	require.True(t, strings.HasPrefix(f[0], lc.b.ID()+":"), "B holds it on the promoted primary")
 	require.NoError(t, bm.Unlock(hctx))
+	sctx, err := lc.b.Semaphore(lc.sem).TryAcquireFor(ctx, 1, comeBack)
+	require.NoError(t, err, "the permit a lost release left was not taken again within %v of the switch", comeBack)
+	t.Logf("the permit %v after the switch", time.Since(switched))
+	require.NoError(t, lc.b.Semaphore(lc.sem).Release(sctx, 1))
+	ectx, err := lc.b.Election(lc.elect).TryCampaignFor(ctx, "b", comeBack)
+	require.NoError(t, err, "the leadership a lost resignation left was not taken within %v of the switch", comeBack)
+	t.Logf("the leadership %v after the switch", time.Since(switched))
+	require.NoError(t, lc.b.Election(lc.elect).Resign(ectx))
 
 	// The healer has sent A's release of reached again (its primary
 	// changed): B's hold, taken after it, is untouched.
+	t.Logf("scripts on reached: %d before, %d now", scriptsBefore, lc.reachedScripts.n.Load())
 	eventually(t, 3*time.Second, "A's release of reached sent again", func() bool {
 		return lc.reachedScripts.n.Load() > scriptsBefore
 	})
@@ -185,6 +205,11 @@ func TestReleaseLostInSentinelFailoverIsHealed(t *testing.T) {
 	waitReplicated(t, mc)
 	link.Blackhole(true) // the replica gets nothing more
 	lc.releaseLost(t, mc)
+	for _, k := range []string{lc.lost, lc.elect} {
+		n, err := rc.Exists(context.Background(), k).Result()
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n, "the replica never got the release of %s", k)
+	}
 	time.Sleep(2 * holds.HealEvery) // the healer knows the old primary
 	before := lc.reachedScripts.n.Load()
 
@@ -197,9 +222,6 @@ func TestReleaseLostInSentinelFailoverIsHealed(t *testing.T) {
 		switched = time.Now()
 		return strings.Contains(info, "role:master")
 	})
-	n, err := rc.Exists(context.Background(), lc.lost).Result()
-	require.NoError(t, err)
-	require.EqualValues(t, 1, n, "the promoted replica never got the release")
 	id, err := replID(context.Background(), rc)
 	require.NoError(t, err)
 	lc.check(t, rc, func() bool {
@@ -234,6 +256,9 @@ func TestReleaseLostInClusterFailoverIsHealed(t *testing.T) {
 			}
 			return n
 		}})
+		if hook != nil {
+			c.AddHook(hook) // and to the cluster client's pipelines
+		}
 		t.Cleanup(func() { _ = c.Close() })
 		return c
 	}
@@ -265,9 +290,6 @@ func TestReleaseLostInClusterFailoverIsHealed(t *testing.T) {
 		switched = time.Now()
 		return err == nil && len(role) > 0 && role[0] == "master"
 	})
-	n, err := rc.Exists(ctx, lc.lost).Result()
-	require.NoError(t, err)
-	require.EqualValues(t, 1, n, "the promoted replica never got the release")
 	lc.check(t, rc, func() bool {
 		cc := lc.b.rdb.(*redis.ClusterClient)
 		cc.ReloadState(ctx) // it has sent nothing to be told MOVED
