@@ -297,3 +297,43 @@ func TestReleaseLostInClusterFailoverIsHealed(t *testing.T) {
 		return err == nil && node.Options().Addr == replica.Addr()
 	}, switched, before)
 }
+
+// A waiter of the Client that released a lock, finding it held by that
+// released hold (as a failover that lost the release leaves it: put back
+// here by hand, with the lease it had left), sends the release again at
+// once instead of waiting out the lease. A hold another owner took after
+// the release is left alone.
+func TestWaiterHealsOwnLostRelease(t *testing.T) {
+	e := realEnv(t)
+	ctx := context.Background()
+	rdb := e.rdb(t)
+	a, b := e.client(t), e.client(t)
+	m := a.Mutex("healed")
+	h, err := m.Lock(ctx)
+	require.NoError(t, err)
+	field := holds.Held(h, m.spec.Ref).Field
+	require.NoError(t, m.Unlock(h))
+	time.Sleep(2 * holds.HealEvery) // the healer has seen the primary: it sends nothing more
+	// What a failover that lost the release leaves: the released field,
+	// its lease running out unrenewed.
+	require.NoError(t, rdb.HSet(ctx, "healed", field, 1).Err())
+	require.NoError(t, rdb.PExpire(ctx, "healed", 20*time.Second).Err())
+
+	start := time.Now()
+	h, err = m.TryLockFor(ctx, comeBack)
+	require.NoError(t, err, "the waiter did not heal its Client's lost release")
+	t.Logf("taken %v after the waiter found its released hold", time.Since(start))
+	require.NoError(t, m.Unlock(h))
+
+	// B takes it after A's release: A's waiter finds a lease that ends
+	// after its released hold's would have, and sends nothing; B keeps it.
+	bh, err := b.Mutex("healed").Lock(ctx)
+	require.NoError(t, err)
+	_, err = m.TryLockFor(ctx, 300*time.Millisecond)
+	require.ErrorIs(t, err, ErrNotAcquired)
+	require.NoError(t, context.Cause(bh))
+	n, err := b.Mutex("healed").HoldCount(bh)
+	require.NoError(t, err)
+	assert.Equal(t, 1, n)
+	require.NoError(t, b.Mutex("healed").Unlock(bh))
+}
