@@ -3,13 +3,11 @@ package redisync
 import (
 	"context"
 	"errors"
-	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redisync-go/redisync/internal/holds"
-	"github.com/redisync-go/redisync/internal/keys"
 )
 
 // After a failover: which primary serves a key, for the Client's healer
@@ -23,7 +21,7 @@ import (
 var errNotPrimary = errors.New("redisync: the server is not a primary")
 
 // primaries returns the primary serving each key (see holds.Primaries):
-// one INFO replication per primary asked.
+// one INFO replication per primary asked (keys are one per slot).
 func (c *Client) primaries(ctx context.Context, ks []string) []holds.Primary {
 	out := make([]holds.Primary, len(ks))
 	cc, ok := c.rdb.(*redis.ClusterClient)
@@ -36,10 +34,9 @@ func (c *Client) primaries(ctx context.Context, ks []string) []holds.Primary {
 	}
 	ids := map[string]holds.Primary{} // by the master's address
 	for i, k := range ks {
-		slot := strconv.Itoa(keys.Slot(k))
 		node, err := cc.MasterForKey(ctx, k)
 		if err != nil {
-			out[i] = holds.Primary{Route: slot, Err: err}
+			out[i] = holds.Primary{Err: err}
 			continue
 		}
 		addr := node.Options().Addr
@@ -52,7 +49,7 @@ func (c *Client) primaries(ctx context.Context, ks []string) []holds.Primary {
 			p = holds.Primary{ID: addr + " " + id, Err: err}
 			ids[addr] = p
 		}
-		out[i] = holds.Primary{Route: slot, ID: p.ID, Err: p.Err}
+		out[i] = p
 	}
 	return out
 }

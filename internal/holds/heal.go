@@ -30,14 +30,13 @@ const HealEvery = 250 * time.Millisecond
 // after the healer has seen the new one.
 const healHot = 2 * time.Second
 
-// Primary says which server is the primary serving a key: Route names
-// what serves it (one for a single primary, a slot on a Cluster), ID who
-// serves it now (a new ID after a failover). Err: not known now (the
-// primary unreachable, or in the middle of the switch).
+// Primary says which server is the primary serving a key: ID names it (a
+// new ID after a failover, or when a Cluster slot moves to another
+// master). Err: not known now (the primary unreachable, or in the middle
+// of the switch).
 type Primary struct {
-	Route string
-	ID    string
-	Err   error
+	ID  string
+	Err error
 }
 
 // Primaries returns the primary of each key, in order.
@@ -45,9 +44,9 @@ type Primaries func(ctx context.Context, keys []string) []Primary
 
 // healer is the state of the healer's loop (owned by it).
 type healer struct {
-	ids  map[string]string    // the ID last seen of each route
-	hot  map[string]time.Time // routes that changed, until when their new releases are resent
-	last uint64               // seq of the newest record the loop has seen
+	ids  map[int]string    // the ID last seen of each route (a slot; -1 on a single primary)
+	hot  map[int]time.Time // routes that changed, until when their new releases are resent
+	last uint64            // seq of the newest record the loop has seen
 }
 
 // recorded notes that h was released in Redis by a script sent at (a last
@@ -79,7 +78,7 @@ func (m *Machine) Kick() {
 // heal is the healer's loop, started by the first release recorded; it
 // ends with the Client.
 func (m *Machine) heal() {
-	hs := &healer{ids: map[string]string{}, hot: map[string]time.Time{}}
+	hs := &healer{ids: map[int]string{}, hot: map[int]time.Time{}}
 	t := time.NewTicker(HealEvery)
 	defer t.Stop()
 	for {
@@ -93,48 +92,44 @@ func (m *Machine) heal() {
 	}
 }
 
-// healRound asks who serves the locks of the records within their lease,
-// and sends again the records of every route whose primary changed.
+// healRound asks who serves the locks of the records within their lease
+// (one key per route), and sends again the records of every route whose
+// primary changed, and on a route that changed a moment ago the records
+// added since the last round.
 func (m *Machine) healRound(hs *healer, now time.Time) {
-	recs := m.recent.since(now, 0)
-	if len(recs) == 0 {
+	cluster := m.cfg.Cluster
+	routes, newest := m.recent.routes(now, cluster)
+	if len(routes) == 0 {
 		return
 	}
-	var calls []call
-	var seqs []uint64
-	var keys []string
-	for i := range recs {
-		for _, k := range recs[i].calls() {
-			if len(k.Keys) == 0 {
-				continue
-			}
-			calls, seqs, keys = append(calls, k), append(seqs, recs[i].seq), append(keys, k.Keys[0])
-		}
+	ids := make([]int, 0, len(routes))
+	ks := make([]string, 0, len(routes))
+	for id, k := range routes {
+		ids, ks = append(ids, id), append(ks, k)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), ReleaseTimeout)
 	defer cancel()
-	ps := m.cfg.Primaries(ctx, keys)
-	var again []call
-	changed := map[string]bool{}
-	for i, p := range ps {
+	changed := map[int]bool{}
+	for i, p := range m.cfg.Primaries(ctx, ks) {
 		if p.Err != nil {
 			continue
 		}
-		if _, done := changed[p.Route]; !done {
-			prev, seen := hs.ids[p.Route]
-			hs.ids[p.Route] = p.ID
-			changed[p.Route] = !seen || prev != p.ID
-			if changed[p.Route] && seen {
-				hs.hot[p.Route] = now.Add(healHot)
+		route := ids[i]
+		prev, seen := hs.ids[route]
+		hs.ids[route] = p.ID
+		if !seen || prev != p.ID {
+			changed[route] = true
+			if seen {
+				hs.hot[route] = now.Add(healHot)
 				m.log.Info("redisync: the primary changed; sending again the releases it may have lost",
-					"key", keys[i], "primary", p.ID)
+					"key", ks[i], "primary", p.ID)
 			}
 		}
-		if changed[p.Route] || (seqs[i] > hs.last && now.Before(hs.hot[p.Route])) {
-			again = append(again, calls[i])
-		}
 	}
-	hs.last = recs[len(recs)-1].seq
+	again := m.recent.calls(now, cluster, newest, func(route int, seq uint64) bool {
+		return changed[route] || (seq > hs.last && now.Before(hs.hot[route]))
+	})
+	hs.last = newest
 	for r, until := range hs.hot {
 		if !now.Before(until) {
 			delete(hs.hot, r)

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redisync-go/redisync/internal/keys"
 	"github.com/redisync-go/redisync/internal/lease"
 )
 
@@ -24,6 +25,7 @@ type released struct {
 	at    time.Time
 	until time.Time // at + the hold's lease
 	seq   uint64
+	slot  int  // the Cluster slot of its first call's key, once the healer has asked; -1 before
 	waitr bool // sent again once for a waiter of this Client (heal.go)
 }
 
@@ -41,7 +43,7 @@ type recent struct {
 // add records h, released by a script sent at; it reports whether the
 // healer must be started.
 func (r *recent) add(h *lease.Hold, at time.Time) (start bool) {
-	e := released{ref: h.Ref, field: h.Field, at: at, until: at.Add(h.Lease)}
+	e := released{ref: h.Ref, field: h.Field, at: at, until: at.Add(h.Lease), slot: -1}
 	switch len(h.Release) {
 	case 0:
 		return false
@@ -65,20 +67,67 @@ func (r *recent) add(h *lease.Hold, at time.Time) (start bool) {
 	return start
 }
 
-// since returns the records still within their lease at now whose seq is
-// above after, oldest first.
-func (r *recent) since(now time.Time, after uint64) []released {
+// routes returns one key of each route the records within their lease
+// at now are on: the Cluster slots of their keys (a record's first key),
+// or, on a single primary, one key (route -1), and the seq of the newest
+// record. It copies no record.
+func (r *recent) routes(now time.Time, cluster bool) (map[int]string, uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []released
-	n := len(r.ring)
-	for i := range n {
-		e := r.ring[(r.next+i)%n]
-		if e.seq > after && now.Before(e.until) {
-			out = append(out, e)
+	var out map[int]string
+	for i := range r.ring {
+		e := &r.ring[i]
+		if !now.Before(e.until) {
+			continue
+		}
+		key := e.key()
+		if key == "" {
+			continue
+		}
+		if out == nil {
+			out = map[int]string{}
+		}
+		if !cluster {
+			out[-1] = key
+			return out, r.seq
+		}
+		if e.slot < 0 {
+			e.slot = keys.Slot(key)
+		}
+		out[e.slot] = key
+	}
+	return out, r.seq
+}
+
+// calls returns the calls of the records within their lease at now, up
+// to seq upto (those routes saw), that again picks.
+func (r *recent) calls(now time.Time, cluster bool, upto uint64, again func(route int, seq uint64) bool) []call {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []call
+	for i := range r.ring {
+		e := &r.ring[i]
+		route := -1
+		if cluster {
+			route = e.slot
+		}
+		if e.seq <= upto && now.Before(e.until) && e.key() != "" && again(route, e.seq) {
+			out = append(out, e.calls()...)
 		}
 	}
 	return out
+}
+
+// key returns the key e's route is known by: its first call's first key.
+func (e *released) key() string {
+	k := e.one
+	if e.more != nil {
+		k = e.more[0]
+	}
+	if len(k.Keys) == 0 {
+		return ""
+	}
+	return k.Keys[0]
 }
 
 // forWaiter returns the calls of the records of ref not yet sent again for
