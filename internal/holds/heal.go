@@ -79,6 +79,15 @@ func (m *Machine) Kick() {
 // ends with the Client.
 func (m *Machine) heal() {
 	hs := &healer{ids: map[int]string{}, hot: map[int]time.Time{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { // a round ends with the Client
+		select {
+		case <-m.closed:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	t := time.NewTicker(HealEvery)
 	defer t.Stop()
 	for {
@@ -88,7 +97,7 @@ func (m *Machine) heal() {
 		case <-t.C:
 		case <-m.kick:
 		}
-		m.healRound(hs, time.Now())
+		m.healRound(ctx, hs, time.Now())
 	}
 }
 
@@ -96,7 +105,7 @@ func (m *Machine) heal() {
 // (one key per route), and sends again the records of every route whose
 // primary changed, and on a route that changed a moment ago the records
 // added since the last round.
-func (m *Machine) healRound(hs *healer, now time.Time) {
+func (m *Machine) healRound(ctx context.Context, hs *healer, now time.Time) {
 	cluster := m.cfg.Cluster
 	routes, newest := m.recent.routes(now, cluster)
 	if len(routes) == 0 {
@@ -107,7 +116,7 @@ func (m *Machine) healRound(hs *healer, now time.Time) {
 	for id, k := range routes {
 		ids, ks = append(ids, id), append(ks, k)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), ReleaseTimeout)
+	ctx, cancel := context.WithTimeout(ctx, ReleaseTimeout)
 	defer cancel()
 	changed := map[int]bool{}
 	for i, p := range m.cfg.Primaries(ctx, ks) {
