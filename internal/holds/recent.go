@@ -36,8 +36,9 @@ type recent struct {
 	mu   sync.Mutex
 	ring []released
 	next int    // where the next one goes once the ring is full
-	seq  uint64 // of the newest added
-	live bool   // the healer runs (heal.go)
+	seq  uint64    // of the newest added
+	last time.Time // the latest until of any record
+	live bool      // the healer runs (heal.go)
 }
 
 // add records h, released by a script sent at; it reports whether the
@@ -55,6 +56,9 @@ func (r *recent) add(h *lease.Hold, at time.Time) (start bool) {
 	r.mu.Lock()
 	r.seq++
 	e.seq = r.seq
+	if e.until.After(r.last) {
+		r.last = e.until
+	}
 	if len(r.ring) < RecentMax {
 		r.ring = append(r.ring, e)
 	} else {
@@ -138,6 +142,9 @@ func (e *released) key() string {
 func (r *recent) forWaiter(ref lease.Ref, now time.Time, left time.Duration) []call {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if left >= r.last.Sub(now) {
+		return nil // the common case under contention: no scan
+	}
 	var out []call
 	for i := range r.ring {
 		e := &r.ring[i]
