@@ -171,7 +171,10 @@ func (lc *lostReleaseCase) check(t *testing.T, promoted *redis.Client, followed 
 
 // waitReplicated waits until primary's replicas have everything written
 // so far.
-func waitReplicated(t *testing.T, primary *redis.Client) {
+func waitReplicated(t *testing.T, primary *redis.Client, tag string) {
+	// WAIT waits for this connection's last write, which comes after
+	// every other client's before it.
+	require.NoError(t, primary.Set(context.Background(), "{"+tag+"}marker", "1", time.Minute).Err())
 	n, err := primary.Wait(context.Background(), 1, 5*time.Second).Result()
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n, "the replica acknowledged")
@@ -202,7 +205,7 @@ func TestReleaseLostInSentinelFailoverIsHealed(t *testing.T) {
 		return rdb
 	}
 	lc := setUpLostRelease(t, newFailover(), newFailover(), "s", nil)
-	waitReplicated(t, mc)
+	waitReplicated(t, mc, "s")
 	link.Blackhole(true) // the replica gets nothing more
 	lc.releaseLost(t, mc)
 	for _, k := range []string{lc.lost, lc.elect} {
@@ -264,7 +267,7 @@ func TestReleaseLostInClusterFailoverIsHealed(t *testing.T) {
 	}
 	counts := &scriptsOn{key: "{" + tag + "}reached"}
 	lc := setUpLostRelease(t, hooked(counts), hooked(nil), tag, counts)
-	waitReplicated(t, mc)
+	waitReplicated(t, mc, tag)
 
 	// One connection to the replica, open before it stops: the
 	// TAKEOVER is read in its first loop once it resumes, before its
