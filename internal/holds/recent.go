@@ -35,7 +35,7 @@ type released struct {
 type recent struct {
 	mu   sync.Mutex
 	ring []released
-	next int    // where the next one goes once the ring is full
+	next int       // where the next one goes once the ring is full
 	seq  uint64    // of the newest added
 	last time.Time // the latest until of any record
 	live bool      // the healer runs (heal.go)
