@@ -203,6 +203,15 @@
 // replica that did not acknowledge can still lose the lock (see
 // WithReplicaAck for what it does and does not guarantee).
 //
+// A failover can also lose the last releases: the old primary ran them, the
+// promoted replica never got them, and keeps the released locks, permits and
+// leaderships until their leases run out. The releasing Client sends its
+// releases of the last lease again (owner-checked: a release that did arrive,
+// or a lock another owner took meanwhile, is left alone) once it sees another
+// primary serve them, which it asks every 250ms while it has any, or at once
+// when one of its own waiters finds such a lock; when that process is gone,
+// the lease frees them.
+//
 // Redis can also lose all its data (a restart without persistence): every
 // lock is free at once, its holders are told at their next renewal, and an
 // Unlock before that reports ErrLeaseLost. Fencing tokens keep increasing
