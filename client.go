@@ -119,9 +119,13 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		Errors: lease.Errors{Lost: ErrLeaseLost, Closed: ErrClosed, ClosedHold: errs.ClosedHold, Untrusted: holds.ErrUntrusted}})
 	c.co = cohort.NewQueue(ErrClosed)
 	c.ps = notify.New(notify.Config{RDB: rdb, Closed: c.closed, ClosedErr: ErrClosed, Log: c.log,
-		Mode: c.mode.Sharded, Hold: c.co.ChanYielding, Lost: c.subLost, Restored: c.subRestored})
+		Mode: c.mode.Sharded, Hold: c.co.ChanYielding, Lost: c.subLost, Restored: func(node string, down time.Duration) {
+			c.subRestored(node, down)
+			c.holds.Kick() // perhaps another server now: the healer looks at once
+		}})
 	c.holds = holds.New(holds.Config{ID: c.id, Transport: c.tr, Keeper: c.wd, Hub: c.ps, Queue: c.co, Closed: c.closed,
-		Log: c.log, Ack: c.ack, Cluster: isCluster(rdb), HoldValues: c.obs.HoldStarted != nil, WaitStarted: c.waitStarted, Acquired: c.acquired, AcquireFailed: c.failedEvent})
+		Log: c.log, Ack: c.ack, Cluster: isCluster(rdb), HoldValues: c.obs.HoldStarted != nil, WaitStarted: c.waitStarted, Acquired: c.acquired, AcquireFailed: c.failedEvent,
+		Primaries: c.primaries})
 	if mode := c.PubSub(); mode != PubSubAuto {
 		c.ps.SetMode(mode == PubSubSharded)
 	}

@@ -67,7 +67,10 @@
 // Redis replicates asynchronously: a failover can lose a lock, and Redis
 // can lose its data. Holders are then told (ErrLeaseLost) at their next
 // renewal, maybe late for work under way; where two holders must never
-// act at once, the resource has to check fencing tokens.
+// act at once, the resource has to check fencing tokens. A failover can
+// also lose the last releases; the releasing Client sends them again
+// (owner-checked) once it sees another primary, so the locks come back in
+// well under a second rather than at their leases' end.
 //
 // # More
 //

@@ -178,6 +178,11 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx con
 			return false, d, err
 		}
 		if r[0] != 1 {
+			if r[0] == 0 {
+				// Held: perhaps by a hold this Client released, which a
+				// failover kept (see holds.HealFor).
+				m.c.holds.HealFor(m.spec.Ref, time.Duration(r[1])*time.Millisecond)
+			}
 			return false, lease.Bound(r[1], m.spec.Lease/3), nil
 		}
 		return a.Grant(field, int(r[1]), []call{renew(field)})

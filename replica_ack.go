@@ -48,8 +48,11 @@ import (
 // connection's earlier writes are not yet acknowledged or fewer than k
 // replicas are connected.
 // Unlock, ForceUnlock, SetPermits and the other calls that are not
-// acquisitions do not wait: a release that a failover loses leaves a lock
-// that its lease frees, delaying the next holder but never admitting two.
+// acquisitions do not wait: a release that a failover loses is sent again
+// by its Client once it sees the new primary (or, when that process is
+// gone, its lease frees the lock), delaying the next holder but never
+// admitting two. Waiting would add a WAIT of up to timeout to every
+// Unlock, for what the resend repairs within a second.
 // Keep timeout well below the lease, and below the redis client's
 // ReadTimeout (go-redis reads a pipeline's replies under ReadTimeout, WAIT
 // included): New refuses a timeout that is not. rdb must be a

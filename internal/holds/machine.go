@@ -22,7 +22,10 @@ type Config struct {
 	Queue     *cohort.Queue
 	Closed    <-chan struct{} // closed when the Client closes
 	Log       *slog.Logger
-	Ack       Ack  // WithReplicaAck
+	Ack       Ack // WithReplicaAck
+	// Primaries, when set, says who serves keys now: the healer (heal.go)
+	// sends again the recent releases a change of primary may have lost.
+	Primaries Primaries
 	Cluster   bool // a Redis Cluster: subscribers may be on any node
 
 	// WaitStarted, when set, is told of each first acquisition as it
@@ -52,6 +55,9 @@ type Machine struct {
 	co  *cohort.Queue
 	log *slog.Logger
 
+	recent recent        // releases a failover may lose (recent.go)
+	kick   chan struct{} // wakes the healer (heal.go)
+
 	closed   <-chan struct{}
 	bgMu     sync.Mutex
 	bg       sync.WaitGroup // background give-backs and sweeps
@@ -61,7 +67,7 @@ type Machine struct {
 // New returns the Machine of cfg.
 func New(cfg Config) *Machine {
 	return &Machine{cfg: cfg, id: cfg.ID, tr: cfg.Transport, wd: cfg.Keeper, ps: cfg.Hub, co: cfg.Queue,
-		log: cfg.Log, closed: cfg.Closed}
+		log: cfg.Log, closed: cfg.Closed, kick: make(chan struct{}, 1)}
 }
 
 // Go runs f in the background, counted as work Close waits for, and

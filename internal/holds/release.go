@@ -120,6 +120,8 @@ func (m *Machine) Release(ctx context.Context, s *Spec, n int, send func(ctx con
 	case reply == 1 && !last:
 		h.Count = count - n
 		m.wd.Extend(h, sent)
+	case reply == 2 && last:
+		m.recorded(h, sent) // for the repair after a failover (heal.go)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package holds
 
 import (
 	"context"
+	"time"
 
 	"github.com/redisync-go/redisync/internal/lease"
 )
@@ -111,10 +112,13 @@ func (m *Machine) giveBackFrom(h *lease.Hold, locked bool) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), ReleaseTimeout)
 		defer cancel()
+		sent := time.Now()
 		if err := m.ReleaseAll(ctx, h.Release); err != nil {
 			m.log.Warn("redisync: could not release a hold that ended; Redis frees it when its lease ends",
 				"kind", h.Ref.Kind, "name", h.Ref.Name, "owner", h.Field, "error", err)
+			return
 		}
+		m.recorded(h, sent)
 	}
 	if !m.bgStart() {
 		// Closing: Close releases the holds that were live; this one
