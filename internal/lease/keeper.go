@@ -138,7 +138,7 @@ func (w *Keeper) Add(h *Hold, st Stamp) error {
 	}
 	h.tmu.Lock()
 	h.sent = sent
-	h.dl.set(Deadline(sent, h.Lease))
+	h.at = h.dl.set(Deadline(sent, h.Lease))
 	h.timer = time.AfterFunc(h.dl.left(), func() {
 		if w.End(h, EndLost, w.cfg.Errors.Lost) {
 			w.cfg.GiveBack(h) // Redis may keep it a little longer: give it back
@@ -194,7 +194,7 @@ func (w *Keeper) Extend(h *Hold, sent time.Time) {
 		return
 	}
 	h.sent = sent
-	h.dl.set(Deadline(sent, h.Lease))
+	h.at = h.dl.set(Deadline(sent, h.Lease))
 	h.timer.Reset(h.dl.left())
 }
 

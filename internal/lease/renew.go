@@ -113,17 +113,15 @@ func (w *Keeper) run() {
 	defer t.Stop()
 	jump := time.NewTicker(jumpEvery)
 	defer jump.Stop()
-	last := clockOf(time.Now()).lead
+	last := now().gain
 	for {
 		select {
 		case <-w.stop:
 			return
 		case <-jump.C:
-			if now := clockOf(time.Now()).lead; now-last > int64(jumpSlack) {
+			if g := now().gain; g-last > int64(jumpSlack) {
 				w.resumed()
-				last = now
-			} else {
-				last = min(last, now)
+				last = g
 			}
 			continue
 		case <-w.kick:
