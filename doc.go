@@ -120,8 +120,10 @@
 // every first acquisition of a Mutex, FairMutex or RWMutex write lock a
 // token strictly greater than every token given before for the name (and
 // a MultiLock one per name, from the same counters), read without a round
-// trip with Token; the resource refuses writes whose token
-// is lower than the highest it has seen (see ExampleWithFencing). The
+// trip with Token; on every access a decision depends on, reads
+// included, the resource refuses a token lower than the highest it has
+// seen and records the token (fencing the writes alone loses updates:
+// see WithFencing and ExampleWithFencing). The
 // counter, "{tag}:fence:<name>", never expires and is never reset by an
 // unlock; and as a token is never lower than the Redis server's clock in
 // microseconds, tokens keep increasing even when Redis loses the counter
