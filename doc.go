@@ -55,7 +55,9 @@
 // so an option that does not apply does not compile. WithLease,
 // WithRenewedLease and the Client's WithWatchdogTimeout set leases;
 // WithFencing gives each new holder a token greater than every earlier one
-// (Token reads it), for the protected resource to refuse a stale holder;
+// (Token reads it), for the protected resource to refuse a stale holder
+// (it checks and records the token on every access a decision depends on,
+// reads included: see ExampleWithFencing);
 // WithReplicaAck makes an acquisition count only once replicas have it.
 // An Election's Campaign returns a context live exactly while leading, and
 // its Term is a fencing token. Holders says who holds a lock, and

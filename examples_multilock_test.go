@@ -55,20 +55,22 @@ func ExampleMultiLock() {
 	// a Mutex of bob's account: true
 }
 
-// A fenced transfer: each account's row keeps the highest token that wrote
-// it and refuses lower ones. The MultiLock's token for each account comes
-// from the counter a fenced Mutex of that account uses, so a stale holder
-// is refused whichever kind it held the account with.
+// A fenced transfer: each account's row keeps the highest token that has
+// accessed it, and refuses lower ones on every access a decision depends
+// on, reads included (fencing the writes alone loses updates: see
+// WithFencing). The MultiLock's token for each account comes from the
+// counter a fenced Mutex of that account uses, so a stale holder is
+// refused whichever kind it held the account with.
 func ExampleMultiLock_Token() {
 	c, done := exampleClient()
 	defer done()
 	ctx := context.Background()
 	rows := map[string]int64{} // account -> highest token seen: stands for a database
-	write := func(account string, token int64) bool {
+	access := func(account string, token int64) bool {
 		if token < rows[account] {
 			return false // a stale holder
 		}
-		rows[account] = token
+		rows[account] = token // recorded on a read too
 		return true
 	}
 
@@ -77,21 +79,30 @@ func ExampleMultiLock_Token() {
 	lctx, _ := m.Lock(ctx)
 	for _, a := range accounts {
 		token, _ := m.Token(lctx, a)
-		fmt.Println("transfer writes", a, write(a, token))
+		fmt.Println("transfer reads", a, access(a, token))
+	}
+	for _, a := range accounts { // the new balances, from what it read
+		token, _ := m.Token(lctx, a)
+		fmt.Println("transfer writes", a, access(a, token))
 	}
 	stale, _ := m.Token(lctx, "lock:account:bob")
 	m.Unlock(lctx)
 
-	// A later holder of bob's account alone, through a Mutex.
+	// A later holder of bob's account alone, through a Mutex: its read
+	// records its token before any write of the transfer's comes late.
 	b := c.Mutex("lock:account:bob", redisync.WithFencing())
 	bctx, _ := b.Lock(ctx)
 	token, _ := b.Token(bctx)
-	fmt.Println("a later Mutex holder writes bob:", write("lock:account:bob", token))
+	fmt.Println("a later Mutex holder reads bob:", access("lock:account:bob", token))
+	fmt.Println("the transfer's stale write to bob:", access("lock:account:bob", stale))
+	fmt.Println("the later holder writes bob:", access("lock:account:bob", token))
 	b.Unlock(bctx)
-	fmt.Println("the transfer's stale write to bob:", write("lock:account:bob", stale))
 	// Output:
+	// transfer reads lock:account:alice true
+	// transfer reads lock:account:bob true
 	// transfer writes lock:account:alice true
 	// transfer writes lock:account:bob true
-	// a later Mutex holder writes bob: true
+	// a later Mutex holder reads bob: true
 	// the transfer's stale write to bob: false
+	// the later holder writes bob: true
 }

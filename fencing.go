@@ -12,11 +12,24 @@ import (
 // WithFencing gives every first acquisition of the lock (not a re-entry) a
 // fencing token: a number strictly greater than every token given before
 // for the lock's name, read with Token without a round trip. Pass it to
-// the resource the lock protects with every write, and have the resource
-// refuse a write whose token is lower than the highest it has seen: a
-// holder that was stopped past its lease (a GC pause, SIGSTOP, a VM
-// migration) and writes on, from code already past its last check, is
-// then refused once a later holder has written.
+// the resource the lock protects with every access a decision depends on,
+// the reads of a read-modify-write as well as its writes, and have the
+// resource refuse a token lower than the highest it has seen and record
+// the token: a holder that was stopped past its lease (a GC pause,
+// SIGSTOP, a VM migration) and goes on, from code already past its last
+// check, is then refused once a later holder has been there. Fencing the
+// writes alone loses updates: a holder whose hold ended between its read
+// and its write writes before its successor's first write and is
+// accepted, and the successor, which read the same value, overwrites it;
+// with the read fenced too, the successor's read records its token first,
+// and the stale write is refused (ExampleWithFencing).
+//
+// Tokens are exact in Go (int64). In a Lua script of your own (a
+// Redis-side guard) a token is a Lua number, a double: exact up to 2^53
+// (about 9e15; tokens are about 1.7e15), but tostring and concatenation
+// print 14 significant digits only (1.7643000001235e+15). Compare tokens
+// as numbers (tonumber(ARGV[1]) < tonumber(seen)), and store or print the
+// argument as it came, or string.format('%d', t), never tostring(t).
 //
 // The counter is a key of the lock's Cluster slot,
 // "{tag}:fence:<name>" (tag is the name's hash tag, or the name), kept
@@ -92,7 +105,11 @@ func tokenOf(ctx context.Context, ref lease.Ref) (int64, bool) {
 // the hold's for good, and a resource that checks tokens refuses it once a
 // later holder has written, which is the point. Whether the hold is still
 // live is ctx.Err()'s to say, not Token's. Tokens are at least the Redis
-// server's clock in microseconds (see WithFencing).
+// server's clock in microseconds (see WithFencing). Pass the token with
+// every access a decision depends on, reads included, and have the
+// resource check and record it (see WithFencing: fencing only the writes
+// of a read-modify-write loses updates); in a Lua script it is a double,
+// to be compared as a number (see WithFencing).
 func (m *Mutex) Token(ctx context.Context) (int64, bool) {
 	if m == nil {
 		return 0, false
@@ -126,8 +143,8 @@ func (r *RWMutex) Token(ctx context.Context) (int64, bool) {
 // names. Each name's token comes from the counter of a fenced Mutex of
 // that name ("{tag}:fence:<name>"), by the same rule, so a resource
 // guarded per name refuses a stale holder whether it held the name
-// through a Mutex or a MultiLock: pass each name's token with the writes
-// that name guards. Re-entries share their hold's tokens; they stay ctx's
+// through a Mutex or a MultiLock: pass each name's token with every access
+// (reads included, see WithFencing) to what that name guards. Re-entries share their hold's tokens; they stay ctx's
 // after the hold ends, as Mutex.Token's do.
 func (m *MultiLock) Token(ctx context.Context, name string) (int64, bool) {
 	if m == nil || ctx == nil {

@@ -63,7 +63,9 @@ type Observer struct {
 	// LeaseLost is called when a hold ends because its lease was lost, or
 	// could no longer be trusted, or was taken by ForceUnlock.
 	LeaseLost func(ctx context.Context, e HoldEvent)
-	// Renewed is called after each round of the watchdog.
+	// Renewed is called after each round of the watchdog. Rounds of
+	// different leases can run at once: it may be called from two
+	// goroutines at the same time.
 	Renewed func(RenewalEvent)
 	// SubscriptionLost is called when a subscription connection (the one
 	// that wakes waiters; one per node in sharded mode) is lost: a read or

@@ -32,14 +32,15 @@ func WholeMs(d time.Duration) time.Duration {
 // watch (not yet registered, or ended).
 type dlStore struct{ at atomic.Pointer[clockAt] }
 
-func (d *dlStore) set(t time.Time) { at := clockOf(t); d.at.Store(&at) }
+// set sets the deadline t and returns it on the holds' clock.
+func (d *dlStore) set(t time.Time) *clockAt { at := stamp(t); d.at.Store(&at); return &at }
 
 func (d *dlStore) clear() { d.at.Store(nil) }
 
 // passed reports whether the deadline has passed.
 func (d *dlStore) passed() bool {
 	at := d.at.Load()
-	return at != nil && at.since(clockOf(time.Now())) >= 0
+	return at != nil && at.since(now()) >= 0
 }
 
 // left returns how long until the deadline passes (0 when it has, or when
@@ -49,9 +50,10 @@ func (d *dlStore) left() time.Duration {
 	if at == nil {
 		return 0
 	}
-	return time.Duration(max(0, -at.since(clockOf(time.Now()))))
+	return time.Duration(max(0, -at.since(now())))
 }
 
 // Expired reports whether the deadline dl (see deadline) has passed on the
 // holds' clock.
-func Expired(dl time.Time) bool { return clockOf(dl).since(clockOf(time.Now())) >= 0 }
+// dl carries the readings of a moment not later than now (see stamp).
+func Expired(dl time.Time) bool { return stamp(dl).since(now()) >= 0 }

@@ -67,6 +67,7 @@ type Hold struct {
 
 	tmu   sync.Mutex // guards the fields below
 	sent  time.Time  // when the newest script that set the lease was sent
+	at    *clockAt   // the deadline that script set, on the holds' clock (kept after the end)
 	timer *time.Timer
 	why   EndReason
 	stops []func() bool                      // undone when the hold ends
@@ -161,9 +162,9 @@ func (h *Hold) Ended() (why EndReason, sent time.Time) {
 // held.
 func (h *Hold) InTime() bool {
 	h.tmu.Lock()
-	dl := Deadline(h.sent, h.Lease)
+	at := h.at
 	h.tmu.Unlock()
-	return !Expired(dl)
+	return at != nil && at.since(now()) < 0
 }
 
 // Left returns how long until h's local deadline passes (0 once it has,

@@ -17,7 +17,11 @@ import (
 // renewed all together every third of that lease; the loop wakes for the
 // cadence due first, and renews in the same round every cadence due
 // within half the shortest interval, so that slower cadences share the
-// rounds of the fastest.
+// rounds of the fastest. A round runs in a goroutine of its own; one that
+// needs more than a pipeline renews cadence after cadence, the shortest
+// lease's first, and each cadence's next round is set as soon as its own
+// holds have answered, so a short lease's rounds go on beside a long round
+// of another lease's 10,000 holds instead of waiting for its end.
 //
 // Each hold also has a local deadline, counted from when the newest script
 // that set its lease was sent, a margin before Redis could let the lease
@@ -33,6 +37,7 @@ type Keeper struct {
 	cad     map[time.Duration]time.Time // the next round of each cadence (by lease) of renewed holds
 	pulled  map[time.Duration]time.Time // the round a late grant needs, by lease, until a round takes it (see plan)
 	running map[time.Duration]time.Time // the start of the round under way, by lease (see plan)
+	small   int                         // rounds of one pipeline under way (see due)
 	kick    chan struct{}               // wakes the loop: a new cadence
 	forced  map[Ref]uint64              // ForceUnlocks so far, per lock
 	forcing map[Ref]int                 // ForceUnlocks in flight, per lock
@@ -143,7 +148,7 @@ func (w *Keeper) Add(h *Hold, st Stamp) error {
 	}
 	h.tmu.Lock()
 	h.sent = sent
-	h.dl.set(Deadline(sent, h.Lease))
+	h.at = h.dl.set(Deadline(sent, h.Lease))
 	h.timer = time.AfterFunc(h.dl.left(), func() {
 		if w.End(h, EndLost, w.cfg.Errors.Lost) {
 			w.cfg.GiveBack(h) // Redis may keep it a little longer: give it back
@@ -199,7 +204,7 @@ func (w *Keeper) Extend(h *Hold, sent time.Time) {
 		return
 	}
 	h.sent = sent
-	h.dl.set(Deadline(sent, h.Lease))
+	h.at = h.dl.set(Deadline(sent, h.Lease))
 	h.timer.Reset(h.dl.left())
 }
 

@@ -3,7 +3,10 @@ package lease
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -12,27 +15,34 @@ import (
 
 // due returns, when the round of a cadence is due at now, the cadences
 // (by lease) whose round is due then or nearly: within half the shortest
-// interval of them all, so that the rounds of the slower cadences join
-// those of the fastest (renewed a little early, never late) instead of
-// adding rounds of their own. Nothing is due before a round is: a round
-// pulled for a late grant (plan) is waited for, so that the grants of its
-// wait share it.
+// interval of them all (the slack), so that the rounds of the slower
+// cadences join those of the fastest (renewed a little early, never late)
+// instead of adding rounds of their own. Nothing is due before a round is:
+// a round pulled for a late grant (plan) is waited for, so that the grants
+// of its wait share it. A cadence whose round is under way is not due: its
+// next round is set when its holds have answered (see renewAll); while a
+// round of one pipeline is (a few milliseconds), a cadence due waits for
+// it, at most the slack, to share the round that follows it, as it would
+// if rounds ran one after another (see wait).
 func (w *Keeper) due(now time.Time) map[time.Duration]bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	var due map[time.Duration]bool
-	slack, ripe := time.Duration(0), false
+	slack := w.slack()
+	ripe := false
 	for lease, next := range w.cad {
-		if slack == 0 || lease/6 < slack {
-			slack = lease / 6
+		if _, busy := w.running[lease]; !busy && !next.After(now) {
+			if w.small > 0 && now.Before(next.Add(slack)) {
+				return nil // a round under way may end first
+			}
+			ripe = true
 		}
-		ripe = ripe || !next.After(now)
 	}
 	if !ripe {
 		return nil
 	}
+	var due map[time.Duration]bool
 	for lease, next := range w.cad {
-		if !next.After(now.Add(slack)) {
+		if _, busy := w.running[lease]; !busy && !next.After(now.Add(slack)) {
 			if due == nil {
 				due = map[time.Duration]bool{}
 			}
@@ -42,9 +52,22 @@ func (w *Keeper) due(now time.Time) map[time.Duration]bool {
 	return due
 }
 
+// slack is half the shortest interval of the cadences (see due). Called
+// under w.mu.
+func (w *Keeper) slack() time.Duration {
+	slack := time.Duration(0)
+	for lease := range w.cad {
+		if slack == 0 || lease/6 < slack {
+			slack = lease / 6
+		}
+	}
+	return slack
+}
+
 // snapshot returns the renewed holds of the cadences due, and forgets
 // those of them that have no hold left (under the same lock as add, which
-// starts a cadence again for its next hold).
+// starts a cadence again for its next hold). A round of one pipeline is
+// counted in w.small until its end (see schedule).
 func (w *Keeper) snapshot(due map[time.Duration]bool) []*Hold {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -64,18 +87,26 @@ func (w *Keeper) snapshot(due map[time.Duration]bool) []*Hold {
 			delete(w.cad, lease)
 		}
 	}
+	if len(hs) <= batchSize {
+		w.small++
+	}
 	return hs
 }
 
-// schedule sets the next round of the cadences due, which a round started
-// at start renewed: a third of their lease after start (counted from the
-// start of the round, so a slow round does not stretch the time between
-// two renewals), sooner for those with a failed renewal, so a blip costs
-// little of the lease (the deadlines still stand).
-func (w *Keeper) schedule(due, failed map[time.Duration]bool, start time.Time) {
+// schedule sets the next round of the cadences done, which a round
+// started at start renewed (their holds have answered; the round may go
+// on with other cadences' holds): a third of their lease after start
+// (counted from the start of the round, so a slow round does not stretch
+// the time between two renewals), sooner for those with a failed renewal,
+// so a blip costs little of the lease (the deadlines still stand). small
+// ends the count of a round of one pipeline (see snapshot).
+func (w *Keeper) schedule(done, failed map[time.Duration]bool, start time.Time, small bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for lease := range due {
+	if small {
+		w.small--
+	}
+	for lease := range done {
 		p, pulled := w.pulled[lease] // by a late grant added during the round (see plan)
 		delete(w.pulled, lease)
 		delete(w.running, lease)
@@ -94,36 +125,48 @@ func (w *Keeper) schedule(due, failed map[time.Duration]bool, start time.Time) {
 	}
 }
 
-// wait returns how long the loop may sleep: until the first cadence is
-// due (the default interval when there is none: a new one kicks it).
+// wait returns how long the loop may sleep: until the first cadence
+// whose round is not under way is due, or, while a round of one pipeline
+// is, the slack after that (see due: that round's end kicks the loop).
+// The default interval when there is none: a new one kicks it.
 func (w *Keeper) wait() time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	d := w.interval
 	now := time.Now()
-	for _, next := range w.cad {
-		d = min(d, next.Sub(now))
+	var late time.Duration
+	if w.small > 0 {
+		late = w.slack()
+	}
+	for lease, next := range w.cad {
+		if _, busy := w.running[lease]; !busy {
+			d = min(d, next.Add(late).Sub(now))
+		}
 	}
 	return max(d, 0)
 }
 
+// run is the renewal loop. Each round runs in a goroutine of its own, so
+// that a round of many holds (10,000 of a long lease take hundreds of
+// milliseconds on a busy machine) does not hold up the rounds of another
+// cadence (a short lease's, due every few tens of milliseconds).
 func (w *Keeper) run() {
 	defer close(w.done)
+	var rounds sync.WaitGroup
+	defer rounds.Wait() // Close cancelled them: they end soon
 	t := time.NewTimer(w.interval)
 	defer t.Stop()
 	jump := time.NewTicker(jumpEvery)
 	defer jump.Stop()
-	last := clockOf(time.Now()).lead
+	last := now().gain
 	for {
 		select {
 		case <-w.stop:
 			return
 		case <-jump.C:
-			if now := clockOf(time.Now()).lead; now-last > int64(jumpSlack) {
+			if g := now().gain; g-last > int64(jumpSlack) {
 				w.resumed()
-				last = now
-			} else {
-				last = min(last, now)
+				last = g
 			}
 			continue
 		case <-w.kick:
@@ -131,7 +174,12 @@ func (w *Keeper) run() {
 		}
 		start := time.Now()
 		if due := w.due(start); due != nil {
-			w.schedule(due, w.renewAll(due), start)
+			hs := w.snapshot(due)
+			rounds.Add(1)
+			go func() {
+				defer rounds.Done()
+				w.renewAll(due, hs, start)
+			}()
 		}
 		if !t.Stop() {
 			select {
@@ -143,22 +191,42 @@ func (w *Keeper) run() {
 	}
 }
 
-// renewAll renews every renewed hold of the cadences due, and returns
-// those of them with a renewal that failed for a reason other than the
-// hold being gone.
-func (w *Keeper) renewAll(due map[time.Duration]bool) map[time.Duration]bool {
-	start := time.Now()
-	hs := w.snapshot(due)
+// renewAll renews hs, the renewed holds of the cadences due (taken by
+// snapshot), in a round started at start: in one pipeline when they fit
+// in one; else cadence after cadence, the shortest lease's first, each in
+// pipelines of its own (a short lease's renewals neither wait for nor ride
+// in the pipelines of 10,000 holds of another lease). Each cadence's next
+// round is set as soon as its own holds have answered (sooner for one with
+// a renewal that failed for a reason other than the hold being gone), and
+// the loop is kicked: that cadence's next round may start while this one
+// goes on with the others.
+func (w *Keeper) renewAll(due map[time.Duration]bool, hs []*Hold, start time.Time) {
 	var r Round
 	r.Holds = len(hs)
-	var firstErr error
 	failed := map[time.Duration]bool{}
-	for len(hs) > 0 {
-		n := min(len(hs), batchSize)
-		if err := w.renewBatch(hs[:n], &r, failed); err != nil && firstErr == nil {
-			firstErr = err
+	var firstErr error
+	renew := func(hs []*Hold) {
+		for len(hs) > 0 {
+			n := min(len(hs), batchSize)
+			if err := w.renewBatch(hs[:n], &r, failed); err != nil && firstErr == nil {
+				firstErr = err
+			}
+			hs = hs[n:]
 		}
-		hs = hs[n:]
+	}
+	if len(hs) <= batchSize {
+		renew(hs)
+		w.scheduled(due, failed, start, true)
+	} else {
+		byLease := map[time.Duration][]*Hold{}
+		for _, h := range hs {
+			byLease[h.Lease] = append(byLease[h.Lease], h)
+		}
+		leases := slices.Sorted(maps.Keys(due))
+		for _, lease := range leases {
+			renew(byLease[lease]) // none: a cadence with no hold left
+			w.scheduled(map[time.Duration]bool{lease: true}, failed, start, false)
+		}
 	}
 	r.Took = time.Since(start)
 	if r.Failed > 0 && w.rounds.Err() == nil {
@@ -167,7 +235,16 @@ func (w *Keeper) renewAll(due map[time.Duration]bool) map[time.Duration]bool {
 	if w.cfg.Renewed != nil && r.Holds > 0 {
 		w.cfg.Renewed(r)
 	}
-	return failed
+}
+
+// scheduled is schedule, then a kick of the loop: the next round of the
+// cadences done may be due before the loop would wake.
+func (w *Keeper) scheduled(done, failed map[time.Duration]bool, start time.Time, small bool) {
+	w.schedule(done, failed, start, small)
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
 }
 
 // renewBatch renews hs, counting in r, and returns the first error of a
