@@ -67,6 +67,13 @@ type fdCall struct {
 	f     redis.AutoFuture
 	until time.Time // see op.until
 	tries int
+	// gone: its caller left; a reply that refuses it is not sent again
+	// but handed to late (nothing ran).
+	gone bool
+	// refused: the call stands refused (a reply that said "not now"),
+	// not in flight: its caller left during the pause before its next
+	// send, so it is not sent again.
+	refused bool
 }
 
 // submit writes c's command (EVAL with eval, or while the script does not
@@ -106,15 +113,19 @@ func (c *fdCall) submit(eval bool) {
 
 // step waits for c's reply as long as wctx lasts (its error when it ends
 // first) and reports whether c is done: a reply that answered NOSCRIPT, or
-// that refused the call for now within its bound, has it sent again.
+// that refused the call for now within its bound, has it sent again (after
+// a pause, which ends with wctx: then c stands refused), unless its caller
+// has gone.
 func (c *fdCall) step(wctx context.Context) (bool, error) {
 	if err := c.f.WaitContext(wctx); err != nil && wctx.Err() != nil && errors.Is(err, wctx.Err()) {
 		return false, err
 	}
 	err := c.cmd.Err()
 	switch {
+	case c.gone:
+		return true, nil // a refusal goes to late as it is: nothing ran
 	case c.k.Script != nil && lua.IsNoScript(err):
-		notRun(&c.k)
+		refused(&c.k)
 		c.submit(true)
 		return false, nil
 	case c.k.Once || !(notNow(err) || isRedirect(err)):
@@ -130,9 +141,12 @@ func (c *fdCall) step(wctx context.Context) (bool, error) {
 	select {
 	case <-t.C:
 	case <-wctx.Done():
-		// The pause is the call's: it goes on without its caller.
-		<-t.C
+		// The caller leaves at once, and the call, refused, is not
+		// sent again: nothing ran, nothing to give back.
+		c.refused = true
+		return false, wctx.Err()
 	}
+	refused(&c.k)
 	c.submit(false)
 	return false, nil
 }
@@ -149,27 +163,39 @@ func isRedirect(err error) bool {
 
 // doFD is Do on the full-duplex path.
 func (t *Transport) doFD(ctx context.Context, k Call, late func(Reply)) Reply {
-	c := &fdCall{t: t, k: k, ctx: context.WithoutCancel(ctx), until: t.retryBound(ctx)}
 	wctx := ctx
 	if ctx.Done() == nil && k.Direct {
 		var cancel context.CancelFunc
 		wctx, cancel = context.WithTimeout(ctx, t.opt.ReleaseTimeout)
 		defer cancel()
 	}
+	if t.left.n.Load() >= fdMaxLeft {
+		if err := t.left.admit(wctx); err != nil {
+			return Reply{err: err, Acked: -1}
+		}
+	}
+	c := &fdCall{t: t, k: k, ctx: context.WithoutCancel(ctx), until: t.retryBound(ctx)}
 	c.submit(false)
 	for {
 		done, err := c.step(wctx)
 		if done {
 			return c.reply()
 		}
+		if err != nil && c.refused {
+			return Reply{err: notSent(err, "refused by Redis, not sent again"), Acked: -1}
+		}
 		if err != nil {
 			// The caller leaves; the call goes on, and its reply goes
-			// to late, to give back what it took.
+			// to late, to give back what it took. It counts among the
+			// calls whose callers left (see fdLeft) until its reply.
+			c.gone = true
+			t.left.add(1)
 			t.workers.Add(1)
 			go func() {
 				defer t.workers.Add(-1)
 				for done, _ := c.step(context.Background()); !done; done, _ = c.step(context.Background()) {
 				}
+				t.left.add(-1)
 				if late != nil {
 					late(c.reply())
 				}

@@ -29,7 +29,7 @@ func (t *Transport) run(node redis.UniversalClient, ops []*op, wait time.Duratio
 	var againAt []int
 	for i, cmd := range cmds {
 		if ops[i].Script != nil && lua.IsNoScript(cmd.Err()) {
-			notRun(&ops[i].Call)
+			refused(&ops[i].Call)
 			again, againAt = append(again, ops[i]), append(againAt, i)
 		}
 	}

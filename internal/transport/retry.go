@@ -59,6 +59,7 @@ func (t *Transport) retry(o *op) {
 			o.deliver(o.r) // the caller left: to its give-back
 			return
 		}
+		refused(&o.Call)
 		t.submit(o)
 	})
 }

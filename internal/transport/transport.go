@@ -43,6 +43,7 @@ type Transport struct {
 
 	fdOnce sync.Once
 	ap     *redis.AutoPipeliner // the full-duplex path (fd.go); nil: none
+	left   left                 // its calls whose callers left (left.go)
 
 	mu      sync.Mutex
 	lanes   map[laneKey]*lane
@@ -88,7 +89,10 @@ type Reply struct {
 	// WAIT's own error.
 	Acked   int64
 	WaitErr error
-	// gone: the caller's context ended first; the Reply goes to late.
+	// gone: the caller's context ended first, the call on its way; the
+	// Reply goes to late. A call whose caller left before it was sent (or
+	// sent again) is not sent at all: gone is false, its error wraps
+	// ErrNotSent and the context's, and late is not called.
 	Gone bool
 }
 
@@ -190,7 +194,10 @@ func (t *Transport) Close() {
 // do sends k and waits for its Reply or for ctx to end. When ctx ends
 // first it returns a Reply whose error is ctx's (gone set), and the Reply
 // that comes later is handed to late (nil: nothing to give back), in a
-// goroutine of its own.
+// goroutine of its own; when ctx ends before k was sent (on the
+// full-duplex path: while fdMaxLeft calls whose callers left are in
+// flight, or during the pause before a refused call is sent again), k is
+// not sent, and the Reply's error wraps ErrNotSent (see Reply.Gone).
 func (t *Transport) Do(ctx context.Context, k Call, late func(Reply)) Reply {
 	if !(t.opt.acks() && k.Takes) && !t.opt.NoFullDuplex && t.fd() != nil {
 		return t.doFD(ctx, k, late)
