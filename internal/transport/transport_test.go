@@ -585,3 +585,57 @@ func TestFollowsMovedSlots(t *testing.T) {
 		check(t, ":mig")
 	})
 }
+
+// A caller whose context (without a deadline) ends while its call, told
+// "not now" (LOADING: a server restarting with its data), waits to be sent
+// again leaves at once, on every path, and the call is not sent again:
+// nothing ran, nothing to give back. (Issue 33, break 4: the full-duplex
+// path waited out the pause, up to notNowMaxPause, in the caller's
+// goroutine.)
+func TestRefusedCallLeavesWithItsCaller(t *testing.T) {
+	paths(t, func(t *testing.T, noFD bool) {
+		srv := redistest.Start(t, redistest.SlowLoading(200*time.Microsecond)...)
+		// go-redis does not retry LOADING itself: each refusal is the
+		// transport's to wait out.
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+		t.Cleanup(func() { _ = rdb.Close() })
+		hook := faultproxy.NewHook()
+		rdb.AddHook(hook)
+		tr := newT(t, rdb, Options{NoFullDuplex: noFD})
+		key := "tr:refused:leaves"
+		get := func(args []any) bool { return len(args) == 2 && args[0] == "get" && args[1] == key }
+		sends := hook.OnCommand(faultproxy.CommandRule{Args: get, Action: faultproxy.DelayBefore(0)})
+		restarted := make(chan struct{})
+		go func() { defer close(restarted); srv.RestartLoading(t, 10000) }() // about 2s of LOADING
+		defer func() { <-restarted }()
+		probe := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+		defer probe.Close()
+		require.Eventually(t, func() bool { return notNow(probe.Ping(context.Background()).Err()) }, 10*time.Second, time.Millisecond, "the server answers LOADING")
+
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var cancelled atomic.Int64
+		go func() {
+			// The sixth refusal starts a pause of notNowMaxPause; the
+			// caller leaves 50ms after the sixth send, in that pause
+			// (the refusal comes within a few ms).
+			for sends.Fired() < 6 {
+				time.Sleep(time.Millisecond)
+			}
+			time.Sleep(50 * time.Millisecond)
+			cancelled.Store(time.Now().UnixNano())
+			cancel()
+		}()
+		r := tr.Do(ctx, Call{Keys: []string{key}, Args: []any{"get", key}}, nil)
+		late := time.Since(time.Unix(0, cancelled.Load()))
+		require.ErrorIs(t, r.Err(), context.Canceled)
+		assert.Less(t, late, notNowMaxPause/2, "the caller left %v after its context ended", late)
+		fired := sends.Fired()
+		time.Sleep(2 * notNowMaxPause)
+		assert.Equal(t, fired, sends.Fired(), "sent again after its caller left")
+		if !noFD {
+			assert.ErrorIs(t, r.Err(), ErrNotSent)
+			assert.False(t, r.Gone, "nothing to give back")
+		}
+	})
+}
