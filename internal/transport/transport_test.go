@@ -297,6 +297,18 @@ func TestWritesCounted(t *testing.T) {
 			assert.EqualValues(t, 3, n, "the second run finds the hold its first released")
 			assert.True(t, w.Again(), "written twice")
 		}
+
+		// What it cannot see (the README says so): a first write that
+		// failed before any byte reached Redis still counts. Its hold
+		// deleted meanwhile, the release is taken as written twice.
+		r = hook.OnWrite(faultproxy.WriteRule{Name: "evalsha", Times: 1, Action: faultproxy.FailWrite(),
+			Args: func(args []string) bool { return len(args) > 3 && args[1] == sha && args[3] == "tr:wc3" }})
+		k, w = unlock("tr:wc3")
+		n, err = tr.Do(bg, k, nil).Int64()
+		require.Equal(t, 1, r.Fired())
+		require.NoError(t, err)
+		assert.EqualValues(t, 3, n, "the hold is gone")
+		assert.True(t, w.Again(), "counted as written twice")
 	})
 }
 

@@ -20,6 +20,14 @@ import (
 // no write was seen (a go-redis whose writer is not recognised), it cannot
 // tell, and the release succeeds too. Redis ignores the argument (an empty
 // string).
+//
+// A write whose reply the transport reads as a refusal (NOSCRIPT, LOADING,
+// TRYAGAIN, CLUSTERDOWN, MOVED, ASK: see refused) is not counted: Redis
+// did not run it. What it cannot see, and counts: a write whose bytes
+// never reached Redis (its connection failed first: go-redis encoded it,
+// then failed to flush it, and writes it again), and a write whose refusal
+// go-redis read and retried itself (LOADING and the like, with its
+// MaxRetries). A lost hold is then reported released: the README says so.
 type Writes struct{ n atomic.Int32 }
 
 // MarshalBinary counts a write: go-redis's RESP writer encodes a
