@@ -2,6 +2,7 @@ package redisync
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -60,17 +61,27 @@ func TestNoScriptAfterALostReplyIsNoLoss(t *testing.T) {
 	}
 }
 
-// A release that Redis refuses while loading its data (LOADING), after a
-// restart that lost the hold: the refused writes are forgotten, the one
-// that runs finds the hold gone, and the Unlock reports the loss. (go-redis
-// does not retry LOADING itself here, MaxRetries < 0: the refusals it
-// retries itself it does not tell, and their writes stay counted; see
-// transport.Writes.) On every path.
+// A release that Redis refuses while loading its data (LOADING), after
+// the hold was lost with Redis's data (DEBUG RELOAD of a dump without it,
+// as a restart from an older dump would): the refused writes are
+// forgotten, the one that runs finds the hold gone, and the Unlock
+// reports the loss. (go-redis does not retry LOADING itself here,
+// MaxRetries < 0: the refusals it retries itself it does not tell, and
+// their writes stay counted; see transport.Writes.) On every path.
 func TestReleaseDuringLoadingAfterALossReportsIt(t *testing.T) {
 	for _, path := range []string{"full-duplex", "lanes"} {
 		t.Run(path, func(t *testing.T) {
-			srv := redistest.Start(t, redistest.SlowLoading(200*time.Microsecond)...)
+			srv := redistest.Start(t, append(redistest.SlowLoading(200*time.Microsecond), "--enable-debug-command", "local")...)
 			bg := context.Background()
+			admin := srv.Client(t)
+			p := admin.Pipeline()
+			for i := range 10000 { // about 2s of LOADING
+				p.Set(bg, "loading:"+strconv.Itoa(i), "x", 0)
+			}
+			_, err := p.Exec(bg)
+			require.NoError(t, err)
+			require.NoError(t, admin.Save(bg).Err())
+
 			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
 			t.Cleanup(func() { _ = rdb.Close() })
 			if path == "lanes" {
@@ -81,9 +92,8 @@ func TestReleaseDuringLoadingAfterALossReportsIt(t *testing.T) {
 			hctx, err := m.Lock(bg)
 			require.NoError(t, err)
 
-			restarted := make(chan struct{})
-			go func() { defer close(restarted); srv.RestartLoading(t, 10000) }() // about 2s of LOADING, every key lost
-			defer func() { <-restarted }()
+			reloaded := make(chan error, 1)
+			go func() { reloaded <- srv.Client(t).Do(bg, "debug", "reload", "nosave").Err() }()
 			probe := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
 			defer probe.Close()
 			require.Eventually(t, func() bool {
@@ -91,6 +101,7 @@ func TestReleaseDuringLoadingAfterALossReportsIt(t *testing.T) {
 				return err != nil && strings.HasPrefix(err.Error(), "LOADING")
 			}, 10*time.Second, time.Millisecond, "the server answers LOADING")
 			require.ErrorIs(t, m.Unlock(hctx), ErrLeaseLost)
+			require.NoError(t, <-reloaded)
 		})
 	}
 }

@@ -166,13 +166,15 @@ func TestSweepStalled(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&m1)
 	g1 := runtime.NumGoroutine()
-	grown := int64(m1.HeapInuse) - int64(m0.HeapInuse)
-	t.Logf("%d calls abandoned on a paused Redis: %d goroutines more, heap in use %+.1f MiB", min(calls.Load(), stallCalls), g1-g0, float64(grown)/(1<<20))
+	grown := int64(m1.HeapInuse+m1.StackInuse) - int64(m0.HeapInuse+m0.StackInuse)
+	t.Logf("%d calls abandoned on a paused Redis: %d goroutines more, heap in use %+.1f MiB, stacks %+.1f MiB",
+		min(calls.Load(), stallCalls), g1-g0, float64(int64(m1.HeapInuse)-int64(m0.HeapInuse))/(1<<20),
+		float64(int64(m1.StackInuse)-int64(m0.StackInuse))/(1<<20))
 	// Each call left in flight costs a goroutine (its reply's) and at
 	// most two more: the sweep of a TryLock whose outcome is unknown, and
 	// go-redis's host of the hook's run.
 	assert.Less(t, g1-g0, 3*stallLeft+8*stallWorkers+200, "goroutines grew with the abandoned calls")
-	assert.Less(t, grown, int64(64<<20), "memory grew with the abandoned calls")
+	assert.Less(t, grown, int64(64<<20), "memory (heap and stacks) grew with the abandoned calls")
 
 	sent := tries.Fired()
 	t.Logf("TryLocks handed to go-redis: %d of %d", sent, min(calls.Load(), stallCalls))

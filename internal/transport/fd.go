@@ -25,6 +25,12 @@ import (
 // in batches (DoAll, Async: renewals, give-backs, a MultiLock's slots),
 // which would hold the one connection up for everyone behind them, and
 // every call on a Cluster (see fd).
+//
+// A call never waits for room in go-redis's queue: its context would not
+// end that wait (go-redis's hooks must see the caller's values, never its
+// end), so the calls whose callers left are bounded instead, well below
+// that queue's size (left.go), and a call waits for room there, with its
+// context, and leaves unsent when it ends.
 
 // fd returns the redis client's full-duplex auto-pipeliner, made on first
 // use (go-redis keeps one per client, for all its users, closed with the
@@ -49,6 +55,12 @@ func (t *Transport) fd() *redis.AutoPipeliner {
 		if err != nil {
 			t.opt.Log.Warn("redisync: no full-duplex auto-pipeline; calls go in pipelines", "error", err)
 			return
+		}
+		// go-redis's queue holds its window, and as many are in flight
+		// before it: the calls whose callers left are kept well below.
+		t.left.max = fdMaxLeft
+		if w := ap.Config().FullDuplexWindow; w > 0 && w < fdMaxLeft {
+			t.left.max = int32(w)
 		}
 		t.ap = ap
 	})
@@ -169,7 +181,7 @@ func (t *Transport) doFD(ctx context.Context, k Call, late func(Reply)) Reply {
 		wctx, cancel = context.WithTimeout(ctx, t.opt.ReleaseTimeout)
 		defer cancel()
 	}
-	if t.left.n.Load() >= fdMaxLeft {
+	if t.left.full() {
 		if err := t.left.admit(wctx); err != nil {
 			return Reply{err: err, Acked: -1}
 		}
