@@ -239,8 +239,8 @@ func (t *Transport) Do(ctx context.Context, k Call, late func(Reply)) Reply {
 		}
 		return o.r
 	case <-done:
-		if o.state.CompareAndSwap(opWaiting, opGone) {
-			return Reply{err: ctx.Err(), Gone: true}
+		if r, ok := o.leave(ctx.Err()); ok {
+			return r
 		}
 		<-o.done // delivered meanwhile
 		return o.r
@@ -264,8 +264,8 @@ func (t *Transport) DoAll(ctx context.Context, calls []Call) []Reply {
 		case <-o.done:
 			rs[i] = o.r
 		case <-ctx.Done():
-			if o.state.CompareAndSwap(opWaiting, opGone) {
-				rs[i] = Reply{err: ctx.Err(), Gone: true}
+			if r, ok := o.leave(ctx.Err()); ok {
+				rs[i] = r
 			} else {
 				<-o.done
 				rs[i] = o.r
