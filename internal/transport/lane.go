@@ -27,7 +27,9 @@ import (
 // Its callers wait for their Reply or for their context, whichever comes
 // first, without a goroutine of their own: a caller whose context ends
 // leaves, and the worker that reads the Reply later hands it to the
-// caller's give-back (late), to undo what the script took. A release
+// caller's give-back (late), to undo what the script took; a call whose
+// caller left before its pipeline went out is not sent (op.leave), and
+// the queue sheds such calls as it grows (compactAt). A release
 // waits at most Options.ReleaseTimeout, even on a silent link (see do).
 //
 // Each pipeline runs its scripts as EVALSHA and sends again as EVAL those

@@ -13,9 +13,10 @@
 // and ASK are followed (redirect.go), a reply that
 // refused the call for now (TRYAGAIN, CLUSTERDOWN, LOADING) has it sent
 // again within its bound (retry.go), a caller whose context ends leaves at
-// once (the reply that comes later goes to its give-back, late), a call
-// whose context cannot end waits at most Options.ReleaseTimeout when it
-// is Direct, and the user's go-redis hooks see every command, with its
+// once (the reply that comes later goes to its give-back, late; a call not
+// sent yet is not sent at all: ErrNotSent), the calls in flight whose
+// callers left are bounded (left.go), a call whose context cannot end
+// waits at most Options.ReleaseTimeout when it is Direct, and the user's go-redis hooks see every command, with its
 // caller's context values (never its end). Writes (writes.go) counts how
 // many times go-redis wrote a call.
 package transport
