@@ -124,23 +124,24 @@ func (c *fdCall) submit(eval bool) {
 }
 
 // step waits for c's reply as long as wctx lasts (its error when it ends
-// first) and reports whether c is done: a reply that answered NOSCRIPT, or
-// that refused the call for now within its bound, has it sent again (after
-// a pause, which ends with wctx: then c stands refused), unless its caller
-// has gone.
+// first) and reports whether c is done: a reply that answered NOSCRIPT has
+// it sent again whole, and one that refused the call for now within its
+// bound, unless its caller has gone, after a pause, which ends with wctx
+// (then c stands refused).
 func (c *fdCall) step(wctx context.Context) (bool, error) {
 	if err := c.f.WaitContext(wctx); err != nil && wctx.Err() != nil && errors.Is(err, wctx.Err()) {
 		return false, err
 	}
 	err := c.cmd.Err()
 	switch {
-	case c.gone:
-		return true, nil // a refusal goes to late as it is: nothing ran
 	case c.k.Script != nil && lua.IsNoScript(err):
+		// Sent whole at once, its caller gone or not (as on the lanes):
+		// a release that is not the last one must run, to be counted.
 		refused(&c.k)
 		c.submit(true)
 		return false, nil
-	case c.k.Once || !(notNow(err) || isRedirect(err)):
+	case c.gone || c.k.Once || !(notNow(err) || isRedirect(err)):
+		// Its caller gone, a refusal goes to late as it is: nothing ran.
 		return true, nil
 	}
 	pause := min(notNowPause<<min(c.tries, 8), notNowMaxPause)
