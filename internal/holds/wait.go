@@ -9,6 +9,7 @@ import (
 	"github.com/redisync-go/redisync/internal/cohort"
 	"github.com/redisync-go/redisync/internal/errs"
 	"github.com/redisync-go/redisync/internal/notify"
+	"github.com/redisync-go/redisync/internal/transport"
 )
 
 // ReleaseTimeout bounds a release whose caller's context is already done.
@@ -169,8 +170,8 @@ func (m *Machine) unsure(err error, wait bool, dirty *bool) (time.Duration, erro
 		m.log.Warn("redisync: Redis is not ready; retrying", "error", err)
 		return RetryAfter, nil
 	}
-	if errors.As(err, &re) || errors.Is(err, redis.ErrClosed) {
-		return 0, err // refused: nothing taken
+	if errors.As(err, &re) || errors.Is(err, redis.ErrClosed) || errors.Is(err, transport.ErrNotSent) {
+		return 0, err // refused, or not sent: nothing taken
 	}
 	*dirty = true
 	if !wait || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {

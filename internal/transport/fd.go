@@ -25,6 +25,12 @@ import (
 // in batches (DoAll, Async: renewals, give-backs, a MultiLock's slots),
 // which would hold the one connection up for everyone behind them, and
 // every call on a Cluster (see fd).
+//
+// A call never waits for room in go-redis's queue: its context would not
+// end that wait (go-redis's hooks must see the caller's values, never its
+// end), so the calls whose callers left are bounded instead, well below
+// that queue's size (left.go), and a call waits for room there, with its
+// context, and leaves unsent when it ends.
 
 // fd returns the redis client's full-duplex auto-pipeliner, made on first
 // use (go-redis keeps one per client, for all its users, closed with the
@@ -50,6 +56,12 @@ func (t *Transport) fd() *redis.AutoPipeliner {
 			t.opt.Log.Warn("redisync: no full-duplex auto-pipeline; calls go in pipelines", "error", err)
 			return
 		}
+		// go-redis's queue holds its window, and as many are in flight
+		// before it: the calls whose callers left are kept well below.
+		t.left.max = fdMaxLeft
+		if w := ap.Config().FullDuplexWindow; w > 0 && w < fdMaxLeft {
+			t.left.max = int32(w)
+		}
 		t.ap = ap
 	})
 	return t.ap
@@ -67,6 +79,13 @@ type fdCall struct {
 	f     redis.AutoFuture
 	until time.Time // see op.until
 	tries int
+	// gone: its caller left; a reply that refuses it is not sent again
+	// but handed to late (nothing ran).
+	gone bool
+	// refused: the call stands refused (a reply that said "not now"),
+	// not in flight: its caller left during the pause before its next
+	// send, so it is not sent again.
+	refused bool
 }
 
 // submit writes c's command (EVAL with eval, or while the script does not
@@ -105,8 +124,10 @@ func (c *fdCall) submit(eval bool) {
 }
 
 // step waits for c's reply as long as wctx lasts (its error when it ends
-// first) and reports whether c is done: a reply that answered NOSCRIPT, or
-// that refused the call for now within its bound, has it sent again.
+// first) and reports whether c is done: a reply that answered NOSCRIPT has
+// it sent again whole, and one that refused the call for now within its
+// bound, unless its caller has gone, after a pause, which ends with wctx
+// (then c stands refused).
 func (c *fdCall) step(wctx context.Context) (bool, error) {
 	if err := c.f.WaitContext(wctx); err != nil && wctx.Err() != nil && errors.Is(err, wctx.Err()) {
 		return false, err
@@ -114,10 +135,13 @@ func (c *fdCall) step(wctx context.Context) (bool, error) {
 	err := c.cmd.Err()
 	switch {
 	case c.k.Script != nil && lua.IsNoScript(err):
-		notRun(&c.k)
+		// Sent whole at once, its caller gone or not (as on the lanes):
+		// a release that is not the last one must run, to be counted.
+		refused(&c.k)
 		c.submit(true)
 		return false, nil
-	case c.k.Once || !(notNow(err) || isRedirect(err)):
+	case c.gone || c.k.Once || !(notNow(err) || isRedirect(err)):
+		// Its caller gone, a refusal goes to late as it is: nothing ran.
 		return true, nil
 	}
 	pause := min(notNowPause<<min(c.tries, 8), notNowMaxPause)
@@ -130,9 +154,12 @@ func (c *fdCall) step(wctx context.Context) (bool, error) {
 	select {
 	case <-t.C:
 	case <-wctx.Done():
-		// The pause is the call's: it goes on without its caller.
-		<-t.C
+		// The caller leaves at once, and the call, refused, is not
+		// sent again: nothing ran, nothing to give back.
+		c.refused = true
+		return false, wctx.Err()
 	}
+	refused(&c.k)
 	c.submit(false)
 	return false, nil
 }
@@ -149,27 +176,39 @@ func isRedirect(err error) bool {
 
 // doFD is Do on the full-duplex path.
 func (t *Transport) doFD(ctx context.Context, k Call, late func(Reply)) Reply {
-	c := &fdCall{t: t, k: k, ctx: context.WithoutCancel(ctx), until: t.retryBound(ctx)}
 	wctx := ctx
 	if ctx.Done() == nil && k.Direct {
 		var cancel context.CancelFunc
 		wctx, cancel = context.WithTimeout(ctx, t.opt.ReleaseTimeout)
 		defer cancel()
 	}
+	if t.left.full() {
+		if err := t.left.admit(wctx); err != nil {
+			return Reply{err: err, Acked: -1}
+		}
+	}
+	c := &fdCall{t: t, k: k, ctx: context.WithoutCancel(ctx), until: t.retryBound(ctx)}
 	c.submit(false)
 	for {
 		done, err := c.step(wctx)
 		if done {
 			return c.reply()
 		}
+		if err != nil && c.refused {
+			return Reply{err: notSent(err, "refused by Redis, not sent again"), Acked: -1}
+		}
 		if err != nil {
 			// The caller leaves; the call goes on, and its reply goes
-			// to late, to give back what it took.
+			// to late, to give back what it took. It counts among the
+			// calls whose callers left (see fdLeft) until its reply.
+			c.gone = true
+			t.left.add(1)
 			t.workers.Add(1)
 			go func() {
 				defer t.workers.Add(-1)
 				for done, _ := c.step(context.Background()); !done; done, _ = c.step(context.Background()) {
 				}
+				t.left.add(-1)
 				if late != nil {
 					late(c.reply())
 				}

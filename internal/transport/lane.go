@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,7 +27,9 @@ import (
 // Its callers wait for their Reply or for their context, whichever comes
 // first, without a goroutine of their own: a caller whose context ends
 // leaves, and the worker that reads the Reply later hands it to the
-// caller's give-back (late), to undo what the script took. A release
+// caller's give-back (late), to undo what the script took; a call whose
+// caller left before its pipeline went out is not sent (op.leave), and
+// the queue sheds such calls as it grows (compactAt). A release
 // waits at most Options.ReleaseTimeout, even on a silent link (see do).
 //
 // Each pipeline runs its scripts as EVALSHA and sends again as EVAL those
@@ -61,6 +64,7 @@ const (
 	laneBatch       = 2000
 	laneStall       = 2 * time.Millisecond
 	laneIdle        = 10 * time.Second
+	laneCompact     = 4 * laneBatch
 )
 
 // op is a Call on its way: queued on a lane, in a pipeline, then
@@ -70,7 +74,7 @@ type op struct {
 	ctx   context.Context // its caller's values, never its end (hooks see them); nil: none
 	r     Reply
 	done  chan struct{} // closed once r is set for the caller; nil: async
-	state atomic.Uint32 // opWaiting, opDelivered or opGone
+	state atomic.Uint32 // opWaiting, opSent, opDelivered, opGone or opDropped
 	late  func(Reply)   // when the caller left: gives back what it took
 	// until bounds the sending again of a Call that Redis refused for now
 	// (notNow): the caller's deadline, at most Options.ReleaseTimeout after the
@@ -84,11 +88,44 @@ type op struct {
 	answered atomic.Bool
 }
 
+// The states of an op: its caller waits for it, not sent yet (waiting)
+// or sent (sent); its Reply was delivered to its caller (delivered); its
+// caller left once it was sent, or nobody waits (an Async op): its Reply
+// goes to late (gone); its caller left before it was sent: it is not
+// sent, and late is not called (dropped).
 const (
 	opWaiting uint32 = iota
+	opSent
 	opDelivered
 	opGone
+	opDropped
 )
+
+// take marks o sent, when it is about to be written, and reports whether
+// it is to be: not when its caller left before (dropped).
+func (o *op) take() bool {
+	return o.done == nil || o.state.CompareAndSwap(opWaiting, opSent) || o.state.Load() != opDropped
+}
+
+// waited reports whether o's caller still waits for it.
+func (o *op) waited() bool {
+	st := o.state.Load()
+	return st == opWaiting || st == opSent
+}
+
+// leave is o's caller leaving as its context ends with err: the Reply it
+// returns, or false when o's Reply was delivered meanwhile (then o.done
+// is closed). A call not sent yet never is (dropped): its error wraps
+// ErrNotSent, and late is not called.
+func (o *op) leave(err error) (Reply, bool) {
+	if o.state.CompareAndSwap(opWaiting, opDropped) {
+		return Reply{err: notSent(err, "its caller left before it was sent"), Acked: -1}, true
+	}
+	if o.state.CompareAndSwap(opSent, opGone) {
+		return Reply{err: err, Gone: true, Acked: -1}, true
+	}
+	return Reply{}, false
+}
 
 type laneKey struct {
 	addr string // the master's address; "" off a Cluster
@@ -110,6 +147,10 @@ type lane struct {
 	sending int       // pipelines in flight: workers' and callers' own
 	sentAt  time.Time // when the latest of them was sent
 	kick    chan struct{}
+	// compactAt is the queue's length at which the ops dropped in it
+	// (their callers left) are taken out: a Redis that answers nothing
+	// does not make the queue grow with the calls of callers who left.
+	compactAt int
 }
 
 // submit queues ops on their lanes: the ops of one lane together, in
@@ -181,6 +222,10 @@ func (l *lane) queueOps(ops []*op) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.queue = append(l.queue, ops...)
+	if len(l.queue) >= l.compactAt {
+		l.queue = slices.DeleteFunc(l.queue, func(o *op) bool { return o.state.Load() == opDropped })
+		l.compactAt = max(2*len(l.queue), laneCompact)
+	}
 	switch {
 	case l.idle > 0:
 		select {
@@ -334,6 +379,19 @@ func (l *lane) stall(now time.Time) time.Duration {
 // send sends batch as one pipeline on node, with WAIT last on a wait
 // lane, and hands on the replies (see run).
 func (l *lane) send(node redis.UniversalClient, batch []*op) {
+	// The calls whose callers left before they were sent are not sent
+	// (batch is the lane's own: filtered in place).
+	n := 0
+	for _, o := range batch {
+		if o.take() {
+			batch[n] = o
+			n++
+		}
+	}
+	if n == 0 {
+		return
+	}
+	batch = batch[:n]
 	var wait time.Duration
 	if l.key.wait {
 		wait = wholeMs(l.t.opt.AckTimeout)

@@ -29,7 +29,7 @@ func (t *Transport) run(node redis.UniversalClient, ops []*op, wait time.Duratio
 	var againAt []int
 	for i, cmd := range cmds {
 		if ops[i].Script != nil && lua.IsNoScript(cmd.Err()) {
-			notRun(&ops[i].Call)
+			refused(&ops[i].Call)
 			again, againAt = append(again, ops[i]), append(againAt, i)
 		}
 	}
@@ -166,11 +166,11 @@ func (t *Transport) exec(node redis.UniversalClient, ops []*op, eval, asking boo
 // has gone.
 func (o *op) deliver(r Reply) {
 	o.r = r
-	if o.state.CompareAndSwap(opWaiting, opDelivered) {
+	if o.state.CompareAndSwap(opSent, opDelivered) || o.state.CompareAndSwap(opWaiting, opDelivered) {
 		close(o.done)
 		return
 	}
-	if o.late != nil {
+	if o.late != nil && o.state.Load() == opGone {
 		if o.done == nil { // async: nobody waits, and then must not block
 			o.late(r)
 			return

@@ -46,7 +46,7 @@ func (t *Transport) retryBound(ctx context.Context) time.Time {
 // within o's bound; otherwise it delivers o.r.
 func (t *Transport) retry(o *op) {
 	pause := min(notNowPause<<min(o.tries, 8), notNowMaxPause)
-	if o.Once || !time.Now().Add(pause).Before(o.until) || o.done != nil && o.state.Load() != opWaiting {
+	if o.Once || !time.Now().Add(pause).Before(o.until) || o.done != nil && !o.waited() {
 		o.deliver(o.r)
 		return
 	}
@@ -55,10 +55,11 @@ func (t *Transport) retry(o *op) {
 	t.workers.Add(1)
 	time.AfterFunc(pause, func() {
 		defer t.workers.Add(-1)
-		if o.done != nil && o.state.Load() != opWaiting {
+		if o.done != nil && !o.waited() {
 			o.deliver(o.r) // the caller left: to its give-back
 			return
 		}
+		refused(&o.Call)
 		t.submit(o)
 	})
 }

@@ -13,9 +13,10 @@
 // and ASK are followed (redirect.go), a reply that
 // refused the call for now (TRYAGAIN, CLUSTERDOWN, LOADING) has it sent
 // again within its bound (retry.go), a caller whose context ends leaves at
-// once (the reply that comes later goes to its give-back, late), a call
-// whose context cannot end waits at most Options.ReleaseTimeout when it
-// is Direct, and the user's go-redis hooks see every command, with its
+// once (the reply that comes later goes to its give-back, late; a call not
+// sent yet is not sent at all: ErrNotSent), the calls in flight whose
+// callers left are bounded (left.go), a call whose context cannot end
+// waits at most Options.ReleaseTimeout when it is Direct, and the user's go-redis hooks see every command, with its
 // caller's context values (never its end). Writes (writes.go) counts how
 // many times go-redis wrote a call.
 package transport
@@ -43,6 +44,7 @@ type Transport struct {
 
 	fdOnce sync.Once
 	ap     *redis.AutoPipeliner // the full-duplex path (fd.go); nil: none
+	left   left                 // its calls whose callers left (left.go)
 
 	mu      sync.Mutex
 	lanes   map[laneKey]*lane
@@ -88,7 +90,10 @@ type Reply struct {
 	// WAIT's own error.
 	Acked   int64
 	WaitErr error
-	// gone: the caller's context ended first; the Reply goes to late.
+	// gone: the caller's context ended first, the call on its way; the
+	// Reply goes to late. A call whose caller left before it was sent (or
+	// sent again) is not sent at all: gone is false, its error wraps
+	// ErrNotSent and the context's, and late is not called.
 	Gone bool
 }
 
@@ -190,7 +195,10 @@ func (t *Transport) Close() {
 // do sends k and waits for its Reply or for ctx to end. When ctx ends
 // first it returns a Reply whose error is ctx's (gone set), and the Reply
 // that comes later is handed to late (nil: nothing to give back), in a
-// goroutine of its own.
+// goroutine of its own; when ctx ends before k was sent (on the
+// full-duplex path: while fdMaxLeft calls whose callers left are in
+// flight, or during the pause before a refused call is sent again), k is
+// not sent, and the Reply's error wraps ErrNotSent (see Reply.Gone).
 func (t *Transport) Do(ctx context.Context, k Call, late func(Reply)) Reply {
 	if !(t.opt.acks() && k.Takes) && !t.opt.NoFullDuplex && t.fd() != nil {
 		return t.doFD(ctx, k, late)
@@ -232,8 +240,8 @@ func (t *Transport) Do(ctx context.Context, k Call, late func(Reply)) Reply {
 		}
 		return o.r
 	case <-done:
-		if o.state.CompareAndSwap(opWaiting, opGone) {
-			return Reply{err: ctx.Err(), Gone: true}
+		if r, ok := o.leave(ctx.Err()); ok {
+			return r
 		}
 		<-o.done // delivered meanwhile
 		return o.r
@@ -257,8 +265,8 @@ func (t *Transport) DoAll(ctx context.Context, calls []Call) []Reply {
 		case <-o.done:
 			rs[i] = o.r
 		case <-ctx.Done():
-			if o.state.CompareAndSwap(opWaiting, opGone) {
-				rs[i] = Reply{err: ctx.Err(), Gone: true}
+			if r, ok := o.leave(ctx.Err()); ok {
+				rs[i] = r
 			} else {
 				<-o.done
 				rs[i] = o.r

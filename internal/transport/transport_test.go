@@ -297,6 +297,18 @@ func TestWritesCounted(t *testing.T) {
 			assert.EqualValues(t, 3, n, "the second run finds the hold its first released")
 			assert.True(t, w.Again(), "written twice")
 		}
+
+		// What it cannot see (the README says so): a first write that
+		// failed before any byte reached Redis still counts. Its hold
+		// deleted meanwhile, the release is taken as written twice.
+		r = hook.OnWrite(faultproxy.WriteRule{Name: "evalsha", Times: 1, Action: faultproxy.FailWrite(),
+			Args: func(args []string) bool { return len(args) > 3 && args[1] == sha && args[3] == "tr:wc3" }})
+		k, w = unlock("tr:wc3")
+		n, err = tr.Do(bg, k, nil).Int64()
+		require.Equal(t, 1, r.Fired())
+		require.NoError(t, err)
+		assert.EqualValues(t, 3, n, "the hold is gone")
+		assert.True(t, w.Again(), "counted as written twice")
 	})
 }
 
@@ -583,5 +595,59 @@ func TestFollowsMovedSlots(t *testing.T) {
 		}
 		rc.MigrateSlot(t, redistest.SlotOf(t, rc.Masters[0], base), rc.Masters[1])
 		check(t, ":mig")
+	})
+}
+
+// A caller whose context (without a deadline) ends while its call, told
+// "not now" (LOADING: a server restarting with its data), waits to be sent
+// again leaves at once, on every path, and the call is not sent again:
+// nothing ran, nothing to give back. (Issue 33, break 4: the full-duplex
+// path waited out the pause, up to notNowMaxPause, in the caller's
+// goroutine.)
+func TestRefusedCallLeavesWithItsCaller(t *testing.T) {
+	paths(t, func(t *testing.T, noFD bool) {
+		srv := redistest.Start(t, redistest.SlowLoading(200*time.Microsecond)...)
+		// go-redis does not retry LOADING itself: each refusal is the
+		// transport's to wait out.
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+		t.Cleanup(func() { _ = rdb.Close() })
+		hook := faultproxy.NewHook()
+		rdb.AddHook(hook)
+		tr := newT(t, rdb, Options{NoFullDuplex: noFD})
+		key := "tr:refused:leaves"
+		get := func(args []any) bool { return len(args) == 2 && args[0] == "get" && args[1] == key }
+		sends := hook.OnCommand(faultproxy.CommandRule{Args: get, Action: faultproxy.DelayBefore(0)})
+		restarted := make(chan struct{})
+		go func() { defer close(restarted); srv.RestartLoading(t, 10000) }() // about 2s of LOADING
+		defer func() { <-restarted }()
+		probe := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+		defer probe.Close()
+		require.Eventually(t, func() bool { return notNow(probe.Ping(context.Background()).Err()) }, 10*time.Second, time.Millisecond, "the server answers LOADING")
+
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var cancelled atomic.Int64
+		go func() {
+			// The sixth refusal starts a pause of notNowMaxPause; the
+			// caller leaves 50ms after the sixth send, in that pause
+			// (the refusal comes within a few ms).
+			for sends.Fired() < 6 {
+				time.Sleep(time.Millisecond)
+			}
+			time.Sleep(50 * time.Millisecond)
+			cancelled.Store(time.Now().UnixNano())
+			cancel()
+		}()
+		r := tr.Do(ctx, Call{Keys: []string{key}, Args: []any{"get", key}}, nil)
+		late := time.Since(time.Unix(0, cancelled.Load()))
+		require.ErrorIs(t, r.Err(), context.Canceled)
+		assert.Less(t, late, notNowMaxPause/2, "the caller left %v after its context ended", late)
+		fired := sends.Fired()
+		time.Sleep(2 * notNowMaxPause)
+		assert.Equal(t, fired, sends.Fired(), "sent again after its caller left")
+		if !noFD {
+			assert.ErrorIs(t, r.Err(), ErrNotSent)
+			assert.False(t, r.Gone, "nothing to give back")
+		}
 	})
 }

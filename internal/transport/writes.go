@@ -20,6 +20,14 @@ import (
 // no write was seen (a go-redis whose writer is not recognised), it cannot
 // tell, and the release succeeds too. Redis ignores the argument (an empty
 // string).
+//
+// A write whose reply the transport reads as a refusal (NOSCRIPT, LOADING,
+// TRYAGAIN, CLUSTERDOWN, MOVED, ASK: see refused) is not counted: Redis
+// did not run it. What it cannot see, and counts: a write whose bytes
+// never reached Redis (its connection failed first: go-redis encoded it,
+// then failed to flush it, and writes it again), and a write whose refusal
+// go-redis read and retried itself (LOADING and the like, with its
+// MaxRetries). A lost hold is then reported released: the README says so.
 type Writes struct{ n atomic.Int32 }
 
 // MarshalBinary counts a write: go-redis's RESP writer encodes a
@@ -44,15 +52,17 @@ func (w *Writes) String() string { return "" }
 // Again reports whether the command was not seen written exactly once.
 func (w *Writes) Again() bool { return w.n.Load() != 1 }
 
-// notRun forgets the writes of a call that Redis refused without running
-// it, NOSCRIPT: the next write is its first that can run. Only then: a
-// call refused for now (TRYAGAIN) or redirected may have been written
-// before by go-redis itself (it follows redirects and retries those
-// replies), and one of those writes may have run.
-func notRun(k *Call) {
+// refused forgets the write of a call that Redis refused without running
+// it (NOSCRIPT, LOADING, TRYAGAIN, CLUSTERDOWN, MOVED, ASK: the reply the
+// transport read), before the call is sent again: that write, the latest,
+// is no longer counted, and every earlier one is, as it may have run (a
+// write whose reply was lost with its connection, which go-redis wrote
+// again). A refusal go-redis read and retried itself (LOADING and the
+// like, with MaxRetries) is not seen here: those writes stay counted.
+func refused(k *Call) {
 	for _, a := range k.Args {
-		if w, ok := a.(*Writes); ok {
-			w.n.Store(0)
+		if w, ok := a.(*Writes); ok && w.n.Load() > 0 {
+			w.n.Add(-1)
 		}
 	}
 }
