@@ -240,11 +240,13 @@ func (m *Machine) grant(s *Spec, h *lease.Hold, start time.Time, st lease.Stamp)
 	if err := m.wd.Add(h, st); err != nil {
 		return giveUp(err)
 	}
-	h.OnEnd(context.AfterFunc(parent, func() {
-		if m.wd.End(h, lease.EndParent, context.Cause(parent)) {
-			m.GiveBack(h)
-		}
-	}))
+	if parent.Done() != nil { // a parent that can never end needs no watch
+		h.OnEnd(context.AfterFunc(parent, func() {
+			if m.wd.End(h, lease.EndParent, context.Cause(parent)) {
+				m.GiveBack(h)
+			}
+		}))
+	}
 	if m.cfg.Acquired != nil {
 		m.cfg.Acquired(h.Parent, s.Ref, h.Taken.Sub(start), st.Handoff)
 	}
