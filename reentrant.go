@@ -40,6 +40,14 @@ type Mutex struct {
 	fence   string // the fencing counter's key (WithFencing), or ""
 	spec    holds.Spec
 	err     error // bad name or option, returned by every method
+
+	// Made once, shared by every call (never written): the scripts' keys
+	// and the arguments every call boxes the same, so an uncontended
+	// Lock+Unlock does not allocate them again (issue 34).
+	keys    []string // {name}
+	fkeys   []string // the lock script's: {name} or {name, fence}
+	chanArg any      // channel
+	leaseMS any      // spec.Lease in milliseconds
 }
 
 // Mutex returns a handle on the reentrant lock name. Bad input (an empty
@@ -64,6 +72,12 @@ func (c *Client) Mutex(name string, opts ...MutexOption) *Mutex {
 	m.err = m.spec.Wrap(err)
 	m.spec.Ref = lease.Ref{Owner: c, Kind: string(KindMutex), Name: name}
 	m.spec.Lease, m.spec.Renewed = lc.leaseOf(c)
+	m.keys = []string{name}
+	m.fkeys = m.keys
+	if m.fence != "" {
+		m.fkeys = []string{name, m.fence}
+	}
+	m.chanArg, m.leaseMS = m.channel, m.spec.Lease.Milliseconds()
 	return m
 }
 
@@ -156,7 +170,7 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx con
 		hctx, err := m.c.holds.Reenter(parent, wctx, wait, &m.spec, h, holds.Reentry{
 			Calls: func(count int) []call { return []call{m.script(h.Field, count)} },
 			Undo: func(n int) []call {
-				return []call{script(lua.Unlock, []string{m.name}, h.Field, n, h.Lease.Milliseconds(), publish, unlockMessage, m.channel)}
+				return []call{script(lua.Unlock, m.keys, h.Field, n, h.Lease.Milliseconds(), publish, unlockMessage, m.chanArg)}
 			},
 		})
 		if err != nil {
@@ -166,10 +180,10 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx con
 	}
 
 	renew := func(field string) call {
-		return script(lua.Renew, []string{m.name}, field, m.spec.Lease.Milliseconds())
+		return script(lua.Renew, m.keys, field, m.leaseMS)
 	}
 	a := m.c.holds.Begin(&m.spec, parent, wctx, wait, nil, func(field string) call {
-		return script(lua.Drop, []string{m.name}, field, publish, unlockMessage, m.channel)
+		return script(lua.Drop, m.keys, field, publish, unlockMessage, m.chanArg)
 	})
 	defer func() { err = a.Explain(err); a.Finish(err) }()
 	try := func() (bool, time.Duration, error) {
@@ -261,11 +275,7 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx con
 // script is the lock script's call for field with its hold count before
 // the call (with the fencing counter's key when fenced).
 func (m *Mutex) script(field string, count int) call {
-	keys := []string{m.name}
-	if m.fence != "" {
-		keys = append(keys, m.fence)
-	}
-	return script(lua.Lock, keys, m.spec.Lease.Milliseconds(), field, count)
+	return script(lua.Lock, m.fkeys, m.leaseMS, field, count)
 }
 
 // Unlock releases one hold of the lock that ctx carries; the lock is freed,
@@ -327,7 +337,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 				return m.handOver(ctx, h, ho, mine)
 			}
 		}
-		return m.c.holds.ReleaseBy(ctx, script(lua.Unlock, []string{m.name}, h.Field, count, h.Lease.Milliseconds(), publish, unlockMessage, m.channel))
+		return m.c.holds.ReleaseBy(ctx, script(lua.Unlock, m.keys, h.Field, count, h.Lease.Milliseconds(), publish, unlockMessage, m.chanArg))
 	})
 }
 

@@ -74,6 +74,9 @@ func (e *NotReplicatedError) Count() int { return int(e.reply[1]) }
 
 // NotReplicated returns err's *NotReplicatedError, or nil.
 func NotReplicated(err error) *NotReplicatedError {
+	if err == nil {
+		return nil // the common case, without errors.As's allocation
+	}
 	var nr *NotReplicatedError
 	if errors.As(err, &nr) {
 		return nr

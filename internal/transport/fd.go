@@ -114,7 +114,7 @@ func (c *fdCall) submit(eval bool) {
 	}
 	for _, a := range k.Args {
 		if _, ok := a.(publishArg); ok {
-			a = c.t.opt.publish()
+			a = c.t.opt.publishValue()
 		}
 		args = append(args, a)
 	}

@@ -107,7 +107,7 @@ func (t *Transport) exec(node redis.UniversalClient, ops []*op, eval, asking boo
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	pub := t.opt.publish()
+	pub := t.opt.publishValue()
 	p := node.Pipeline()
 	if t.cc != nil && node == t.rdb && len(ops) > 1 {
 		// go-redis's cluster pipeline sends a node's whole batch again

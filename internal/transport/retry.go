@@ -15,6 +15,9 @@ import (
 // itself there before writing anything: lua/migrating.lua), CLUSTERDOWN,
 // LOADING.
 func notNow(err error) bool {
+	if err == nil {
+		return false // the common case, without errors.As's allocation
+	}
 	var re redis.Error
 	if !errors.As(err, &re) {
 		return false

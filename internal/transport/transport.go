@@ -181,6 +181,22 @@ func (o *Options) publish() string {
 	return o.Publish()
 }
 
+// The two publish commands, boxed once for calls' arguments.
+var publishAny, spublishAny any = "publish", "spublish"
+
+// publishValue returns publish() as a call's argument, boxed without an
+// allocation for the two commands Redis has.
+func (o *Options) publishValue() any {
+	switch p := o.publish(); p {
+	case "publish":
+		return publishAny
+	case "spublish":
+		return spublishAny
+	default:
+		return p
+	}
+}
+
 // wholeMs rounds d up to whole milliseconds, WAIT's resolution.
 func wholeMs(d time.Duration) time.Duration {
 	return (d + time.Millisecond - 1) / time.Millisecond * time.Millisecond

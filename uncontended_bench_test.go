@@ -1,0 +1,100 @@
+package redisync
+
+import (
+	"context"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redisync-go/redisync/internal/redistest"
+	"github.com/redisync-go/redisync/lua"
+)
+
+// One goroutine's uncontended Lock+Unlock pair on loopback (issue 34), next
+// to the floor it is measured against: EVALSHA of the same two scripts on a
+// pooled go-redis client, in the same run, on the same server:
+//
+//	go test -run '^$' -bench UncontendedPair -benchmem -count 5 .
+func BenchmarkUncontendedPair(b *testing.B) {
+	b.Run("node", func(b *testing.B) {
+		addr := redistestStart(b)
+		b.Run("redisync", func(b *testing.B) { benchPair(b, newRDB(b, addr)) })
+		b.Run("raw-pooled", func(b *testing.B) { benchRawPair(b, newRDB(b, addr)) })
+		b.Run("raw-fd", func(b *testing.B) { benchRawFDPair(b, newRDB(b, addr)) })
+	})
+	b.Run("cluster", func(b *testing.B) {
+		cl := redistest.StartCluster(b, 3)
+		b.Run("redisync", func(b *testing.B) { benchPair(b, cl.Client(b)) })
+		b.Run("raw-pooled", func(b *testing.B) { benchRawPair(b, cl.Client(b)) })
+	})
+}
+
+func benchPair(b *testing.B, rdb redis.UniversalClient) {
+	m := newClient(b, rdb).Mutex("bench:pair")
+	ctx := context.Background()
+	for b.Loop() {
+		hctx, err := m.Lock(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := m.Unlock(hctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// benchRawPair runs lock.lua and unlock.lua with the arguments a first hold
+// and its last release send, one EVALSHA each on the pooled client.
+func benchRawPair(b *testing.B, rdb redis.UniversalClient) {
+	ctx := context.Background()
+	keys := []string{"{bench:pair}:raw"}
+	for _, s := range []*lua.Script{lua.Lock, lua.Unlock} {
+		if err := rdb.ScriptLoad(ctx, s.Source()).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for b.Loop() {
+		r, err := lua.Lock.EvalSha(ctx, rdb, keys, 30000, "owner:1", 0).Slice()
+		if err != nil || r[0] != int64(1) {
+			b.Fatal(r, err)
+		}
+		n, err := lua.Unlock.EvalSha(ctx, rdb, keys, "owner:1", 1, 30000, "publish", "0", "redisync_lock__channel:{bench:pair}:raw").Int()
+		if err != nil || n != 2 {
+			b.Fatal(n, err)
+		}
+	}
+}
+
+// benchRawFDPair is benchRawPair on go-redis's full-duplex auto-pipeline,
+// the engine redisync's single-node calls go on: what its goroutine
+// hand-offs (writer, reader, caller) cost next to a pooled connection.
+func benchRawFDPair(b *testing.B, rdb *redis.Client) {
+	ctx := context.Background()
+	ap, err := rdb.AsyncAutoPipelineWithOptions(&redis.AutoPipelineOptions{FullDuplex: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, s := range []*lua.Script{lua.Lock, lua.Unlock} {
+		if err := rdb.ScriptLoad(ctx, s.Source()).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	do := func(args ...any) *redis.Cmd {
+		cmd := redis.NewCmd(ctx, args...)
+		if err := ap.Submit(ctx, cmd).WaitContext(ctx); err != nil {
+			b.Fatal(err)
+		}
+		return cmd
+	}
+	const key = "{bench:pair}:fd"
+	for b.Loop() {
+		r, err := do("evalsha", lua.Lock.Hash(), 1, key, 30000, "owner:1", 0).Slice()
+		if err != nil || r[0] != int64(1) {
+			b.Fatal(r, err)
+		}
+		n, err := do("evalsha", lua.Unlock.Hash(), 1, key, "owner:1", 1, 30000, "publish", "0", "redisync_lock__channel:{bench:pair}:fd").Int()
+		if err != nil || n != 2 {
+			b.Fatal(n, err)
+		}
+	}
+}
