@@ -119,6 +119,7 @@ func (m *Machine) healRound(ctx context.Context, hs *healer, now time.Time) {
 	ctx, cancel := context.WithTimeout(ctx, ReleaseTimeout)
 	defer cancel()
 	changed := map[int]bool{}
+	told := map[string]bool{} // new primaries logged: one line each, not one per slot
 	for i, p := range m.cfg.Primaries(ctx, ks) {
 		if p.Err != nil {
 			continue
@@ -130,6 +131,9 @@ func (m *Machine) healRound(ctx context.Context, hs *healer, now time.Time) {
 			changed[route] = true
 			if seen {
 				hs.hot[route] = now.Add(healHot)
+			}
+			if seen && !told[p.ID] {
+				told[p.ID] = true
 				m.log.Info("redisync: the primary changed; sending again the releases it may have lost",
 					"key", ks[i], "primary", p.ID)
 			}
@@ -171,13 +175,20 @@ func (m *Machine) HealFor(ref lease.Ref, left time.Duration) {
 	})
 }
 
-// resend sends calls, release scripts, again; a failure is logged (the
-// lease frees the lock at its end).
+// resend sends calls, release scripts, again; failures are logged in one
+// line (a primary that refuses writes for a moment would refuse them
+// all), and the lease frees those locks at its end.
 func (m *Machine) resend(ctx context.Context, calls []call) {
+	failed, first, script := 0, error(nil), ""
 	for i, r := range m.tr.DoAll(ctx, calls) {
 		if err := r.Err(); err != nil {
-			m.log.Warn("redisync: could not send again a release a failover may have lost; its lease frees it",
-				"script", scriptName(calls[i]), "error", err)
+			if failed++; first == nil {
+				first, script = err, scriptName(calls[i])
+			}
 		}
+	}
+	if failed > 0 {
+		m.log.Warn("redisync: could not send again releases a failover may have lost; their leases free them",
+			"failed", failed, "of", len(calls), "script", script, "error", first)
 	}
 }

@@ -2,6 +2,8 @@ package holds
 
 import (
 	"context"
+	"log/slog"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -50,4 +52,81 @@ func TestHealMultiSlotRecordOnAnySlotsFailover(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "the release lost on y's new master was not sent again")
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// countLog counts the log records it is given.
+type countLog struct{ n atomic.Int64 }
+
+func (c *countLog) Enabled(context.Context, slog.Level) bool  { return true }
+func (c *countLog) Handle(context.Context, slog.Record) error { c.n.Add(1); return nil }
+func (c *countLog) WithAttrs([]slog.Attr) slog.Handler        { return c }
+func (c *countLog) WithGroup(string) slog.Handler             { return c }
+
+// A Cluster failover moves every slot of a master at once: the healer
+// says so once per new primary, not once per slot its releases were in.
+func TestHealLogsOncePerPrimary(t *testing.T) {
+	e := newEnv(t)
+	logs := &countLog{}
+	e.m.log = slog.New(logs)
+	var moved atomic.Bool
+	e.m.cfg.Cluster = true
+	e.m.cfg.Primaries = func(_ context.Context, ks []string) []Primary {
+		out := make([]Primary, len(ks))
+		for i := range ks {
+			out[i].ID = "old"
+			if moved.Load() {
+				out[i].ID = "promoted"
+			}
+		}
+		return out
+	}
+	now := time.Now()
+	for i := range 200 {
+		l := newLock("{s"+strconv.Itoa(i)+"}k", time.Minute)
+		h := &lease.Hold{Ref: lease.Ref{Kind: "test", Name: l.key}, Field: "test:" + strconv.Itoa(i), Lease: time.Minute}
+		h.One = [2]call{{}, l.drop(h.Field)}
+		h.Release = h.One[1:2:2]
+		e.m.recorded(h, now)
+	}
+	time.Sleep(3 * HealEvery) // the healer has seen the primary
+	before := logs.n.Load()
+	moved.Store(true)
+	time.Sleep(3 * HealEvery)
+	require.Equal(t, int64(1), logs.n.Load()-before, "one line for the change of primary")
+}
+
+// Releases that cannot be sent again (here: their keys are of another
+// type; in a failover, a primary that refuses writes for a moment) are
+// reported in one line per round, not one per release.
+func TestHealResendFailuresLogOnce(t *testing.T) {
+	e := newEnv(t)
+	logs := &countLog{}
+	e.m.log = slog.New(logs)
+	var moved atomic.Bool
+	e.m.cfg.Primaries = func(_ context.Context, ks []string) []Primary {
+		out := make([]Primary, len(ks))
+		for i := range ks {
+			out[i].ID = "old"
+			if moved.Load() {
+				out[i].ID = "promoted"
+			}
+		}
+		return out
+	}
+	now := time.Now()
+	for i := range 50 {
+		l := newLock("bad"+strconv.Itoa(i), time.Minute)
+		require.NoError(t, e.rdb.Set(bg, l.key, "x", time.Minute).Err())
+		h := &lease.Hold{Ref: lease.Ref{Kind: "test", Name: l.key}, Field: "test:" + strconv.Itoa(i), Lease: time.Minute}
+		h.One = [2]call{{}, l.drop(h.Field)}
+		h.Release = h.One[1:2:2]
+		e.m.recorded(h, now)
+	}
+	time.Sleep(3 * HealEvery) // the healer has seen the primary, and sent them once
+	before := logs.n.Load()
+	moved.Store(true)
+	time.Sleep(3 * HealEvery)
+	got := logs.n.Load() - before
+	require.Positive(t, got, "the failures are reported")
+	require.LessOrEqual(t, got, int64(2), "one line for the change, one for the failures")
 }
