@@ -2,6 +2,7 @@ package holds
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/redisync-go/redisync/internal/lease"
@@ -47,6 +48,7 @@ type healer struct {
 	ids  map[int]string    // the ID last seen of each route (a slot; -1 on a single primary)
 	hot  map[int]time.Time // routes that changed, until when their new releases are resent
 	last uint64            // seq of the newest record the loop has seen
+	told bool              // said that the server refuses to say who serves
 }
 
 // recorded notes that h was released in Redis by a script sent at (a last
@@ -122,6 +124,11 @@ func (m *Machine) healRound(ctx context.Context, hs *healer, now time.Time) {
 	told := map[string]bool{} // new primaries logged: one line each, not one per slot
 	for i, p := range m.cfg.Primaries(ctx, ks) {
 		if p.Err != nil {
+			if !hs.told && refused(p.Err) {
+				hs.told = true
+				m.log.Warn("redisync: the server refuses INFO, so this Client cannot see a failover and send again the releases it lost (a waiter of the Client still does); allow INFO to its user",
+					"key", ks[i], "error", p.Err)
+			}
 			continue
 		}
 		route := ids[i]
@@ -151,6 +158,14 @@ func (m *Machine) healRound(ctx context.Context, hs *healer, now time.Time) {
 	if len(again) > 0 {
 		m.resend(ctx, again)
 	}
+}
+
+// refused reports whether err is the server's refusal to say who it is
+// (an ACL without INFO, or a server or proxy without the command), which
+// does not pass as a failover's errors do.
+func refused(err error) bool {
+	msg := err.Error()
+	return strings.HasPrefix(msg, "NOPERM") || strings.HasPrefix(msg, "ERR unknown command")
 }
 
 // HealFor sends again, at once and in the background, the releases of
