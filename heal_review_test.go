@@ -251,3 +251,64 @@ func TestHealerWithoutInfo(t *testing.T) {
 	require.NoError(t, err, "the waiter healed its Client's lost release")
 	require.NoError(t, m.Unlock(h))
 }
+
+// Under contention, with the primary switched three times (each switch
+// makes the healer send every recent release again, and for 2s every new
+// one too), no hold that is live is ever gone from Redis, and no two
+// holders overlap: the cohort hands the lock over in memory (the field
+// lives on with the next holder) and new holders of the same Client take
+// the lock again and again, while their Client's releases are sent again.
+func TestHealNeverFreesALiveHold(t *testing.T) {
+	e := realEnv(t)
+	ctx := context.Background()
+	rdb := e.rdb(t)
+	const name = "liveheal"
+	var inside, holds, gone atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 2 {
+		c := e.client(t)
+		m := c.Mutex(name)
+		for range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					h, err := m.TryLockFor(ctx, 2*time.Second)
+					if err != nil {
+						continue // refused while the server is briefly a replica
+					}
+					if n := inside.Add(1); n != 1 {
+						t.Errorf("%d holders at once", n)
+					}
+					field := holdField(h, m)
+					time.Sleep(time.Millisecond)
+					ok, err := rdb.HExists(ctx, name, field).Result()
+					if err == nil && !ok && context.Cause(h) == nil {
+						gone.Add(1)
+					}
+					inside.Add(-1)
+					holds.Add(1)
+					_ = m.Unlock(h)
+				}
+			}()
+		}
+	}
+	for range 3 {
+		time.Sleep(600 * time.Millisecond)
+		switchPrimary(t, rdb)
+	}
+	time.Sleep(time.Second)
+	close(stop)
+	wg.Wait()
+	t.Logf("%d holds", holds.Load())
+	require.Positive(t, holds.Load())
+	require.Zero(t, gone.Load(), "live holds gone from Redis")
+}
+
+func holdField(ctx context.Context, m *Mutex) string { return holds.Held(ctx, m.spec.Ref).Field }
