@@ -2,6 +2,7 @@ package holds
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/redisync-go/redisync/internal/lease"
@@ -47,6 +48,7 @@ type healer struct {
 	ids  map[int]string    // the ID last seen of each route (a slot; -1 on a single primary)
 	hot  map[int]time.Time // routes that changed, until when their new releases are resent
 	last uint64            // seq of the newest record the loop has seen
+	told bool              // said that the server refuses to say who serves
 }
 
 // recorded notes that h was released in Redis by a script sent at (a last
@@ -119,8 +121,14 @@ func (m *Machine) healRound(ctx context.Context, hs *healer, now time.Time) {
 	ctx, cancel := context.WithTimeout(ctx, ReleaseTimeout)
 	defer cancel()
 	changed := map[int]bool{}
+	told := map[string]bool{} // new primaries logged: one line each, not one per slot
 	for i, p := range m.cfg.Primaries(ctx, ks) {
 		if p.Err != nil {
+			if !hs.told && refused(p.Err) {
+				hs.told = true
+				m.log.Warn("redisync: the server refuses INFO, so this Client cannot see a failover and send again the releases it lost (a waiter of the Client still does); allow INFO to its user",
+					"key", ks[i], "error", p.Err)
+			}
 			continue
 		}
 		route := ids[i]
@@ -130,6 +138,9 @@ func (m *Machine) healRound(ctx context.Context, hs *healer, now time.Time) {
 			changed[route] = true
 			if seen {
 				hs.hot[route] = now.Add(healHot)
+			}
+			if seen && !told[p.ID] {
+				told[p.ID] = true
 				m.log.Info("redisync: the primary changed; sending again the releases it may have lost",
 					"key", ks[i], "primary", p.ID)
 			}
@@ -147,6 +158,14 @@ func (m *Machine) healRound(ctx context.Context, hs *healer, now time.Time) {
 	if len(again) > 0 {
 		m.resend(ctx, again)
 	}
+}
+
+// refused reports whether err is the server's refusal to say who it is
+// (an ACL without INFO, or a server or proxy without the command), which
+// does not pass as a failover's errors do.
+func refused(err error) bool {
+	msg := err.Error()
+	return strings.HasPrefix(msg, "NOPERM") || strings.HasPrefix(msg, "ERR unknown command")
 }
 
 // HealFor sends again, at once and in the background, the releases of
@@ -171,13 +190,20 @@ func (m *Machine) HealFor(ref lease.Ref, left time.Duration) {
 	})
 }
 
-// resend sends calls, release scripts, again; a failure is logged (the
-// lease frees the lock at its end).
+// resend sends calls, release scripts, again; failures are logged in one
+// line (a primary that refuses writes for a moment would refuse them
+// all), and the lease frees those locks at its end.
 func (m *Machine) resend(ctx context.Context, calls []call) {
+	failed, first, script := 0, error(nil), ""
 	for i, r := range m.tr.DoAll(ctx, calls) {
 		if err := r.Err(); err != nil {
-			m.log.Warn("redisync: could not send again a release a failover may have lost; its lease frees it",
-				"script", scriptName(calls[i]), "error", err)
+			if failed++; first == nil {
+				first, script = err, scriptName(calls[i])
+			}
 		}
+	}
+	if failed > 0 {
+		m.log.Warn("redisync: could not send again releases a failover may have lost; their leases free them",
+			"failed", failed, "of", len(calls), "script", script, "error", first)
 	}
 }

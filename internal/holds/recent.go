@@ -72,8 +72,9 @@ func (r *recent) add(h *lease.Hold, at time.Time) (start bool) {
 }
 
 // routes returns one key of each route the records within their lease
-// at now are on: the Cluster slots of their keys (a record's first key),
-// or, on a single primary, one key (route -1), and the seq of the newest
+// at now are on: the Cluster slots of their keys (the first key of each
+// of a record's calls: a MultiLock's are one per slot), or, on a single
+// primary, one key (route -1), and the seq of the newest
 // record. It copies no record.
 func (r *recent) routes(now time.Time, cluster bool) (map[int]string, uint64) {
 	r.mu.Lock()
@@ -99,6 +100,11 @@ func (r *recent) routes(now time.Time, cluster bool) (map[int]string, uint64) {
 			e.slot = keys.Slot(key)
 		}
 		out[e.slot] = key
+		for _, k := range e.rest() {
+			if len(k.Keys) > 0 {
+				out[keys.Slot(k.Keys[0])] = k.Keys[0]
+			}
+		}
 	}
 	return out, r.seq
 }
@@ -111,15 +117,38 @@ func (r *recent) calls(now time.Time, cluster bool, upto uint64, again func(rout
 	var out []call
 	for i := range r.ring {
 		e := &r.ring[i]
-		route := -1
-		if cluster {
-			route = e.slot
-		}
-		if e.seq <= upto && now.Before(e.until) && e.key() != "" && again(route, e.seq) {
+		if e.seq <= upto && now.Before(e.until) && e.key() != "" && e.picked(cluster, again) {
 			out = append(out, e.calls()...)
 		}
 	}
 	return out
+}
+
+// picked reports whether again picks e on one of its routes: on a
+// Cluster, the slot of each of its calls (a MultiLock's are one per slot,
+// and a failover of any of their masters may lose its release there).
+func (e *released) picked(cluster bool, again func(route int, seq uint64) bool) bool {
+	if !cluster {
+		return again(-1, e.seq)
+	}
+	if again(e.slot, e.seq) {
+		return true
+	}
+	for _, k := range e.rest() {
+		if len(k.Keys) > 0 && again(keys.Slot(k.Keys[0]), e.seq) {
+			return true
+		}
+	}
+	return false
+}
+
+// rest returns e's calls after its first: those of a hold on names in
+// several Cluster slots.
+func (e *released) rest() []call {
+	if len(e.more) < 2 {
+		return nil
+	}
+	return e.more[1:]
 }
 
 // key returns the key e's route is known by: its first call's first key.
