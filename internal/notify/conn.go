@@ -407,6 +407,8 @@ func (p *Hub) confirm(ch *channel) {
 // connDown records that c's connection was lost, by err, and tells
 // Config.Lost if it was up until now.
 func (p *Hub) connDown(c *subConn, err error) {
+	p.evMu.Lock()
+	defer p.evMu.Unlock()
 	if c.down.CompareAndSwap(0, time.Now().UnixNano()) && p.lostFn != nil {
 		p.lostFn(c.addr, err)
 	}
@@ -415,6 +417,11 @@ func (p *Hub) connDown(c *subConn, err error) {
 // connUp records that a reply was read from c, and tells Config.Restored
 // when c was lost until now.
 func (p *Hub) connUp(c *subConn) {
+	if c.down.Load() == 0 {
+		return // up all along: the reply path takes no lock
+	}
+	p.evMu.Lock()
+	defer p.evMu.Unlock()
 	if t := c.down.Swap(0); t != 0 && p.restoredFn != nil {
 		p.restoredFn(c.addr, time.Since(time.Unix(0, t)))
 	}

@@ -63,6 +63,10 @@ type Hub struct {
 	armed   bool                // retry is pending
 	stopped bool
 	wg      sync.WaitGroup // readers, writers and the router
+	// evMu orders a connection's lost and restored events: the reader may
+	// read from a new connection while the writer that saw the old one
+	// fail is still telling it lost.
+	evMu sync.Mutex
 	// lostFn and restoredFn are Config.Lost and Config.Restored.
 	lostFn     func(node string, err error)
 	restoredFn func(node string, down time.Duration)
