@@ -266,11 +266,7 @@ func (m *Machine) grant(s *Spec, h *lease.Hold, told context.Context, start time
 		return giveUp(err)
 	}
 	if parent.Done() != nil { // a parent that can never end needs no watch
-		h.OnEnd(context.AfterFunc(parent, func() {
-			if m.wd.End(h, lease.EndParent, context.Cause(parent)) {
-				m.GiveBack(h)
-			}
-		}))
+		h.OnEnd(context.AfterFunc(parent, func() { m.endWithParent(h) }))
 	}
 	var vals context.Context
 	if m.cfg.Acquired != nil {

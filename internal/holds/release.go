@@ -164,9 +164,9 @@ func (b *bound) done() {
 }
 
 // endWithParent ends h, and gives it back in the background, when the
-// context it was taken with has ended: as the context.AfterFunc that
-// grant registers does, for a caller that must not find h live meanwhile
-// (that function runs in a goroutine of its own).
+// context it was taken with has ended: grant has it called when that
+// context ends (in a goroutine of its own), and a release calls it too, so
+// that it never finds h live meanwhile.
 func (m *Machine) endWithParent(h *lease.Hold) {
 	if h.Parent.Err() != nil && m.wd.End(h, lease.EndParent, context.Cause(h.Parent)) {
 		m.GiveBack(h)
