@@ -179,7 +179,7 @@ func (e *Election) campaign(parent, wctx context.Context, value string, bounded 
 	a := e.c.holds.Begin(&e.spec, parent, wctx, true, nil, func(field string) call {
 		return e.resign(field, term.Load())
 	})
-	defer func() { err = a.Explain(err); a.Finish(err) }()
+	defer func() { err = a.Finish(err) }()
 	try := func() (bool, time.Duration, error) {
 		field, r, d, err := a.Send(func(field string) call {
 			return script(lua.ElectCampaign, e.keys, leaseMs, field, value, publish, e.channel)

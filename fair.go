@@ -180,7 +180,7 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 		func(field string) []call { return []call{f.leaveCall(field)} },
 		func(field string) call { return script(lua.FairDrop, f.keys(), field, f.prefix, publish) })
 	a.Restart = true // a new owner queues, and listens, as itself
-	defer func() { err = a.Explain(err); a.Finish(err) }()
+	defer func() { err = a.Finish(err) }()
 	try := func() (bool, time.Duration, error) {
 		field, r, d, err := a.Send(func(field string) call { return f.script(field, 0, wait) })
 		if r == nil {

@@ -268,7 +268,7 @@ func (m *MultiLock) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 
 	a := m.c.holds.Begin(&m.spec, parent, wctx, wait, nil, nil)
 	a.Releases = func(field string) []call { return m.unlockCalls(field, 1) }
-	defer func() { err = a.Explain(err); a.Finish(err) }()
+	defer func() { err = a.Finish(err) }()
 	blocker := m.names[0] // the name the latest attempt found held
 	try := func() (bool, time.Duration, error) {
 		field := a.Owner

@@ -185,7 +185,7 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx con
 	a := m.c.holds.Begin(&m.spec, parent, wctx, wait, nil, func(field string) call {
 		return script(lua.Drop, m.keys, field, publish, unlockMessage, m.chanArg)
 	})
-	defer func() { err = a.Explain(err); a.Finish(err) }()
+	defer func() { err = a.Finish(err) }()
 	try := func() (bool, time.Duration, error) {
 		field, r, d, err := a.Send(func(field string) call { return m.script(field, 0) })
 		if r == nil {

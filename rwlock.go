@@ -271,8 +271,7 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 				stop()
 			}
 		}
-		err = a.Explain(err)
-		a.Finish(err)
+		err = a.Finish(err)
 	}()
 	// A downgrade whose write hold ended otherwise than by its Unlock
 	// (lost, forced) while the call went on is no downgrade any more: the

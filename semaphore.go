@@ -277,10 +277,7 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 		a = s.c.holds.Begin(&s.spec, parent, wctx, wait, nil, func(field string) call {
 			return script(lua.SemDrop, s.keys, field, publish, semReclaimLimit, s.channel)
 		})
-		defer func() {
-			err = a.Explain(err)
-			a.Finish(err)
-		}()
+		defer func() { err = a.Finish(err) }()
 	}
 	var hctx context.Context // a hold added to
 	neverSet := false

@@ -112,7 +112,7 @@ type Acquisition struct {
 	Token   int64            // the fencing token of the latest attempt's grant
 	Tokens  map[string]int64 // a fenced MultiLock's, by name
 	HoldCtx context.Context  // the hold's context, once won
-	// For Explain: why the latest attempt that Redis did not answer
+	// For explain: why the latest attempt that Redis did not answer
 	// failed, when the wait went on after it (nil once Redis answers one),
 	// and how long the attempt the wait ended in had waited for its reply.
 	last   error
@@ -295,12 +295,15 @@ func (a *Acquisition) Granted(field string, hctx context.Context, err error) (bo
 	return a.Won, 0, err
 }
 
-// Finish ends the call, which returns err: when it failed, it gives back
-// what its attempts may have left (after an attempt whose outcome is
-// unknown), and tells the observer (AcquireFailed).
-func (a *Acquisition) Finish(err error) {
+// Finish ends the call, which returns err, and returns the error the call
+// is to return: when it failed, it gives back what its attempts may have
+// left (after an attempt whose outcome is unknown), says why Redis did not
+// answer when it did not (explain), and tells the observer
+// (AcquireFailed) with that error.
+func (a *Acquisition) Finish(err error) error {
+	err = a.explain(err)
 	if a.Won {
-		return
+		return err
 	}
 	if a.Dirty {
 		a.m.Sweep(a.Spec.Lease, a.All(a.Owner)...)
@@ -308,9 +311,10 @@ func (a *Acquisition) Finish(err error) {
 	if err != nil && a.m.cfg.AcquireFailed != nil {
 		a.m.cfg.AcquireFailed(a.told, a.Spec.Ref, time.Since(a.start), err)
 	}
+	return err
 }
 
-// Explain returns err, the error the call ends with, saying why Redis gave
+// explain returns err, the error the call ends with, saying why Redis gave
 // no answer to the wait's latest attempts when the wait ended (its
 // context, or TryLockFor's bound) before one came: the error of the latest
 // one that failed (a refused or reset connection, a Redis loading its
@@ -319,7 +323,7 @@ func (a *Acquisition) Finish(err error) {
 // lock that stayed busy, whose attempts Redis answered. The result matches
 // what err matched (the context's error, errs.NotAcquired), and that
 // attempt's error.
-func (a *Acquisition) Explain(err error) error {
+func (a *Acquisition) explain(err error) error {
 	if err == nil || a.WaitCtx.Err() == nil {
 		return err
 	}
@@ -336,7 +340,7 @@ func (a *Acquisition) Explain(err error) error {
 }
 
 // noReplyNoted is how long an attempt must have waited for its reply when
-// its wait ended for Explain to say so (less is a round trip cut short).
+// its wait ended for explain to say so (less is a round trip cut short).
 const noReplyNoted = 50 * time.Millisecond
 
 // FenceToken returns the token in a fenced lock's granted acquire reply
