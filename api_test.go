@@ -126,7 +126,7 @@ func rwWriteOps(t *testing.T, c *Client, name string) apiOps {
 			return n
 		},
 		busy: func() bool {
-			b, err := r.IsWriteLocked(context.Background())
+			_, b, err := rwHeld(context.Background(), r)
 			assert.NoError(t, err)
 			return b
 		},
@@ -143,7 +143,7 @@ func rwReadOps(t *testing.T, c *Client, name string) apiOps {
 			return n
 		},
 		busy: func() bool {
-			n, err := r.Readers(context.Background())
+			n, err := rwReaders(context.Background(), r)
 			assert.NoError(t, err)
 			return n > 0
 		},
@@ -434,7 +434,7 @@ func TestAPIDowngradeEndsWithTheWriteHoldsContext(t *testing.T) {
 		n, err := r.RHoldCount(rctx)
 		require.NoError(t, err)
 		assert.Equal(t, 1, n)
-		readers, err := other.Readers(bg)
+		readers, err := rwReaders(bg, other)
 		require.NoError(t, err)
 		assert.Equal(t, 1, readers)
 		_, err = other.TryLock(bg)

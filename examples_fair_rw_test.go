@@ -124,7 +124,7 @@ func ExampleRWMutex() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println("readers:", fairRWMust(rw.Readers(ctx)))
+	fmt.Println("holders:", len(fairRWMust(rw.Holders(ctx))))
 	_, err = rw.TryLock(ctx)
 	fmt.Println("write while read:", errors.Is(err, redisync.ErrNotAcquired))
 	_ = rw.RUnlock(r1)
@@ -139,7 +139,7 @@ func ExampleRWMutex() {
 	_ = other.Unlock(w)
 	fmt.Println("locked:", fairRWMust(rw.IsLocked(ctx)))
 	// Output:
-	// readers: 2
+	// holders: 2
 	// write while read: true
 	// read while write: true
 	// locked: false
@@ -167,7 +167,9 @@ func ExampleRWMutex_downgrade() {
 	}
 	fmt.Println("write context ended:", wctx.Err() != nil)
 	fmt.Println("read context live:", rctx.Err() == nil)
-	fmt.Println("write-locked:", fairRWMust(rw.IsWriteLocked(ctx)))
+	for _, h := range fairRWMust(rw.Holders(ctx)) {
+		fmt.Println("holder: write", h.Write, "count", h.Count)
+	}
 
 	// Others may read now, but not write.
 	other := newClient().RWMutex("catalog")
@@ -180,7 +182,7 @@ func ExampleRWMutex_downgrade() {
 	// Output:
 	// write context ended: true
 	// read context live: true
-	// write-locked: false
+	// holder: write false count 1
 	// other writer: true
 	// locked: false
 }

@@ -542,7 +542,7 @@ func TestBracedAndPlainNamesAreDifferentLocks(t *testing.T) {
 				require.NoError(t, w.RWMutex("{acct}").Unlock(wctx))
 			}
 			assert.NoError(t, rctx.Err(), "the reader's context")
-			n, err := a.RWMutex("{acct}").Readers(bg)
+			n, err := rwReaders(bg, a.RWMutex("{acct}"))
 			require.NoError(t, err)
 			assert.Equal(t, 1, n, "readers of {acct}")
 

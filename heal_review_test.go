@@ -60,7 +60,7 @@ func TestHealSparesDowngradedReadHold(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, rw.Unlock(w))
 	time.Sleep(3 * holds.HealEvery) // the healer has seen the primary and sent the write Unlock again
-	n, err := rw.Readers(ctx)
+	n, err := rwReaders(ctx, rw)
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "the downgraded read hold survived the first send")
 	require.NoError(t, context.Cause(r))
@@ -74,7 +74,7 @@ func TestHealSparesDowngradedReadHold(t *testing.T) {
 	})
 	time.Sleep(2 * holds.HealEvery)
 	require.NoError(t, context.Cause(r), "the read hold lives")
-	n, err = rw.Readers(ctx)
+	n, err = rwReaders(ctx, rw)
 	require.NoError(t, err)
 	assert.Equal(t, 1, n, "the read hold is still in Redis")
 	_, err = b.RWMutex("rwheal").TryLock(ctx)

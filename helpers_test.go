@@ -237,3 +237,23 @@ func (l *lagWatch) Worst() time.Duration { return time.Duration(l.worst.Load()) 
 // Slack is what a bound on a timed path adds for the machine: lagHops
 // times the worst delay seen so far.
 func (l *lagWatch) Slack() time.Duration { return lagHops * l.Worst() }
+
+// rwHeld reports, from Holders, how many read holds r has and whether it
+// has a write hold.
+func rwHeld(ctx context.Context, r *RWMutex) (readers int, write bool, err error) {
+	hs, err := r.Holders(ctx)
+	for _, h := range hs {
+		if h.Write {
+			write = true
+		} else {
+			readers++
+		}
+	}
+	return readers, write, err
+}
+
+// rwReaders returns how many read holds r has (see rwHeld).
+func rwReaders(ctx context.Context, r *RWMutex) (int, error) {
+	n, _, err := rwHeld(ctx, r)
+	return n, err
+}

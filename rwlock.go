@@ -399,22 +399,10 @@ func (r *RWMutex) info(ctx context.Context) (int64, int64, error) {
 }
 
 // IsLocked reports whether any owner holds the read or the write lock.
+// Holders says which, and who.
 func (r *RWMutex) IsLocked(ctx context.Context) (bool, error) {
 	mode, _, err := r.info(ctx)
 	return mode != 0, err
-}
-
-// IsWriteLocked reports whether an owner holds the write lock.
-func (r *RWMutex) IsWriteLocked(ctx context.Context) (bool, error) {
-	mode, _, err := r.info(ctx)
-	return mode == 2, err
-}
-
-// Readers returns how many owners hold the read lock (with a lease still
-// running), including a writer that took it too.
-func (r *RWMutex) Readers(ctx context.Context) (int, error) {
-	_, n, err := r.info(ctx)
-	return int(n), err
 }
 
 // HoldCount returns how many write holds the hold ctx carries has (0 when

@@ -56,7 +56,7 @@ func TestDowngradeThroughWriteHoldLostMidFlight(t *testing.T) {
 	assert.ErrorIs(t, err, ErrLeaseLost)
 	assert.ErrorIs(t, err, ErrNotHeld)
 	eventually(t, 2*time.Second, "nothing left of the refused downgrade", func() bool {
-		n, err := rw.Readers(ctx)
+		n, err := rwReaders(ctx, rw)
 		return err == nil && n == 0
 	})
 }

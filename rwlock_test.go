@@ -43,9 +43,7 @@ func rwState(t testing.TB, r *RWMutex) (locked, write bool, readers int) {
 	ctx := context.Background()
 	locked, err := r.IsLocked(ctx)
 	require.NoError(t, err)
-	write, err = r.IsWriteLocked(ctx)
-	require.NoError(t, err)
-	readers, err = r.Readers(ctx)
+	readers, write, err = rwHeld(ctx, r)
 	require.NoError(t, err)
 	return locked, write, readers
 }

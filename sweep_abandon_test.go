@@ -419,7 +419,7 @@ func swDowngrade(name string) swRow {
 			assert.NoError(r.t, r.main.Err(), "the write hold is live")
 			rw := r.a.RWMutex(swName)
 			eventually(r.t, time.Second, "no read hold left by the abandoned downgrade", func() bool {
-				n, err := rw.Readers(context.Background())
+				n, err := rwReaders(context.Background(), rw)
 				return err == nil && n == 0
 			})
 		}}
