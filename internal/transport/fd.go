@@ -37,13 +37,12 @@ import (
 // client); nil when the redis client cannot make one.
 func (t *Transport) fd() *redis.AutoPipeliner {
 	t.fdOnce.Do(func() {
-		if t.cc != nil {
-			// On a Cluster, go-redis runs its full-duplex path on each
-			// master's own client: the hooks on the ClusterClient would
-			// see none of its commands. The calls go in the cluster
-			// client's pipelines instead (lane.go).
-			return
-		}
+		// On a Cluster, go-redis runs one full-duplex child per master,
+		// on that master's own client (its hooks run, the ClusterClient's
+		// do not: see the package documentation), routes each command by
+		// its slot when it is submitted, and has a MOVED or ASK reply, or
+		// one that refused the command for now, run again through the
+		// cluster client, which follows it.
 		type fullDuplex interface {
 			AsyncAutoPipelineWithOptions(*redis.AutoPipelineOptions) (*redis.AutoPipeliner, error)
 		}
@@ -57,7 +56,8 @@ func (t *Transport) fd() *redis.AutoPipeliner {
 			return
 		}
 		// go-redis's queue holds its window, and as many are in flight
-		// before it: the calls whose callers left are kept well below.
+		// before it: the calls whose callers left are kept well below
+		// (on a Cluster, each master's: see leftOf).
 		t.left.max = fdMaxLeft
 		if w := ap.Config().FullDuplexWindow; w > 0 && w < fdMaxLeft {
 			t.left.max = int32(w)
@@ -182,8 +182,9 @@ func (t *Transport) doFD(ctx context.Context, k Call, late func(Reply)) Reply {
 		wctx, cancel = context.WithTimeout(ctx, t.opt.ReleaseTimeout)
 		defer cancel()
 	}
-	if t.left.full() {
-		if err := t.left.admit(wctx); err != nil {
+	lf := t.leftOf(&k)
+	if lf.full() {
+		if err := lf.admit(wctx); err != nil {
 			return Reply{err: err, Acked: -1}
 		}
 	}
@@ -202,13 +203,13 @@ func (t *Transport) doFD(ctx context.Context, k Call, late func(Reply)) Reply {
 			// to late, to give back what it took. It counts among the
 			// calls whose callers left (see fdLeft) until its reply.
 			c.gone = true
-			t.left.add(1)
+			lf.add(1)
 			t.workers.Add(1)
 			go func() {
 				defer t.workers.Add(-1)
 				for done, _ := c.step(context.Background()); !done; done, _ = c.step(context.Background()) {
 				}
-				t.left.add(-1)
+				lf.add(-1)
 				if late != nil {
 					late(c.reply())
 				}
@@ -216,4 +217,24 @@ func (t *Transport) doFD(ctx context.Context, k Call, late func(Reply)) Reply {
 			return Reply{err: err, Gone: true, Acked: -1}
 		}
 	}
+}
+
+// leftOf returns the count of the calls whose callers left that k counts
+// among: the Transport's; on a Cluster, that of k's master (go-redis has a
+// queue for each), so that a master that stopped answering leaves the
+// calls to the others alone.
+func (t *Transport) leftOf(k *Call) *left {
+	if t.cc == nil {
+		return &t.left
+	}
+	m, err := t.cc.MasterForKey(context.Background(), k.Keys[0])
+	if err != nil {
+		return &t.left
+	}
+	addr := m.Options().Addr
+	if l, ok := t.lefts.Load(addr); ok {
+		return l.(*left)
+	}
+	l, _ := t.lefts.LoadOrStore(addr, &left{max: t.left.max})
+	return l.(*left)
 }

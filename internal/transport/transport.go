@@ -44,7 +44,8 @@ type Transport struct {
 
 	fdOnce sync.Once
 	ap     *redis.AutoPipeliner // the full-duplex path (fd.go); nil: none
-	left   left                 // its calls whose callers left (left.go)
+	left   left                 // its calls whose callers left (left.go); on a Cluster, lefts
+	lefts  sync.Map             // on a Cluster, a master's address: its *left
 
 	mu      sync.Mutex
 	lanes   map[laneKey]*lane
