@@ -40,7 +40,8 @@ func onKey(key string) func([]any) bool {
 // the cluster client's pipelines, and WithReplicaAck's calls on each
 // master's own client.
 func TestTransportHooksSeeEveryCommand(t *testing.T) {
-	t.Parallel()                         // its own servers, mostly waiting
+	t.Parallel() // its own servers, mostly waiting
+
 	const lease = 600 * time.Millisecond // renewed every 200ms
 	workload := func(t *testing.T, rdb redis.UniversalClient, opts ...Option) {
 		var renewed atomic.Int64
