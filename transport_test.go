@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -30,13 +31,25 @@ func onKey(key string) func([]any) bool {
 	return func(args []any) bool { return len(args) > 3 && args[3] == key }
 }
 
-// The user's hooks see every command redisync sends: what a hook on the
-// redis client counts is what Redis ran, on a single node and, through
-// the cluster client, on a Cluster.
+// The user's hooks see every command redisync sends: what a hook counts
+// is what Redis ran (acquisitions, re-entries, releases, renewals, a
+// latch's read), on a single node with the hook on the redis client, and
+// on a Cluster with the hook on every node's client (ClusterClient.OnNewNode,
+// as go-redis's own instrumentation, redisotel, installs its hooks): the
+// calls sent alone go on each master's full-duplex connection, batches in
+// the cluster client's pipelines, and WithReplicaAck's calls on each
+// master's own client.
 func TestTransportHooksSeeEveryCommand(t *testing.T) {
 	t.Parallel() // its own servers, mostly waiting
-	workload := func(t *testing.T, c *Client) {
+
+	const lease = 600 * time.Millisecond // renewed every 200ms
+	workload := func(t *testing.T, rdb redis.UniversalClient, opts ...Option) {
+		var renewed atomic.Int64
+		opts = append(opts, WithWatchdogTimeout(lease), WithObserver(&Observer{Renewed: func(RenewalEvent) { renewed.Add(1) }}))
+		c := newClient(t, rdb, opts...)
 		bg := context.Background()
+		held, err := c.Mutex("tr:hook:held").Lock(bg)
+		require.NoError(t, err)
 		for i := range 20 {
 			m := c.Mutex("tr:hook:" + strconv.Itoa(i%5))
 			lctx, err := m.Lock(bg)
@@ -49,56 +62,104 @@ func TestTransportHooksSeeEveryCommand(t *testing.T) {
 			fctx, err := f.Lock(bg)
 			require.NoError(t, err)
 			require.NoError(t, f.Unlock(fctx))
+			_, err = c.CountDownLatch("tr:hook:latch").Count(bg)
+			require.NoError(t, err)
 		}
+		eventually(t, 10*lease, "two renewals", func() bool { return renewed.Load() >= 2 })
+		require.NoError(t, c.Mutex("tr:hook:held").Unlock(held))
 	}
-	scriptsRun := func(t *testing.T, rdb *redis.Client) int64 {
-		info, err := rdb.Info(context.Background(), "commandstats").Result()
-		require.NoError(t, err)
-		var n int64
-		for _, line := range strings.Split(info, "\r\n") {
-			if strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_eval:") {
-				f := strings.SplitN(strings.TrimPrefix(line[strings.Index(line, ":")+1:], "calls="), ",", 2)
-				v, err := strconv.ParseInt(f[0], 10, 64)
-				require.NoError(t, err)
-				n += v
+	ran := func(t *testing.T, nodes ...*redistest.Server) map[string]int64 {
+		n := map[string]int64{}
+		for _, srv := range nodes {
+			info, err := srv.Client(t).Info(context.Background(), "commandstats").Result()
+			require.NoError(t, err)
+			for _, line := range strings.Split(info, "\r\n") {
+				for _, name := range []string{"evalsha", "eval", "get"} {
+					if strings.HasPrefix(line, "cmdstat_"+name+":") {
+						f := strings.SplitN(strings.TrimPrefix(line[strings.Index(line, ":")+1:], "calls="), ",", 2)
+						v, err := strconv.ParseInt(f[0], 10, 64)
+						require.NoError(t, err)
+						n[name] += v
+					}
+				}
 			}
 		}
 		return n
 	}
+	// check compares what seen saw with what nodes ran since before
+	// (what the test's setup ran there).
+	check := func(t *testing.T, seen *namesHook, before map[string]int64, nodes ...*redistest.Server) {
+		r := ran(t, nodes...)
+		for name, n := range before {
+			r[name] -= n
+		}
+		assert.Equal(t, r["evalsha"]+r["eval"], seen.count("evalsha")+seen.count("eval"), "scripts")
+		assert.Equal(t, r["get"], seen.count("get"), "other commands")
+		assert.NotZero(t, r["get"])
+	}
 	t.Run("single node", func(t *testing.T) {
 		e := realEnv(t)
-		var seen atomic.Int64
+		seen := &namesHook{}
 		rdb := e.rdb(t)
-		rdb.AddHook(countHook{n: &seen})
-		workload(t, newClient(t, rdb))
-		assert.Equal(t, scriptsRun(t, e.rdb(t)), seen.Load())
+		rdb.AddHook(seen)
+		before := ran(t, e.srv)
+		workload(t, rdb)
+		check(t, seen, before, e.srv)
 	})
 	t.Run("cluster", func(t *testing.T) {
 		cl := redistestCluster(t)
-		var seen atomic.Int64
+		seen := &namesHook{}
 		cc := cl.Client(t)
-		cc.AddHook(countHook{n: &seen})
-		workload(t, newClient(t, cc))
-		var ran int64
-		for _, m := range cl.Masters {
-			ran += scriptsRun(t, m.Client(t))
-		}
-		assert.Equal(t, ran, seen.Load())
+		cc.OnNewNode(func(node *redis.Client) { node.AddHook(seen) })
+		before := ran(t, cl.Masters...)
+		workload(t, cc)
+		check(t, seen, before, cl.Masters...)
 	})
 	t.Run("cluster with replica ack", func(t *testing.T) {
-		// The scripts go on each master's own client (WAIT answers for
-		// the writes of its connection): a hook on every node, as
-		// redisotel adds one, sees them all.
 		rc := redistest.StartClusterWithReplicas(t, 3, 1)
-		var seen atomic.Int64
+		seen := &namesHook{}
 		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: rc.Addrs(), ReadTimeout: 5 * time.Second})
 		t.Cleanup(func() { _ = cc.Close() })
-		cc.OnNewNode(func(node *redis.Client) { node.AddHook(countHook{n: &seen}) })
-		workload(t, newClient(t, cc, WithReplicaAck(1, time.Second)))
-		var ran int64
-		for _, m := range rc.Masters {
-			ran += scriptsRun(t, m.Client(t))
-		}
-		assert.Equal(t, ran, seen.Load())
+		cc.OnNewNode(func(node *redis.Client) { node.AddHook(seen) })
+		before := ran(t, rc.Masters...)
+		workload(t, cc, WithReplicaAck(1, time.Second))
+		check(t, seen, before, rc.Masters...)
 	})
+}
+
+// namesHook counts the commands it sees, by name, alone and in pipelines.
+type namesHook struct {
+	mu sync.Mutex
+	n  map[string]int64
+}
+
+func (h *namesHook) add(cmd redis.Cmder) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n == nil {
+		h.n = map[string]int64{}
+	}
+	h.n[cmd.Name()]++
+}
+
+func (h *namesHook) count(name string) int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n[name]
+}
+
+func (h *namesHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *namesHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.add(cmd)
+		return next(ctx, cmd)
+	}
+}
+func (h *namesHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			h.add(cmd)
+		}
+		return next(ctx, cmds)
+	}
 }

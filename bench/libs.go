@@ -66,7 +66,10 @@ func newGoRedisFor(o instOpts, cnt *counter, name string) redis.UniversalClient 
 	}
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: o.addrs, ClientName: name, Dialer: o.link.goRedisDialer()})
 	if cnt != nil {
-		rdb.AddHook(cnt)
+		// On each node's client, as go-redis's redisotel adds its hooks:
+		// the commands sent on a master's full-duplex connection run the
+		// node's hooks only, not the ClusterClient's.
+		rdb.OnNewNode(func(node *redis.Client) { node.AddHook(cnt) })
 	}
 	return rdb
 }

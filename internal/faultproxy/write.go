@@ -190,15 +190,19 @@ func (h *Hook) DialHook(next redis.DialHook) redis.DialHook {
 // dials (write rules) but passes its commands through. Clients with
 // per-node clients need it: a ClusterClient does not use the dial hooks
 // added to it, its nodes dial (their PubSubs included) through their own
-// hooks. Add h to the ClusterClient for command rules, outside all of its
-// retries, and DialOnly to its nodes for write rules, before its first
-// use:
+// hooks. Add h to the ClusterClient for command rules on the commands it
+// sends in pipelines, outside all of its retries, and DialOnly to its
+// nodes for write rules, before its first use:
 //
 //	cc.AddHook(h)
 //	cc.OnNewNode(func(node *redis.Client) { node.AddHook(h.DialOnly()) })
 //
-// (Adding h itself to the nodes would apply command rules twice, the
-// second time inside the cluster's retry loop.)
+// (Adding h itself to the nodes too would apply command rules twice to
+// those, the second time inside the cluster's retry loop.) A redisync
+// call sent alone on a Cluster goes on its master's full-duplex
+// connection, which runs the node's hooks only: for command rules on
+// those, add h to the nodes (cc.OnNewNode(func(node *redis.Client) {
+// node.AddHook(h) })), where a rule sees each node a command is sent to.
 func (h *Hook) DialOnly() redis.Hook { return dialOnly{h} }
 
 type dialOnly struct{ h *Hook }

@@ -15,7 +15,7 @@ import (
 // The lane path (see the package documentation for which calls take it).
 //
 // Calls go to a lane: one per master (one in all on a single node or
-// Sentinel), and on a lane the calls that are ready at the same moment go
+// Sentinel; two per master with WithReplicaAck), and on a lane the calls that are ready at the same moment go
 // out together, as one pipeline; a Call that finds a lane idle goes out at
 // once, so batching never adds a wait to a lone call. While a pipeline is
 // in flight, the calls that come wait for it and go out together in the
@@ -49,9 +49,11 @@ import (
 // command a script takes is read when it is sent (see publish), and each
 // Reply carries when its pipeline was sent: the time a lease it set is
 // counted from. Pipelines go through the redis client's Pipeline, so the
-// user's hooks see every command; with WithReplicaAck on a Cluster, those
-// are the masters' own clients, whose hooks (added through OnNewNode, as
-// redisotel adds its own) see them, not hooks on the ClusterClient alone.
+// user's hooks see every command: on a Cluster, the cluster client's
+// pipelines run both its hooks and those of each node's client; with
+// WithReplicaAck the calls that take something go on the masters' own
+// clients, whose hooks (added through OnNewNode, as redisotel adds its
+// own) see them, not hooks on the ClusterClient alone.
 
 // Bounds of a lane: workers (pipelines in flight at once; more on a lane
 // whose pipelines end with WAIT, each of which may be out for the whole

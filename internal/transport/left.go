@@ -16,11 +16,13 @@ import (
 // however short its context, each with a goroutine and its command in
 // memory. So a Client keeps at most fdMaxLeft such calls in flight on the
 // full-duplex path (fewer when go-redis's window is smaller: see
-// left.max); while it has that many, a new call waits for one of
-// them to end, as long as its context lasts, and then leaves without
-// having been sent at all (ErrNotSent). What a stalled Redis costs the
-// Client is bounded: fdMaxLeft calls and what they bring with them, and
-// its live callers' own calls. Measured (TestSweepStalled, 20,000
+// left.max), on a Cluster for each master (go-redis has a queue for each,
+// and a stalled master must not hold up the calls to the others:
+// TestClusterStalledMasterHoldsNoOther); while it has that many, a new
+// call waits for one of them to end, as long as its context lasts, and
+// then leaves without having been sent at all (ErrNotSent). What a
+// stalled Redis costs the Client is bounded: fdMaxLeft calls (per master)
+// and what they bring with them, and its live callers' own calls. Measured (TestSweepStalled, 20,000
 // TryLocks abandoned on a paused Redis, a user's hook installed): about
 // 1,100 calls handed to go-redis, 3,300 goroutines (each call's, the
 // sweep of a TryLock whose outcome is unknown, go-redis's host of the

@@ -3,22 +3,27 @@
 // keys and arguments), replies out (Reply), each within its caller's
 // context. The layers above hand it what it needs (Options).
 //
-// A call sent alone (Do) on a single node or Sentinel goes on go-redis's
-// full-duplex auto-pipeline (fd.go): written at once, while other calls
-// are in flight, never held behind another call's reply. Batches (DoAll,
-// Async), the calls that wait for replicas (WAIT answers for its own
-// connection's writes), and every call on a Cluster go in pipelines, one
-// lane per master (lane.go; a pipeline's sending: pipeline.go). On every
-// path a script Redis no longer has is sent again whole (NOSCRIPT), MOVED
-// and ASK are followed (redirect.go), a reply that
+// A call sent alone (Do) goes on go-redis's full-duplex auto-pipeline
+// (fd.go): written at once, while other calls are in flight, never held
+// behind another call's reply; on a Cluster, on its master's full-duplex
+// connection (go-redis's cluster router: one per master, routed by slot
+// when submitted). Batches (DoAll, Async) and the calls that wait for
+// replicas (WAIT answers for its own connection's writes) go in
+// pipelines, one lane per master (lane.go; a pipeline's sending:
+// pipeline.go). On every path a script Redis no longer has is sent again
+// whole (NOSCRIPT), MOVED and ASK are followed (go-redis's cluster client
+// does; on a master's own connection, redirect.go), a reply that
 // refused the call for now (TRYAGAIN, CLUSTERDOWN, LOADING) has it sent
 // again within its bound (retry.go), a caller whose context ends leaves at
 // once (the reply that comes later goes to its give-back, late; a call not
 // sent yet is not sent at all: ErrNotSent), the calls in flight whose
 // callers left are bounded (left.go), a call whose context cannot end
-// waits at most Options.ReleaseTimeout when it is Direct, and the user's go-redis hooks see every command, with its
-// caller's context values (never its end). Writes (writes.go) counts how
-// many times go-redis wrote a call.
+// waits at most Options.ReleaseTimeout when it is Direct, and the user's
+// go-redis hooks see every command, with its caller's context values
+// (never its end): on a Cluster, the hooks of each node's client (added
+// through OnNewNode, as go-redis's redisotel adds its own), which every
+// path runs; the ClusterClient's own hooks run only for batches. Writes
+// (writes.go) counts how many times go-redis wrote a call.
 package transport
 
 import (
@@ -44,7 +49,8 @@ type Transport struct {
 
 	fdOnce sync.Once
 	ap     *redis.AutoPipeliner // the full-duplex path (fd.go); nil: none
-	left   left                 // its calls whose callers left (left.go)
+	left   left                 // its calls whose callers left (left.go); on a Cluster, lefts
+	lefts  sync.Map             // on a Cluster, a master's address: its *left
 
 	mu      sync.Mutex
 	lanes   map[laneKey]*lane

@@ -463,8 +463,9 @@ func TestRetriesNotNow(t *testing.T) {
 // one moved key follows ASK (with AckReplicas, ASKING, the call and WAIT
 // on the importing master's connection), a call on keys split between the
 // two is told TRYAGAIN and sent again until the migration ends, on every
-// path: a call alone and a batch, without and with replica
-// acknowledgement. (On a Cluster every call goes in pipelines: see fd.)
+// path: a call alone (on its master's full-duplex connection, and in the
+// cluster client's pipelines) and a batch, without and with replica
+// acknowledgement.
 func TestReshardingOnEveryPath(t *testing.T) {
 	t.Parallel() // its own servers, mostly waiting
 	rc := redistest.StartClusterWithReplicas(t, 2, 1)
@@ -473,6 +474,7 @@ func TestReshardingOnEveryPath(t *testing.T) {
 	ackCC := redis.NewClusterClient(&redis.ClusterOptions{Addrs: rc.Addrs(), ReadTimeout: 5 * time.Second})
 	t.Cleanup(func() { _ = ackCC.Close() })
 	plain, acked := newT(t, cc, Options{}), newT(t, ackCC, Options{AckReplicas: 1, AckTimeout: time.Second})
+	lanes := newT(t, cc, Options{NoFullDuplex: true})
 	tag := "{" + nameOn(t, cc, rc.Masters[0], "trresh") + "}"
 	src := rc.Masters[0].Client(t)
 	for _, k := range []string{"moved", "split1", "split2"} {
@@ -483,7 +485,7 @@ func TestReshardingOnEveryPath(t *testing.T) {
 	mig.Move(t, tag+"moved", tag+"split2")
 
 	// One moved key: ASK, at once.
-	for name, tr := range map[string]*Transport{"plain": plain, "acked": acked} {
+	for name, tr := range map[string]*Transport{"plain": plain, "lanes": lanes, "acked": acked} {
 		k := Call{Script: lua.Lock, Keys: []string{tag + "moved:lock:" + name}, Args: []any{30000, "tr:owner", 0}, Takes: true}
 		// A new key of the slot: on neither master, the source answers ASK.
 		r := tr.Do(bg, k, nil)
@@ -505,13 +507,21 @@ func TestReshardingOnEveryPath(t *testing.T) {
 	defer cancel()
 	split := Call{Keys: []string{tag + "split1", tag + "split2"}, Args: []any{"exists", tag + "split1", tag + "split2"}}
 	start := time.Now()
-	n, err := plain.Do(ctx, split, nil).Int64()
-	require.NoError(t, err)
-	assert.EqualValues(t, 2, n)
-	assert.Greater(t, time.Since(start), 300*time.Millisecond, "it waited for the migration to end")
+	var wg sync.WaitGroup
+	for name, tr := range map[string]*Transport{"plain": plain, "lanes": lanes} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n, err := tr.Do(ctx, split, nil).Int64()
+			assert.NoError(t, err, name)
+			assert.EqualValues(t, 2, n, name)
+			assert.Greater(t, time.Since(start), 300*time.Millisecond, "%s: it waited for the migration to end", name)
+		}()
+	}
+	wg.Wait()
 	<-done
 	rs := plain.DoAll(ctx, []Call{split})
-	n, err = rs[0].Int64()
+	n, err := rs[0].Int64()
 	require.NoError(t, err)
 	assert.EqualValues(t, 2, n)
 }
@@ -557,9 +567,11 @@ func TestClusterBatchMeetsTryagainAndAsk(t *testing.T) {
 }
 
 // On a Cluster, calls follow their slot to its new master after a
-// failover and after a slot migration: through the cluster client's
-// pipelines, and on a master's own connection (AckReplicas), where the
-// MOVED reply has the slot map reloaded.
+// failover and after a slot migration: on a master's full-duplex
+// connection (go-redis's cluster router runs a MOVED again through the
+// cluster client), through the cluster client's pipelines, and on a
+// master's own connection (AckReplicas), where the MOVED reply has the
+// slot map reloaded.
 func TestFollowsMovedSlots(t *testing.T) {
 	t.Parallel() // its own servers, mostly waiting
 	rc := redistest.StartClusterWithReplicas(t, 3, 1)
@@ -567,7 +579,8 @@ func TestFollowsMovedSlots(t *testing.T) {
 	ackRdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: rc.Addrs(), ReadTimeout: 5 * time.Second})
 	t.Cleanup(func() { _ = ackRdb.Close() })
 	trs := map[string]*Transport{
-		"cluster pipeline":  newT(t, rc.Client(t), Options{}),
+		"full-duplex":       newT(t, rc.Client(t), Options{}),
+		"cluster pipeline":  newT(t, rc.Client(t), Options{NoFullDuplex: true}),
 		"master connection": newT(t, ackRdb, Options{AckReplicas: 1, AckTimeout: time.Second}),
 	}
 	cc := rc.Client(t)
