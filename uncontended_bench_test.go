@@ -2,6 +2,7 @@ package redisync
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -18,20 +19,68 @@ import (
 func BenchmarkUncontendedPair(b *testing.B) {
 	b.Run("node", func(b *testing.B) {
 		addr := redistestStart(b)
-		b.Run("redisync", func(b *testing.B) { benchPair(b, newRDB(b, addr)) })
+		b.Run("redisync", func(b *testing.B) { benchPair(b, newRDB(b, addr), context.Background()) })
+		b.Run("redisync-lanes", func(b *testing.B) {
+			rdb := newRDB(b, addr)
+			gated.Store(rdb, true) // no full-duplex path: every call on the lanes
+			benchPair(b, rdb, context.Background())
+		})
 		b.Run("raw-pooled", func(b *testing.B) { benchRawPair(b, newRDB(b, addr)) })
 		b.Run("raw-fd", func(b *testing.B) { benchRawFDPair(b, newRDB(b, addr)) })
+		// The benchmark harness's shape (bench/): a context that can end,
+		// and a hook on the redis client counting its commands, as
+		// instrumentation installs one.
+		b.Run("hooked/redisync", func(b *testing.B) { benchPair(b, hooked(newRDB(b, addr)), cancellable(b)) })
+		b.Run("hooked/redisync-lanes", func(b *testing.B) {
+			rdb := hooked(newRDB(b, addr))
+			gated.Store(rdb, true)
+			benchPair(b, rdb, cancellable(b))
+		})
+		b.Run("hooked/raw-pooled", func(b *testing.B) { benchRawPair(b, hooked(newRDB(b, addr))) })
+		b.Run("hooked/raw-fd", func(b *testing.B) { benchRawFDPair(b, hooked(newRDB(b, addr))) })
+		b.Run("hooked/raw-halfduplex", func(b *testing.B) {
+			benchRawAPPair(b, hooked(newRDB(b, addr)), &redis.AutoPipelineOptions{})
+		})
+		b.Run("hooked/raw-aside", func(b *testing.B) { benchRawAsidePair(b, hooked(newRDB(b, addr))) })
 	})
 	b.Run("cluster", func(b *testing.B) {
 		cl := redistest.StartCluster(b, 3)
-		b.Run("redisync", func(b *testing.B) { benchPair(b, cl.Client(b)) })
+		b.Run("redisync", func(b *testing.B) { benchPair(b, cl.Client(b), context.Background()) })
 		b.Run("raw-pooled", func(b *testing.B) { benchRawPair(b, cl.Client(b)) })
 	})
 }
 
-func benchPair(b *testing.B, rdb redis.UniversalClient) {
+// benchHook counts the commands of a redis client, as the benchmark
+// harness's hook (and metrics instrumentation) does.
+type benchHook struct{ n atomic.Int64 }
+
+func (h *benchHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *benchHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (h *benchHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+func hooked(rdb *redis.Client) *redis.Client {
+	rdb.AddHook(&benchHook{})
+	return rdb
+}
+
+func cancellable(b *testing.B) context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	return ctx
+}
+
+func benchPair(b *testing.B, rdb redis.UniversalClient, ctx context.Context) {
 	m := newClient(b, rdb).Mutex("bench:pair")
-	ctx := context.Background()
 	for b.Loop() {
 		hctx, err := m.Lock(ctx)
 		if err != nil {
@@ -69,8 +118,13 @@ func benchRawPair(b *testing.B, rdb redis.UniversalClient) {
 // the engine redisync's single-node calls go on: what its goroutine
 // hand-offs (writer, reader, caller) cost next to a pooled connection.
 func benchRawFDPair(b *testing.B, rdb *redis.Client) {
+	benchRawAPPair(b, rdb, &redis.AutoPipelineOptions{FullDuplex: true})
+}
+
+// benchRawAPPair is benchRawPair on a go-redis auto-pipeline with opt.
+func benchRawAPPair(b *testing.B, rdb *redis.Client, opt *redis.AutoPipelineOptions) {
 	ctx := context.Background()
-	ap, err := rdb.AsyncAutoPipelineWithOptions(&redis.AutoPipelineOptions{FullDuplex: true})
+	ap, err := rdb.AsyncAutoPipelineWithOptions(opt)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -93,6 +147,45 @@ func benchRawFDPair(b *testing.B, rdb *redis.Client) {
 			b.Fatal(r, err)
 		}
 		n, err := do("evalsha", lua.Unlock.Hash(), 1, key, "owner:1", 1, 30000, "publish", "0", "redisync_lock__channel:{bench:pair}:fd").Int()
+		if err != nil || n != 2 {
+			b.Fatal(n, err)
+		}
+	}
+}
+
+// benchRawAsidePair is benchRawPair with each call made from a goroutine
+// of its own while its caller waits for it or for its context, as a
+// caller that can leave must: the floor of a pooled path that keeps the
+// context promise.
+func benchRawAsidePair(b *testing.B, rdb redis.UniversalClient) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	keys := []string{"{bench:pair}:aside"}
+	for _, s := range []*lua.Script{lua.Lock, lua.Unlock} {
+		if err := rdb.ScriptLoad(ctx, s.Source()).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	do := func(args ...any) *redis.Cmd {
+		cmd := redis.NewCmd(ctx, args...)
+		done := make(chan struct{})
+		go func() {
+			_ = rdb.Process(context.WithoutCancel(ctx), cmd)
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			b.Fatal(ctx.Err())
+		}
+		return cmd
+	}
+	for b.Loop() {
+		r, err := do("evalsha", lua.Lock.Hash(), 1, keys[0], 30000, "owner:1", 0).Slice()
+		if err != nil || r[0] != int64(1) {
+			b.Fatal(r, err)
+		}
+		n, err := do("evalsha", lua.Unlock.Hash(), 1, keys[0], "owner:1", 1, 30000, "publish", "0", "redisync_lock__channel:{bench:pair}:aside").Int()
 		if err != nil || n != 2 {
 			b.Fatal(n, err)
 		}

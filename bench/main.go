@@ -39,6 +39,7 @@ func main() {
 }
 
 func run() (code int) {
+	defer startProfiles()()
 	lats, err := parseLatencies(*flagLatency)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)

@@ -39,7 +39,7 @@ func scopeOf(ctx context.Context) *scope {
 // Carried returns the hold of ref that ctx carries, live or ended, or nil;
 // a hold taken outside ctx's WithOwner scope is not ctx's.
 func Carried(ctx context.Context, ref lease.Ref) *lease.Hold {
-	h, _ := ctx.Value(ref).(*lease.Hold)
+	h := lease.HoldIn(ctx, ref)
 	if h == nil || h.Scope != scopeOf(ctx) {
 		return nil
 	}

@@ -63,10 +63,29 @@ func (c *holdCtx) Done() <-chan struct{} {
 }
 
 // Value also serves context.Cause, which reads the cancellation's cause
-// through it.
+// through it. It answers the hold's Ref with the hold itself (a hold's
+// context carries its hold: see HoldIn).
 func (c *holdCtx) Value(key any) any {
 	c.h.Overdue()
+	if r, ok := key.(Ref); ok && r == c.h.Ref {
+		return c.h
+	}
 	return c.Context.Value(key)
+}
+
+// HoldIn returns the hold of ref that ctx carries, or nil: ctx's value
+// for ref. A hold's own context (and a re-entry's) answers at once,
+// without boxing ref, as Unlock's lookup of its hold does every time.
+func HoldIn(ctx context.Context, ref Ref) *Hold {
+	if c, ok := ctx.(*holdCtx); ok {
+		c.h.Overdue()
+		if c.h.Ref == ref {
+			return c.h
+		}
+		ctx = c.Context
+	}
+	h, _ := ctx.Value(ref).(*Hold)
+	return h
 }
 
 func (c *holdCtx) String() string {

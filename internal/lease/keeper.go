@@ -130,7 +130,7 @@ func (w *Keeper) Add(h *Hold, st Stamp) error {
 		base = &h.Obs.base
 	}
 	cctx, cancel := context.WithCancelCause(base)
-	h.Ctx, h.cancel = &holdCtx{Context: context.WithValue(cctx, h.Ref, h), h: h}, cancel
+	h.Ctx, h.cancel = &holdCtx{Context: cctx, h: h}, cancel // it carries h (holdCtx.Value)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {

@@ -398,3 +398,26 @@ func TestHoldCtxErrWhileAnotherGoroutineEndsIt(t *testing.T) {
 	assert.Error(t, <-got, "the hold ended: not live")
 	assert.ErrorIs(t, context.Cause(lctx), errLost)
 }
+
+// A hold's context carries its hold under its Ref, for the contexts
+// derived from it too (a nested Lock re-enters with them); a re-entry's
+// context carries the hold as well. The hold's own context answers
+// HoldIn without an allocation (an Unlock looks its hold up every time).
+func TestHoldContextCarriesItsHold(t *testing.T) {
+	e := newEnv(t, 30*time.Second)
+	h := e.hold(t, "l:carry", 30*time.Second, true)
+	other := e.hold(t, "l:carry:other", 30*time.Second, true)
+
+	type key struct{}
+	derived, cancel := context.WithTimeout(context.WithValue(h.Ctx, key{}, 1), time.Minute)
+	defer cancel()
+	assert.Same(t, h, HoldIn(h.Ctx, h.Ref))
+	assert.Same(t, h, HoldIn(derived, h.Ref))
+	assert.Same(t, h, derived.Value(h.Ref))
+	assert.Nil(t, HoldIn(h.Ctx, other.Ref), "another lock's hold")
+	assert.Nil(t, HoldIn(bg, h.Ref))
+	assert.Same(t, h, HoldIn(h.ContextFor(other.Ctx), h.Ref), "a re-entry's context")
+	assert.Same(t, other, HoldIn(h.ContextFor(other.Ctx), other.Ref), "a re-entry's context keeps its parent's values")
+
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = HoldIn(h.Ctx, h.Ref) }))
+}
