@@ -994,28 +994,33 @@ func TestAPIObserverAcquiredAndReleased(t *testing.T) {
 		k.setup(t, c, name)
 		mine := k.mine(t, c, name)
 
-		// Uncontended, with a re-entry.
+		// Uncontended, with a re-entry. Wait and Held are checked against
+		// what the test measured around them (a loaded machine stretches
+		// both), not against figures of their own.
+		start := time.Now()
 		hctx, err := mine.lock(bg)
 		require.NoError(t, err)
+		took := time.Since(start)
 		rctx, err := mine.lock(hctx)
 		require.NoError(t, err)
 		acq, rel, lost, _ := o.get()
 		require.Len(t, acq, 1, "once per first acquisition, not per re-entry")
 		assert.Equal(t, k.event, acq[0].Kind)
 		assert.Equal(t, k.nameOf(name), acq[0].Name)
-		assert.Less(t, acq[0].Wait, 100*time.Millisecond)
+		assert.LessOrEqual(t, acq[0].Wait, took, "the wait is within the call")
 		time.Sleep(200 * time.Millisecond)
 		require.NoError(t, mine.unlock(rctx))
 		_, rel, _, _ = o.get()
 		assert.Empty(t, rel, "not released while a hold remains")
 		require.NoError(t, mine.unlock(hctx))
+		heldFor := time.Since(start)
 		acq, rel, lost, _ = o.get()
 		assert.Len(t, acq, 1)
 		require.Len(t, rel, 1, "once, at the last release")
 		assert.Equal(t, k.event, rel[0].Kind)
 		assert.Equal(t, k.nameOf(name), rel[0].Name)
 		assert.GreaterOrEqual(t, rel[0].Held, 200*time.Millisecond)
-		assert.Less(t, rel[0].Held, time.Second)
+		assert.LessOrEqual(t, rel[0].Held, heldFor, "the hold is within the calls that took and released it")
 		assert.Empty(t, lost)
 
 		// Contended: the wait is reported.
@@ -1025,7 +1030,7 @@ func TestAPIObserverAcquiredAndReleased(t *testing.T) {
 		time.AfterFunc(200*time.Millisecond, func() { assert.NoError(t, rival.unlock(held)) })
 		wctx, cancel := context.WithTimeout(bg, 5*time.Second)
 		defer cancel()
-		start := time.Now()
+		start = time.Now()
 		hctx, err = mine.lock(wctx)
 		require.NoError(t, err)
 		waited := time.Since(start)

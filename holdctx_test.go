@@ -17,14 +17,19 @@ func TestHoldCtxDowngradeThroughDerivedContextLostByDeadline(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, e *testEnv) {
 		bg := context.Background()
 		c := e.client(t)
-		rw := c.RWMutex("holdctx:down", WithLease(100*time.Millisecond))
+		// 1s: the downgrade must be taken while the write hold lives (on a
+		// loaded machine Lock then RLock once outlasted a lease of 100ms);
+		// the test then waits past the read hold's lease, which its script
+		// set before RLock returned.
+		const lease = time.Second
+		rw := c.RWMutex("holdctx:down", WithLease(lease))
 		wctx, err := rw.Lock(bg)
 		require.NoError(t, err)
 		type key struct{}
 		vctx := context.WithValue(wctx, key{}, 1)
 		dctx, err := rw.RLock(vctx)
 		require.NoError(t, err)
-		time.Sleep(150 * time.Millisecond) // past both fixed leases
+		time.Sleep(lease + 50*time.Millisecond) // past both fixed leases
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
