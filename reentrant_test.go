@@ -540,7 +540,14 @@ func TestMutexUncontendedRoundTrips(t *testing.T) {
 	})
 }
 
-// One unlock message wakes one local waiter, not all of them.
+// One unlock message wakes one local waiter, not all of them. The
+// waiters' tries are counted, so the count before the unlock must be
+// settled: the first waiter tries, subscribes, and tries again once Redis
+// confirmed the subscription (an unlock could have come in between); the
+// others, started once it waits on a confirmed channel, queue behind it
+// without trying (see Mutex.lock). Started all at once, those that came
+// before the confirmation tried again when it came, which on a busy
+// machine was after the count was taken (10 tries instead of 1).
 func TestMutexUnlockWakesOneLocalWaiter(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, e *testEnv) {
 		holder := e.client(t).Mutex("herd")
@@ -552,10 +559,11 @@ func TestMutexUnlockWakesOneLocalWaiter(t *testing.T) {
 		rdb.AddHook(countHook{n: &tries})
 		c := newClient(t, rdb)
 		const waiters = 10
+		const channel = "redisson_lock__channel:{herd}"
 		var acquired atomic.Int32
 		release := make(chan struct{})
 		var wg sync.WaitGroup
-		for i := 0; i < waiters; i++ {
+		wait := func() {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -569,12 +577,23 @@ func TestMutexUnlockWakesOneLocalWaiter(t *testing.T) {
 				assert.NoError(t, m.Unlock(ctx))
 			}()
 		}
-		eventually(t, 2*time.Second, "all waiters waiting", func() bool { return localWaiters(c, "redisson_lock__channel:{herd}") == waiters })
-		time.Sleep(20 * time.Millisecond)
+		wait()
+		eventually(t, 5*time.Second, "the first waiter waiting on a confirmed channel, after its try and its retry", func() bool {
+			ch, ok := c.ps.Channel(channel)
+			return ok && ch.Ready && ch.Subscribed && ch.Waiters == 1 && tries.Load() == 2
+		})
+		for i := 1; i < waiters; i++ {
+			wait()
+		}
+		eventually(t, 5*time.Second, "all waiters waiting", func() bool { return localWaiters(c, channel) == waiters })
 		before := tries.Load()
+		assert.Equal(t, int64(2), before, "the waiters that found others queued waited without trying")
+		lag := watchLag(t)
 		require.NoError(t, holder.Unlock(hctx))
-		eventually(t, 2*time.Second, "one waiter to acquire", func() bool { return acquired.Load() == 1 })
-		time.Sleep(50 * time.Millisecond)
+		eventually(t, 5*time.Second, "one waiter to acquire", func() bool { return acquired.Load() == 1 })
+		// Long enough for the tries of other waiters woken by the same
+		// message to be counted, on a busy machine too.
+		time.Sleep(50*time.Millisecond + lag.Slack())
 		assert.Equal(t, int64(1), tries.Load()-before, "only the woken waiter tried again")
 		close(release)
 		wg.Wait()

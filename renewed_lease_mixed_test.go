@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
@@ -65,4 +66,66 @@ func TestShortRenewedLeaseBesideManyLongOnes(t *testing.T) {
 		}
 	}
 	require.Zero(t, lost, "holds of the 3 s lease lost: the machine could not carry them, the test shows nothing")
+}
+
+// slowBigPipes holds up every pipeline of more than 100 commands by d
+// before sending it: a big round of renewals that Redis answers late (a
+// busy server, a slow link).
+type slowBigPipes struct{ d time.Duration }
+
+func (slowBigPipes) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (slowBigPipes) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (s slowBigPipes) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) > 100 {
+			time.Sleep(s.d)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// A round that renews a short lease's hold with those of a longer lease
+// (those due within the slack join the shortest's round) sent them all in
+// one pipeline when they fit in one: the short lease's renewal was answered
+// when the 1,000 others were, and its hold was lost when they took longer
+// than its lease allows (here 300 ms of a 200 ms lease; on a busy machine,
+// the time 2,000 renewals take). A round of several cadences now renews
+// each in pipelines of its own, the shortest lease's first.
+func TestShortRenewedLeaseNotInALongLeasesPipeline(t *testing.T) {
+	e := realEnv(t)
+	rdb := e.rdb(t)
+	rdb.AddHook(slowBigPipes{300 * time.Millisecond})
+	c := newClient(t, rdb, WithWatchdogTimeout(3*time.Second))
+	bg := context.Background()
+	const n = 1000
+	var wg sync.WaitGroup
+	var failed, next atomic.Int64
+	long := make([]context.Context, n)
+	for range 16 { // pipelines of at most 16 locks: none held up
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1); i <= n; i = next.Add(1) {
+				lctx, err := c.Mutex(fmt.Sprintf("onepipe:%d", i)).Lock(bg)
+				if err != nil {
+					failed.Add(1)
+				}
+				long[i-1] = lctx
+			}
+		}()
+	}
+	wg.Wait()
+	require.Zero(t, failed.Load(), "locks not taken")
+	short, err := c.Mutex("onepipe:short", WithRenewedLease(200*time.Millisecond)).Lock(bg)
+	require.NoError(t, err)
+	start := time.Now()
+	select {
+	case <-short.Done():
+		t.Fatalf("the 200 ms renewed lease was lost %v after it was taken, beside %d holds of a 3 s lease whose pipelines answer in 300 ms: %v",
+			time.Since(start).Round(time.Millisecond), n, context.Cause(short))
+	case <-time.After(4 * time.Second): // four rounds of the 3 s lease: the short lease's rounds join some
+	}
+	for _, lctx := range long {
+		require.NoError(t, context.Cause(lctx), "a hold of the 3 s lease lost")
+	}
 }

@@ -175,7 +175,8 @@ func TestRenewedLeaseToldWhenSilent(t *testing.T) {
 // Holds of a renewed lease are renewed in batches, as the Client's
 // default ones: 200 holds of 300ms take one pipeline per round, every
 // round renews all of them, and a hold of another lease joins their
-// rounds rather than adding rounds of its own.
+// rounds rather than adding rounds of its own (in a pipeline of its own,
+// after theirs: see TestShortRenewedLeaseNotInALongLeasesPipeline).
 func TestRenewedLeaseRenewsInBatches(t *testing.T) {
 	t.Parallel()
 	e := realEnv(t)
@@ -227,7 +228,11 @@ func TestRenewedLeaseRenewsInBatches(t *testing.T) {
 	var joined bool
 	for _, r := range counted {
 		assert.GreaterOrEqual(t, r.Holds, n, "every round renews all the holds of the lease: %+v", r)
-		assert.Equal(t, 1, r.RoundTrips, "one pipeline per round: %+v", r)
+		pipes := 1
+		if r.Holds == n+1 {
+			pipes = 2 // the longer lease's hold, after the 200
+		}
+		assert.Equal(t, pipes, r.RoundTrips, "one pipeline per cadence in a round: %+v", r)
 		assert.Zero(t, r.Failed+r.Lost)
 		joined = joined || r.Holds == n+1
 	}

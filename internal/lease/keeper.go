@@ -17,8 +17,8 @@ import (
 // renewed all together every third of that lease; the loop wakes for the
 // cadence due first, and renews in the same round every cadence due
 // within half the shortest interval, so that slower cadences share the
-// rounds of the fastest. A round runs in a goroutine of its own; one that
-// needs more than a pipeline renews cadence after cadence, the shortest
+// rounds of the fastest. A round runs in a goroutine of its own; one of
+// several cadences, or that needs more than a pipeline, renews cadence after cadence, the shortest
 // lease's first, and each cadence's next round is set as soon as its own
 // holds have answered, so a short lease's rounds go on beside a long round
 // of another lease's 10,000 holds instead of waiting for its end.

@@ -66,12 +66,13 @@ func (w *Keeper) slack() time.Duration {
 
 // snapshot returns the renewed holds of the cadences due, and forgets
 // those of them that have no hold left (under the same lock as add, which
-// starts a cadence again for its next hold). A round of one pipeline is
-// counted in w.small until its end (see schedule).
-func (w *Keeper) snapshot(due map[time.Duration]bool) []*Hold {
+// starts a cadence again for its next hold). A round of one pipeline (one
+// cadence's holds that fit in one: small) is counted in w.small until its
+// end (see schedule).
+func (w *Keeper) snapshot(due map[time.Duration]bool) (hs []*Hold, small bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	hs := make([]*Hold, 0, len(w.holds))
+	hs = make([]*Hold, 0, len(w.holds))
 	live := map[time.Duration]bool{}
 	for h := range w.holds {
 		if h.Renewed && due[h.Lease] {
@@ -87,10 +88,10 @@ func (w *Keeper) snapshot(due map[time.Duration]bool) []*Hold {
 			delete(w.cad, lease)
 		}
 	}
-	if len(hs) <= batchSize {
+	if small = len(hs) <= batchSize && len(live) <= 1; small {
 		w.small++
 	}
-	return hs
+	return hs, small
 }
 
 // schedule sets the next round of the cadences done, which a round
@@ -174,11 +175,11 @@ func (w *Keeper) run() {
 		}
 		start := time.Now()
 		if due := w.due(start); due != nil {
-			hs := w.snapshot(due)
+			hs, small := w.snapshot(due)
 			rounds.Add(1)
 			go func() {
 				defer rounds.Done()
-				w.renewAll(due, hs, start)
+				w.renewAll(due, hs, start, small)
 			}()
 		}
 		if !t.Stop() {
@@ -192,15 +193,16 @@ func (w *Keeper) run() {
 }
 
 // renewAll renews hs, the renewed holds of the cadences due (taken by
-// snapshot), in a round started at start: in one pipeline when they fit
-// in one; else cadence after cadence, the shortest lease's first, each in
-// pipelines of its own (a short lease's renewals neither wait for nor ride
-// in the pipelines of 10,000 holds of another lease). Each cadence's next
+// snapshot), in a round started at start: in one pipeline when they are
+// one cadence's and fit in one (small); else cadence after cadence, the
+// shortest lease's first, each in pipelines of its own (a short lease's
+// renewals neither wait for nor ride in the pipelines of the holds of
+// another lease, even of 1,000 that fit in one with them). Each cadence's next
 // round is set as soon as its own holds have answered (sooner for one with
 // a renewal that failed for a reason other than the hold being gone), and
 // the loop is kicked: that cadence's next round may start while this one
 // goes on with the others.
-func (w *Keeper) renewAll(due map[time.Duration]bool, hs []*Hold, start time.Time) {
+func (w *Keeper) renewAll(due map[time.Duration]bool, hs []*Hold, start time.Time, small bool) {
 	var r Round
 	r.Holds = len(hs)
 	failed := map[time.Duration]bool{}
@@ -214,7 +216,7 @@ func (w *Keeper) renewAll(due map[time.Duration]bool, hs []*Hold, start time.Tim
 			hs = hs[n:]
 		}
 	}
-	if len(hs) <= batchSize {
+	if small {
 		renew(hs)
 		w.scheduled(due, failed, start, true)
 	} else {
