@@ -423,7 +423,7 @@ func TestFencingNoExtraRoundTrip(t *testing.T) {
 				t.Helper()
 				l := fencedLock(c, kind, name, opts...)
 				cmds = nil
-				lctx, err := l.lock(bg)
+				lctx, err := l.lock(recording(bg))
 				require.NoError(t, err)
 				taken := len(cmds)
 				require.NoError(t, l.unlock(lctx))

@@ -195,7 +195,7 @@ func TestFailureModeAcquireIsAtomicWithLease(t *testing.T) {
 		_, err := c.Mutex("warm-up").Lock(context.Background()) // connects, loads the script
 		require.NoError(t, err)
 		rdb.AddHook(cmdRecorder{&cmds})
-		_, err = c.Mutex("atomic").Lock(context.Background())
+		_, err = c.Mutex("atomic").Lock(recording(context.Background()))
 		require.NoError(t, err)
 		require.Len(t, cmds, 1, "one command takes the lock and sets its lease: %v", cmds)
 		pttl, err := e.rdb(t).PTTL(context.Background(), "atomic").Result()
@@ -529,7 +529,7 @@ func TestMutexUncontendedRoundTrips(t *testing.T) {
 		require.NoError(t, m.Unlock(ctx))
 		rdb.AddHook(cmdRecorder{&cmds})
 		for i := 0; i < 10; i++ {
-			ctx, err := m.Lock(context.Background())
+			ctx, err := m.Lock(recording(context.Background()))
 			require.NoError(t, err)
 			require.NoError(t, m.Unlock(ctx))
 		}
@@ -680,20 +680,41 @@ func TestMutexOnCluster(t *testing.T) {
 	assert.Equal(t, 80, counter)
 }
 
-// cmdRecorder records the name of every command (a pipeline counts each).
+// cmdRecorder records the name of every command sent for a call whose
+// context is recording's (a pipeline counts each): the Client's background
+// work (the healer's INFO after a release, a renewal) is not the call's.
 type cmdRecorder struct{ names *[]string }
+
+// recordedKey marks the contexts whose commands a cmdRecorder records.
+type recordedKey struct{}
+
+// recording returns ctx marked for cmdRecorder.
+func recording(ctx context.Context) context.Context {
+	return context.WithValue(ctx, recordedKey{}, true)
+}
+
+var cmdRecorderMu sync.Mutex
+
+func (r cmdRecorder) record(ctx context.Context, cmd redis.Cmder) {
+	if ctx.Value(recordedKey{}) == nil {
+		return
+	}
+	cmdRecorderMu.Lock()
+	*r.names = append(*r.names, cmd.Name())
+	cmdRecorderMu.Unlock()
+}
 
 func (cmdRecorder) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (r cmdRecorder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		*r.names = append(*r.names, cmd.Name())
+		r.record(ctx, cmd)
 		return next(ctx, cmd)
 	}
 }
 func (r cmdRecorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		for _, cmd := range cmds {
-			*r.names = append(*r.names, cmd.Name())
+			r.record(ctx, cmd)
 		}
 		return next(ctx, cmds)
 	}

@@ -177,8 +177,12 @@ func TestRenewedLeaseToldWhenSilent(t *testing.T) {
 // round renews all of them, and a hold of another lease joins their
 // rounds rather than adding rounds of its own (in a pipeline of its own,
 // after theirs: see TestShortRenewedLeaseNotInALongLeasesPipeline).
+//
+// It runs in the serial stage (not parallel), as TestRenewedLeaseStaysHeld
+// does: its 300ms leases are lost, rightly, when a renewal is kept off the
+// CPU for 270ms, and beside the parallel tests and two busy loops rounds
+// of 197 of the 200 holds were seen (three had been lost that way).
 func TestRenewedLeaseRenewsInBatches(t *testing.T) {
-	t.Parallel()
 	e := realEnv(t)
 	bg := context.Background()
 	// A round's start is when its report came less what it took (a
