@@ -75,11 +75,20 @@ func TestTransportHooksSeeEveryCommand(t *testing.T) {
 			require.NoError(t, err)
 			for _, line := range strings.Split(info, "\r\n") {
 				for _, name := range []string{"evalsha", "eval", "get"} {
-					if strings.HasPrefix(line, "cmdstat_"+name+":") {
-						f := strings.SplitN(strings.TrimPrefix(line[strings.Index(line, ":")+1:], "calls="), ",", 2)
-						v, err := strconv.ParseInt(f[0], 10, 64)
-						require.NoError(t, err)
-						n[name] += v
+					if !strings.HasPrefix(line, "cmdstat_"+name+":") {
+						continue
+					}
+					// Every command Redis got: run (calls, which
+					// counts those that failed running too) or
+					// refused before running (NOSCRIPT, CLUSTERDOWN, a
+					// redirect).
+					for _, kv := range strings.Split(line[strings.Index(line, ":")+1:], ",") {
+						k, v, _ := strings.Cut(kv, "=")
+						if k == "calls" || k == "rejected_calls" {
+							c, err := strconv.ParseInt(v, 10, 64)
+							require.NoError(t, err)
+							n[name] += c
+						}
 					}
 				}
 			}
@@ -93,7 +102,12 @@ func TestTransportHooksSeeEveryCommand(t *testing.T) {
 		for name, n := range before {
 			r[name] -= n
 		}
-		assert.Equal(t, r["evalsha"]+r["eval"], seen.count("evalsha")+seen.count("eval"), "scripts")
+		// Every command Redis got was seen; a hook may also see a
+		// command that never reached Redis (its caller left before it
+		// was written, its connection failed), a few of them.
+		got, saw := r["evalsha"]+r["eval"], seen.count("evalsha")+seen.count("eval")
+		assert.LessOrEqual(t, got, saw, "scripts")
+		assert.LessOrEqual(t, saw, got+got/20, "scripts")
 		assert.Equal(t, r["get"], seen.count("get"), "other commands")
 		assert.NotZero(t, r["get"])
 	}
