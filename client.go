@@ -124,8 +124,8 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 			c.holds.Kick() // perhaps another server now: the healer looks at once
 		}})
 	c.holds = holds.New(holds.Config{ID: c.id, Transport: c.tr, Keeper: c.wd, Hub: c.ps, Queue: c.co, Closed: c.closed,
-		Log: c.log, Ack: c.ack, Cluster: isCluster(rdb), HoldValues: c.obs.HoldStarted != nil, WaitStarted: c.waitStarted, Acquired: c.acquired, AcquireFailed: c.failedEvent,
-		Primaries: c.primaries})
+		Log: c.log, Ack: c.ack, Cluster: transport.IsCluster(rdb), HoldValues: c.obs.HoldStarted != nil, WaitStarted: c.waitStarted, Acquired: c.acquired, AcquireFailed: c.failedEvent,
+		Primaries: c.tr.Primaries})
 	if mode := c.PubSub(); mode != PubSubAuto {
 		c.ps.SetMode(mode == PubSubSharded)
 	}
@@ -141,21 +141,8 @@ var fullDuplexFor = func(redis.UniversalClient) bool { return true }
 
 // checkClient refuses a redis client that New cannot work with.
 func checkClient(rdb redis.UniversalClient) error {
-	switch r := rdb.(type) {
-	case nil:
-		return fmt.Errorf("%w: nil redis client", ErrInvalid)
-	case *redis.Client:
-		if r == nil {
-			return fmt.Errorf("%w: nil *redis.Client", ErrInvalid)
-		}
-	case *redis.ClusterClient:
-		if r == nil {
-			return fmt.Errorf("%w: nil *redis.ClusterClient", ErrInvalid)
-		}
-	case *redis.Ring:
-		return fmt.Errorf("%w: a *redis.Ring is not supported (it shards keys and channels by a hash of its own); use a single node, Sentinel or a Redis Cluster", ErrInvalid)
-	default:
-		return fmt.Errorf("%w: a redis client of type %T is not supported: pass a *redis.Client (single node, Sentinel) or a *redis.ClusterClient", ErrInvalid, rdb)
+	if err := transport.CheckClient(rdb); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	return nil
 }

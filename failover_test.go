@@ -14,6 +14,7 @@ import (
 	"github.com/redisync-go/redisync/internal/faultproxy"
 	"github.com/redisync-go/redisync/internal/holds"
 	"github.com/redisync-go/redisync/internal/redistest"
+	"github.com/redisync-go/redisync/internal/transport"
 )
 
 // The releaser heals what a failover lost (internal/holds/heal.go): each
@@ -225,10 +226,10 @@ func TestReleaseLostInSentinelFailoverIsHealed(t *testing.T) {
 		switched = time.Now()
 		return strings.Contains(info, "role:master")
 	})
-	id, err := replID(context.Background(), rc)
+	id, err := transport.ReplID(context.Background(), rc)
 	require.NoError(t, err)
 	lc.check(t, rc, func() bool {
-		got, err := replID(context.Background(), lc.b.rdb)
+		got, err := transport.ReplID(context.Background(), lc.b.rdb)
 		return err == nil && got == id
 	}, switched, before)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisync-go/redisync/internal/holds"
+	"github.com/redisync-go/redisync/internal/transport"
 )
 
 // Adversarial checks of the releaser's repair (internal/holds/heal.go):
@@ -29,7 +30,7 @@ import (
 func switchPrimary(t *testing.T, rdb *redis.Client) {
 	t.Helper()
 	ctx := context.Background()
-	before, err := replID(ctx, rdb)
+	before, err := transport.ReplID(ctx, rdb)
 	require.NoError(t, err)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -37,7 +38,7 @@ func switchPrimary(t *testing.T, rdb *redis.Client) {
 	require.NoError(t, l.Close())
 	require.NoError(t, rdb.Do(ctx, "REPLICAOF", "127.0.0.1", port).Err())
 	require.NoError(t, rdb.Do(ctx, "REPLICAOF", "NO", "ONE").Err())
-	after, err := replID(ctx, rdb)
+	after, err := transport.ReplID(ctx, rdb)
 	require.NoError(t, err)
 	require.NotEqual(t, before, after, "a new replication id")
 }

@@ -120,7 +120,7 @@ func (m *MultiLock) setup(opts []MultiLockOption) (lockConfig, error) {
 	if err != nil {
 		return lc, err
 	}
-	cluster := isCluster(m.c.rdb)
+	cluster := transport.IsCluster(m.c.rdb)
 	bySlot := map[int]*multiGroup{}
 	for _, name := range m.names {
 		channel := multiChannel(name)

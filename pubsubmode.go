@@ -1,10 +1,6 @@
 package redisync
 
-import (
-	"fmt"
-
-	"github.com/redis/go-redis/v9"
-)
+import "fmt"
 
 // PubSubMode chooses how a Client's unlocks wake waiters: with classic
 // pub/sub (PUBLISH and SUBSCRIBE) or with sharded pub/sub (SPUBLISH and
@@ -70,10 +66,4 @@ func (c *Client) PubSub() PubSubMode {
 		return PubSubAuto
 	}
 	return PubSubMode(c.mode.Get())
-}
-
-// isCluster reports whether rdb is a Redis Cluster client.
-func isCluster(rdb redis.UniversalClient) bool {
-	_, ok := rdb.(*redis.ClusterClient)
-	return ok
 }

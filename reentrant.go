@@ -66,7 +66,7 @@ func (c *Client) Mutex(name string, opts ...MutexOption) *Mutex {
 		m.fence, m.spec.Fenced = fenceKey(name), true
 		m.spec.Wrap = wrapFor(c, "lock", name, keyType{name, "hash"}, keyType{m.fence, "string"})
 	}
-	if err == nil && isCluster(c.rdb) && keys.Tag(m.channel) != keys.Tag(name) {
+	if err == nil && transport.IsCluster(c.rdb) && keys.Tag(m.channel) != keys.Tag(name) {
 		err = fmt.Errorf("%w: on a Cluster, name %q and its unlock channel %q (Redisson's naming) hash to different slots", ErrInvalid, name, m.channel)
 	}
 	m.err = m.spec.Wrap(err)
@@ -356,7 +356,7 @@ func (m *Mutex) handOver(ctx context.Context, h *lease.Hold, ho *cohort.Handoff,
 	pub := m.c.mode.Publish()
 	count := ""
 	if ho.Bounded {
-		count = m.c.holds.SubCounter(pub)
+		count = m.c.mode.SubCounter(pub)
 	}
 	keys := []string{m.name}
 	if ho.Acc.Fence != "" {

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/redisync-go/redisync/internal/holds"
+	"github.com/redisync-go/redisync/internal/transport"
 )
 
 // WithReplicaAck makes every acquisition count only once at least k replicas
@@ -82,13 +82,8 @@ func (c *Client) checkAck() error {
 	if !c.ack.On() {
 		return nil
 	}
-	var read time.Duration
-	switch r := c.rdb.(type) {
-	case *redis.Client:
-		read = r.Options().ReadTimeout
-	case *redis.ClusterClient:
-		read = r.Options().ReadTimeout
-	default:
+	read, ok := transport.ReadTimeout(c.rdb)
+	if !ok {
 		return fmt.Errorf("%w: WithReplicaAck needs a *redis.Client or *redis.ClusterClient (WAIT must go on the lock's node's connection), not %T", ErrInvalid, c.rdb)
 	}
 	if read > 0 && c.ack.Timeout >= read {

@@ -36,17 +36,3 @@ func (m *Machine) GiveBackHandoff(h *cohort.Handoff) {
 		}()
 	}
 }
-
-// subCounter names how lua/handoff.lua counts the subscribers of a channel
-// published with pub: on the lock's node for sharded pub/sub and on a
-// single node; not at all ("any": others are assumed to wait) for classic
-// pub/sub on a Cluster, whose subscribers may be on any node.
-func (m *Machine) SubCounter(pub string) string {
-	switch {
-	case pub == "spublish":
-		return "shardnumsub"
-	case m.cfg.Cluster:
-		return "any"
-	}
-	return "numsub"
-}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/redisync-go/redisync/internal/lease"
+	"github.com/redisync-go/redisync/internal/transport"
 )
 
 // The releaser heals what a failover lost. Replication is asynchronous: a
@@ -34,11 +35,8 @@ const healHot = 2 * time.Second
 // Primary says which server is the primary serving a key: ID names it (a
 // new ID after a failover, or when a Cluster slot moves to another
 // master). Err: not known now (the primary unreachable, or in the middle
-// of the switch).
-type Primary struct {
-	ID  string
-	Err error
-}
+// of the switch). The transport answers it (Transport.Primaries).
+type Primary = transport.Primary
 
 // Primaries returns the primary of each key, in order.
 type Primaries func(ctx context.Context, keys []string) []Primary

@@ -26,7 +26,7 @@ type Config struct {
 	// Primaries, when set, says who serves keys now: the healer (heal.go)
 	// sends again the recent releases a change of primary may have lost.
 	Primaries Primaries
-	Cluster   bool // a Redis Cluster: subscribers may be on any node
+	Cluster   bool // a Redis Cluster (transport.IsCluster): the healer asks per slot
 
 	// WaitStarted, when set, is told of each first acquisition as it
 	// starts, with the caller's context, and returns the context whose

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redisync-go/redisync/internal/errs"
+	"github.com/redisync-go/redisync/internal/transport"
 )
 
 // The pub/sub modes, numbered as the root package's PubSubMode numbers
@@ -64,7 +65,7 @@ func (m *Mode) init() {
 	case m.want != Auto:
 		m.got.Store(uint32(m.want))
 		return
-	case !isClusterClient(m.rdb):
+	case !transport.IsCluster(m.rdb):
 		m.got.Store(uint32(Classic))
 		return
 	}
@@ -81,11 +82,6 @@ func (m *Mode) init() {
 	case <-done:
 	case <-t.C:
 	}
-}
-
-func isClusterClient(rdb redis.UniversalClient) bool {
-	_, ok := rdb.(*redis.ClusterClient)
-	return ok
 }
 
 // resolve returns the mode, detecting it if it is not known yet (at most
@@ -157,6 +153,20 @@ func (m *Mode) Publish() string {
 		return "spublish"
 	}
 	return "publish"
+}
+
+// SubCounter names how lua/handoff.lua counts the subscribers of a channel
+// published with pub: on the lock's node for sharded pub/sub and on a
+// single node; not at all ("any": others are assumed to wait) for classic
+// pub/sub on a Cluster, whose subscribers may be on any node.
+func (m *Mode) SubCounter(pub string) string {
+	switch {
+	case pub == "spublish":
+		return "shardnumsub"
+	case transport.IsCluster(m.rdb):
+		return "any"
+	}
+	return "numsub"
 }
 
 // detectSharded tells whether every master of cc supports sharded pub/sub,

@@ -252,3 +252,19 @@ func TestModeResolvedWithoutLookUp(t *testing.T) {
 	assert.Equal(t, "spublish", m.Publish())
 	assert.Empty(t, told, "nothing was detected")
 }
+
+// How lua/handoff.lua counts a channel's subscribers: where the channel's
+// messages go (the lock's node with sharded pub/sub, the one server of a
+// single node), and not at all for classic pub/sub on a Cluster, whose
+// subscribers may be on any node.
+func TestModeSubCounterFollowsTopology(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	defer rdb.Close()
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	defer cc.Close()
+	single, cluster := NewMode(rdb, Classic, nil), NewMode(cc, Classic, nil)
+	assert.Equal(t, "numsub", single.SubCounter("publish"))
+	assert.Equal(t, "shardnumsub", single.SubCounter("spublish"))
+	assert.Equal(t, "any", cluster.SubCounter("publish"))
+	assert.Equal(t, "shardnumsub", cluster.SubCounter("spublish"))
+}
