@@ -1,0 +1,104 @@
+package redisync
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisync-go/redisync/internal/redistest"
+)
+
+// A release that meets ASK while its lock's slot is resharded (go-redis
+// follows it itself: on a master's full-duplex connection through the
+// cluster client, in the cluster client's pipelines on the lanes): a hold
+// lost before it (the key gone from the source) is reported lost, not
+// released; a hold whose key was moved to the target is released there,
+// once, a hold at a time.
+func TestClusterReleaseMeetsAsk(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
+	rc := redistest.StartClusterWithReplicas(t, 2, 0)
+	admin := rc.Client(t)
+	bg := context.Background()
+	for _, path := range []string{"full-duplex", "lanes"} {
+		t.Run(path, func(t *testing.T) {
+			cc := rc.Client(t)
+			if path == "lanes" {
+				gated.Store(cc, true)
+			}
+			c := newClient(t, cc)
+			tag := "{" + nameOn(t, admin, rc.Masters[0], "askrel") + "}"
+			lost, moved := c.Mutex(tag+"lost"), c.Mutex(tag+"moved")
+			lctx, err := lost.Lock(bg)
+			require.NoError(t, err)
+			mctx, err := moved.Lock(bg)
+			require.NoError(t, err)
+			mctx, err = moved.Lock(mctx) // a re-entry: two holds
+			require.NoError(t, err)
+
+			mig := rc.BeginMigration(t, redistest.SlotOf(t, rc.Masters[0], tag), rc.Masters[1])
+			defer mig.Finish(t)
+			require.NoError(t, mig.From.Client(t).Del(bg, lost.Name()).Err(), "the hold lost")
+			mig.Move(t, moved.Name())
+
+			err = lost.Unlock(lctx)
+			assert.ErrorIs(t, err, ErrLeaseLost, "a lost hold's release met ASK")
+
+			count := func() (int64, bool) {
+				p := mig.To.Client(t).Pipeline()
+				p.Do(bg, "asking")
+				vals := p.HVals(bg, moved.Name())
+				_, _ = p.Exec(bg)
+				v, err := vals.Result()
+				require.NoError(t, err)
+				if len(v) == 0 {
+					return 0, false
+				}
+				require.Len(t, v, 1)
+				n := int64(0)
+				for _, ch := range v[0] {
+					n = n*10 + int64(ch-'0')
+				}
+				return n, true
+			}
+			require.NoError(t, moved.Unlock(mctx), "one of two holds released on the target")
+			n, ok := count()
+			require.True(t, ok, "one hold remains")
+			assert.EqualValues(t, 1, n)
+			require.NoError(t, moved.Unlock(mctx), "the last hold released on the target")
+			_, ok = count()
+			assert.False(t, ok, "released")
+		})
+	}
+}
+
+// A release that meets MOVED (its lock's slot moved to another master
+// since the client read the slot map; go-redis follows it itself): a hold
+// lost before it is reported lost, not released.
+func TestClusterReleaseMeetsMoved(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
+	rc := redistest.StartClusterWithReplicas(t, 2, 0)
+	admin := rc.Client(t)
+	bg := context.Background()
+	for _, path := range []string{"full-duplex", "lanes"} {
+		t.Run(path, func(t *testing.T) {
+			cc := rc.Client(t)
+			if path == "lanes" {
+				gated.Store(cc, true)
+			}
+			c := newClient(t, cc)
+			m := c.Mutex(nameOn(t, admin, rc.Masters[0], "movedrel"))
+			hctx, err := m.Lock(bg)
+			require.NoError(t, err)
+			from := rc.Owner(t, redistest.SlotOf(t, rc.Masters[0], m.Name()))
+			require.NoError(t, from.Client(t).Del(bg, m.Name()).Err(), "the hold lost")
+			to := rc.Masters[0]
+			if to == from {
+				to = rc.Masters[1]
+			}
+			rc.MigrateSlot(t, redistest.SlotOf(t, from, m.Name()), to)
+			assert.ErrorIs(t, m.Unlock(hctx), ErrLeaseLost, "a lost hold's release met MOVED")
+		})
+	}
+}
