@@ -307,3 +307,40 @@ func TestClusterSilentMasterAbandonedCallsEnd(t *testing.T) {
 		t.Fatal("the client's Close did not return")
 	}
 }
+
+// A Client's first call on a Cluster whose seed master is paused (the
+// slot map not read yet): the caller leaves when its context ends,
+// however long go-redis would wait to read the map, and its call is not
+// sent.
+func TestClusterFirstCallOnStalledSeed(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
+	cl := redistest.StartCluster(t, 3)
+	partialCoverage(t, cl)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{cl.Masters[0].Addr()}, ReadTimeout: 3 * time.Second})
+	t.Cleanup(func() { _ = cc.Close() })
+	tr := newT(t, cc, Options{})
+	bg := context.Background()
+	cl.Masters[0].Pause()
+	resumed := false
+	defer func() {
+		if !resumed {
+			cl.Masters[0].Resume()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(bg, 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	r := tr.Do(ctx, lockCall("trclseed"), nil)
+	took := time.Since(start)
+	t.Logf("the first call returned after %v: %v", took, r.Err())
+	assert.Less(t, took, time.Second, "the caller waited beyond its context")
+	assert.ErrorIs(t, r.Err(), context.DeadlineExceeded)
+	assert.ErrorIs(t, r.Err(), ErrNotSent)
+	assert.False(t, r.Gone)
+
+	cl.Masters[0].Resume()
+	resumed = true
+	ctx, cancel = context.WithTimeout(bg, 10*time.Second)
+	defer cancel()
+	locked(t, tr.Do(ctx, lockCall("trclseed"), nil))
+}

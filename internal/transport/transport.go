@@ -51,6 +51,7 @@ type Transport struct {
 	ap     *redis.AutoPipeliner // the full-duplex path (fd.go); nil: none
 	left   left                 // its calls whose callers left (left.go); on a Cluster, lefts
 	lefts  sync.Map             // on a Cluster, a master's address: its *left
+	slots  slotMap              // on a Cluster, whether its slot map was read (slotmap.go)
 
 	mu      sync.Mutex
 	lanes   map[laneKey]*lane
@@ -222,6 +223,9 @@ func (t *Transport) Close() {
 // flight, or during the pause before a refused call is sent again), k is
 // not sent, and the Reply's error wraps ErrNotSent (see Reply.Gone).
 func (t *Transport) Do(ctx context.Context, k Call, late func(Reply)) Reply {
+	if err := t.awaitSlotMap(ctx, &k); err != nil {
+		return Reply{err: err, Acked: -1}
+	}
 	if !(t.opt.acks() && k.Takes) && !t.opt.NoFullDuplex && t.fd() != nil {
 		return t.doFD(ctx, k, late)
 	}
