@@ -3,6 +3,7 @@ package redisync
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -99,6 +100,55 @@ func TestClusterReleaseMeetsMoved(t *testing.T) {
 			}
 			rc.MigrateSlot(t, redistest.SlotOf(t, from, m.Name()), to)
 			assert.ErrorIs(t, m.Unlock(hctx), ErrLeaseLost, "a lost hold's release met MOVED")
+		})
+	}
+}
+
+// A release told TRYAGAIN while its slot is resharded (an RWMutex's write
+// hold lost, its hash gone from the source while a waiting writer's entry
+// is still there: some of the script's keys are missing), sent again until
+// the migration ends, then run on the new master: the lost hold is
+// reported lost, on every path.
+func TestClusterReleaseMeetsTryagain(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
+	rc := redistest.StartClusterWithReplicas(t, 2, 0)
+	admin := rc.Client(t)
+	bg := context.Background()
+	for _, path := range []string{"full-duplex", "lanes"} {
+		t.Run(path, func(t *testing.T) {
+			cc := rc.Client(t)
+			if path == "lanes" {
+				gated.Store(cc, true)
+			}
+			c, other := newClient(t, cc), newClient(t, rc.Client(t))
+			name := "{" + nameOn(t, admin, rc.Masters[0], "tryrel") + "}rw"
+			rw := c.RWMutex(name)
+			wctx, err := rw.Lock(bg)
+			require.NoError(t, err)
+			octx, cancel := context.WithCancel(bg)
+			defer cancel()
+			waited := make(chan struct{})
+			go func() {
+				defer close(waited)
+				if h, err := other.RWMutex(name).Lock(octx); err == nil {
+					_ = other.RWMutex(name).Unlock(h)
+				}
+			}()
+			src := rc.Masters[0].Client(t)
+			eventually(t, 5*time.Second, "a writer waits", func() bool { return src.Exists(bg, rw.keys[2]).Val() == 1 })
+
+			mig := rc.BeginMigration(t, redistest.SlotOf(t, rc.Masters[0], name), rc.Masters[1])
+			require.NoError(t, src.Del(bg, rw.keys[0]).Err(), "the hold lost")
+			go func() {
+				time.Sleep(300 * time.Millisecond)
+				mig.Finish(t)
+			}()
+			start := time.Now()
+			err = rw.Unlock(wctx)
+			assert.ErrorIs(t, err, ErrLeaseLost, "a lost hold's release met TRYAGAIN, then ran after the migration")
+			assert.Greater(t, time.Since(start), 250*time.Millisecond, "it waited for the migration")
+			cancel()
+			<-waited
 		})
 	}
 }
