@@ -70,10 +70,14 @@ func (w *Writes) MarshalBinary() ([]byte, error) {
 	}
 	if w.async.Load() {
 		diverted := false
+	frames:
 		for _, pc := range pcs[1:n] {
-			if frameOf(pc) == frameDivert {
+			switch frameOf(pc) {
+			case frameDivert:
 				diverted = true
-				break
+				break frames
+			case frameFDWriter:
+				break frames
 			}
 		}
 		switch {
@@ -123,17 +127,20 @@ func refusal(err error) bool {
 }
 
 // The go-redis functions MarshalBinary looks for on its stack: the one
-// that encodes a command's arguments for the wire, and the one that runs
-// a command of the full-duplex path again off its connection.
+// that encodes a command's arguments for the wire, the one that runs a
+// command of the full-duplex path again off its connection, and the one
+// that writes on that connection.
 const (
-	writerFunc = "/internal/proto.(*Writer).WriteArg"
-	divertFunc = ".(*fdEngine).retryOnNormalConn.func1"
+	writerFunc   = "/internal/proto.(*Writer).WriteArg"
+	divertFunc   = ".(*fdEngine).retryOnNormalConn.func1"
+	fdWriterFunc = ".(*fdEngine).writeBatch"
 )
 
 const (
 	frameOther = iota + 1
 	frameWriter
 	frameDivert
+	frameFDWriter
 )
 
 // frames caches frameOf's answers, by program counter.
@@ -151,6 +158,8 @@ func frameOf(pc uintptr) int {
 			k = frameWriter
 		case strings.HasSuffix(name, divertFunc):
 			k = frameDivert
+		case strings.HasSuffix(name, fdWriterFunc):
+			k = frameFDWriter
 		}
 	}
 	frames.Store(pc, k)
