@@ -181,3 +181,72 @@ func TestClusterStalled(t *testing.T) {
 
 // clusterStallCalls is how many calls TestClusterStalled abandons.
 const clusterStallCalls = 100000
+
+// TryLocks abandoned on a paused master, then Client.Close while the
+// master is still silent, then the master resumed: Close returns once the
+// abandoned calls' replies come (within holds.ReleaseTimeout in any
+// case), the locks those calls took are given back, and no goroutine of
+// the library is left.
+func TestClusterCloseUnderAbandonedCalls(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	bg := context.Background()
+	for _, m := range cl.Masters {
+		require.NoError(t, m.Client(t).ConfigSet(bg, "cluster-require-full-coverage", "no").Err())
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ReadTimeout: time.Minute, WriteTimeout: time.Minute})
+	t.Cleanup(func() { _ = cc.Close() })
+	lib0 := redisyncGoroutines()
+	c, err := New(cc)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	paused := cl.Masters[0]
+	tag := "{" + nameOn(t, cc, paused, "cclose") + "}"
+	warm := c.Mutex(tag + "warm")
+	wctx, err := warm.Lock(bg)
+	require.NoError(t, err)
+	require.NoError(t, warm.Unlock(wctx))
+
+	paused.Pause()
+	resumed := false
+	defer func() {
+		if !resumed {
+			paused.Resume()
+		}
+	}()
+	const abandoned = 64
+	for i := range abandoned {
+		ctx, cancel := context.WithTimeout(bg, time.Millisecond)
+		_, err := c.Mutex(tag + strconv.Itoa(i)).TryLock(ctx)
+		cancel()
+		require.Error(t, err)
+	}
+	closed := make(chan time.Duration, 1)
+	start := time.Now()
+	go func() {
+		_ = c.Close()
+		closed <- time.Since(start)
+	}()
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case d := <-closed:
+		t.Logf("Close returned after %v, the master still paused", d)
+	default:
+	}
+	paused.Resume()
+	resumed = true
+	select {
+	case d := <-closed:
+		t.Logf("Close returned after %v (the master resumed after 300ms)", d)
+		assert.Less(t, d, holds.ReleaseTimeout+stallSlack)
+	case <-time.After(holds.ReleaseTimeout + 5*time.Second):
+		t.Fatal("Close did not return")
+	}
+	src := paused.Client(t)
+	eventually(t, 5*time.Second, "the locks the abandoned TryLocks took given back", func() bool {
+		n, err := src.ClusterCountKeysInSlot(bg, int(src.ClusterKeySlot(bg, tag).Val())).Result()
+		return err == nil && n == 0
+	})
+	eventually(t, 10*time.Second, "no goroutine of the library left after Close", func() bool {
+		return redisyncGoroutines() <= lib0
+	})
+}
