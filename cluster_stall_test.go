@@ -250,3 +250,46 @@ func TestClusterCloseUnderAbandonedCalls(t *testing.T) {
 		return redisyncGoroutines() <= lib0
 	})
 }
+
+// A Client's first Lock on a Cluster whose only seed master is paused
+// (the slot map not read yet) returns when its context ends, not when
+// go-redis's reads of the map time out; once the master runs again, a
+// Lock works.
+func TestClusterFirstLockOnStalledSeed(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
+	cl := redistest.StartCluster(t, 3)
+	bg := context.Background()
+	for _, m := range cl.Masters {
+		require.NoError(t, m.Client(t).ConfigSet(bg, "cluster-require-full-coverage", "no").Err())
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{cl.Masters[0].Addr()}, ReadTimeout: 3 * time.Second})
+	t.Cleanup(func() { _ = cc.Close() })
+	cl.Masters[0].Pause()
+	resumed := false
+	defer func() {
+		if !resumed {
+			cl.Masters[0].Resume()
+		}
+	}()
+	start := time.Now()
+	c, err := New(cc)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	t.Logf("New returned after %v", time.Since(start))
+	ctx, cancel := context.WithTimeout(bg, stallLockCtx)
+	defer cancel()
+	start = time.Now()
+	_, err = c.Mutex("cseed").Lock(ctx)
+	took := time.Since(start)
+	t.Logf("the first Lock (%v context) returned after %v: %v", stallLockCtx, took, err)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Less(t, took, stallLockCtx+stallSlack)
+
+	cl.Masters[0].Resume()
+	resumed = true
+	ctx, cancel = context.WithTimeout(bg, 10*time.Second)
+	defer cancel()
+	hctx, err := c.Mutex("cseed").Lock(ctx)
+	require.NoError(t, err)
+	require.NoError(t, c.Mutex("cseed").Unlock(hctx))
+}
