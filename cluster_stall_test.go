@@ -284,6 +284,15 @@ func TestClusterFirstLockOnStalledSeed(t *testing.T) {
 	t.Logf("the first Lock (%v context) returned after %v: %v", stallLockCtx, took, err)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Less(t, took, stallLockCtx+stallSlack)
+	// A MultiLock's calls go in a batch.
+	mctx, mcancel := context.WithTimeout(bg, stallLockCtx)
+	defer mcancel()
+	start = time.Now()
+	_, err = c.MultiLock([]string{"cseed-a", "cseed-b"}).Lock(mctx)
+	took = time.Since(start)
+	t.Logf("a first MultiLock (%v context) returned after %v: %v", stallLockCtx, took, err)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Less(t, took, stallLockCtx+stallSlack)
 
 	cl.Masters[0].Resume()
 	resumed = true
