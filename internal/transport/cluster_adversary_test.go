@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"strconv"
 	"strings"
@@ -343,4 +344,93 @@ func TestClusterFirstCallOnStalledSeed(t *testing.T) {
 	ctx, cancel = context.WithTimeout(bg, 10*time.Second)
 	defer cancel()
 	locked(t, tr.Do(ctx, lockCall("trclseed"), nil))
+}
+
+// Callers that leave as their replies arrive (contexts of tens of
+// microseconds to a few milliseconds, on every master): each call's
+// outcome is told once, to its caller or to its give-back, never both;
+// a call reported not sent did not run; what Redis holds afterwards is
+// exactly what the callers and give-backs were told was taken.
+func TestClusterLeavingRacesReply(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
+	cl := redistest.StartCluster(t, 3)
+	cc := cl.Client(t)
+	tr := newT(t, cc, Options{})
+	bg := context.Background()
+	tags := make([]string, len(cl.Masters))
+	for i, m := range cl.Masters {
+		tags[i] = "{" + nameOn(t, cc, m, "trclrace") + "}"
+		require.NoError(t, tr.Do(bg, lockCall(tags[i]+"warm"), nil).Err())
+	}
+	const workers, each = 24, 100
+	type outcome struct {
+		told     atomic.Int32 // how many times an outcome was told
+		took     atomic.Bool
+		notSent  atomic.Bool
+		lateSeen atomic.Bool
+	}
+	outs := make([]*outcome, workers*each)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range each {
+				i := w*each + j
+				o := &outcome{}
+				outs[i] = o
+				key := tags[i%len(tags)] + strconv.Itoa(i)
+				d := time.Duration(20+(i*37)%2000) * time.Microsecond
+				ctx, cancel := context.WithTimeout(bg, d)
+				r := tr.Do(ctx, lockCall(key), func(r Reply) {
+					o.lateSeen.Store(true)
+					o.told.Add(1)
+					if v, err := r.Int64Slice(); err == nil && v[0] == 1 {
+						o.took.Store(true)
+					}
+				})
+				cancel()
+				switch {
+				case r.Gone:
+				case r.Err() != nil:
+					o.told.Add(1)
+					o.notSent.Store(errors.Is(r.Err(), ErrNotSent))
+				default:
+					o.told.Add(1)
+					if v, err := r.Int64Slice(); err == nil && v[0] == 1 {
+						o.took.Store(true)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	waitFor(t, 10*time.Second, "every call told once", func() bool {
+		for _, o := range outs {
+			if o.told.Load() != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	waitFor(t, 5*time.Second, "no worker left", func() bool { return tr.Workers() == 0 })
+	gone, notSent := 0, 0
+	for i, o := range outs {
+		key := tags[i%len(tags)] + strconv.Itoa(i)
+		n, err := cc.Exists(bg, key).Result()
+		require.NoError(t, err)
+		assert.Equal(t, o.took.Load(), n == 1, "call %d: taken as told", i)
+		if o.notSent.Load() {
+			notSent++
+			assert.False(t, o.lateSeen.Load(), "call %d: not sent, and its give-back called", i)
+		}
+		if o.lateSeen.Load() {
+			gone++
+		}
+	}
+	t.Logf("%d calls: %d left on their way (give-back told), %d not sent", len(outs), gone, notSent)
+	for i := range cl.Masters {
+		k := lockCall(tags[i] + "x")
+		assert.Zero(t, tr.leftOf(&k).n.Load())
+	}
 }
