@@ -5,10 +5,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redisync-go/redisync/internal/faultproxy"
 	"github.com/redisync-go/redisync/internal/redistest"
+	"github.com/redisync-go/redisync/lua"
 )
 
 // A release that meets ASK while its lock's slot is resharded (go-redis
@@ -151,4 +154,30 @@ func TestClusterReleaseMeetsTryagain(t *testing.T) {
 			<-waited
 		})
 	}
+}
+
+// A Cluster release whose first write runs and whose reply is lost with
+// its connection (go-redis writes it again on a master's full-duplex
+// connection): the second run finds the hold gone, which the first
+// released, and the Unlock succeeds; the refusals go-redis follows are
+// the only writes not counted.
+func TestClusterReleaseLostReplyIsNoLoss(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
+	cl := redistest.StartCluster(t, 3)
+	bg := context.Background()
+	h := faultproxy.NewHook()
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ReadTimeout: 5 * time.Second})
+	t.Cleanup(func() { _ = cc.Close() })
+	cc.OnNewNode(func(node *redis.Client) { node.AddHook(h) })
+	c := newClient(t, cc)
+	m := c.Mutex(nameOn(t, cc, cl.Masters[1], "lostreply"))
+	hctx, err := m.Lock(bg)
+	require.NoError(t, err)
+	first := h.OnWrite(faultproxy.WriteRule{Name: "evalsha", Times: 1, Action: faultproxy.CloseAfterWrite(),
+		Args: func(args []string) bool { return len(args) > 3 && args[1] == lua.Unlock.Hash() && args[3] == m.Name() }})
+	require.NoError(t, m.Unlock(hctx), "a released hold reported lost")
+	assert.Equal(t, 1, first.Fired(), "the first write's reply lost")
+	n, err := cc.Exists(bg, m.Name()).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "the lock is free")
 }
