@@ -130,6 +130,7 @@ func (c *fdCall) submit(eval bool) {
 	}
 	c.sent = time.Now()
 	c.cmd = redis.NewCmd(c.ctx, args...)
+	trackWrites(&k, c.cmd, true)
 	c.f = c.t.ap.Submit(c.ctx, c.cmd)
 }
 

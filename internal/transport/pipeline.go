@@ -145,6 +145,7 @@ func (t *Transport) exec(node redis.UniversalClient, ops []*op, eval, asking boo
 		default:
 			cmds[i] = o.Script.Pipe(ctx, p, o.Keys, args...)
 		}
+		trackWrites(&o.Call, cmds[i], false)
 	}
 	if unknown {
 		t.learn(ops[0].Keys[0])

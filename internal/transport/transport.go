@@ -16,7 +16,8 @@
 // refused the call for now (TRYAGAIN, CLUSTERDOWN, LOADING) has it sent
 // again within its bound (retry.go), a caller whose context ends leaves at
 // once (the reply that comes later goes to its give-back, late; a call not
-// sent yet is not sent at all: ErrNotSent), the calls in flight whose
+// sent yet is not sent at all: ErrNotSent, also a call on a Cluster whose
+// slot map is still being read: slotmap.go), the calls in flight whose
 // callers left are bounded (left.go), a call whose context cannot end
 // waits at most Options.ReleaseTimeout when it is Direct, and the user's
 // go-redis hooks see every command, with its caller's context values
@@ -51,6 +52,7 @@ type Transport struct {
 	ap     *redis.AutoPipeliner // the full-duplex path (fd.go); nil: none
 	left   left                 // its calls whose callers left (left.go); on a Cluster, lefts
 	lefts  sync.Map             // on a Cluster, a master's address: its *left
+	slots  slotMap              // on a Cluster, whether its slot map was read (slotmap.go)
 
 	mu      sync.Mutex
 	lanes   map[laneKey]*lane
@@ -219,9 +221,13 @@ func (t *Transport) Close() {
 // that comes later is handed to late (nil: nothing to give back), in a
 // goroutine of its own; when ctx ends before k was sent (on the
 // full-duplex path: while fdMaxLeft calls whose callers left are in
-// flight, or during the pause before a refused call is sent again), k is
-// not sent, and the Reply's error wraps ErrNotSent (see Reply.Gone).
+// flight, or during the pause before a refused call is sent again; on a
+// Cluster, while its slot map is read the first time), k is not sent, and
+// the Reply's error wraps ErrNotSent (see Reply.Gone).
 func (t *Transport) Do(ctx context.Context, k Call, late func(Reply)) Reply {
+	if err := t.awaitSlotMap(ctx, &k); err != nil {
+		return Reply{err: err, Acked: -1}
+	}
 	if !(t.opt.acks() && k.Takes) && !t.opt.NoFullDuplex && t.fd() != nil {
 		return t.doFD(ctx, k, late)
 	}
