@@ -321,11 +321,12 @@ func (e *env) pubsubFloor(d time.Duration, maxN int, acc *handoffRes) error {
 type handoffRes struct {
 	samples durations
 	errs    int64
-	failed  error // a round that failed (a waiter never woken): the library's later rounds are skipped
+	failed  error      // a round that failed (a waiter never woken): the library's later rounds are skipped
+	rs      redisStats // Redis's cost of the measured handoffs (both clients' calls), summed over e's nodes
 }
 
 func (e *env) handoff(l lib, d time.Duration, maxN int, acc *handoffRes) error {
-	in, err := l.new(instOpts{addr: e.addr, n: 2, link: e.link})
+	in, err := l.new(instOpts{addr: e.addr, addrs: e.addrs, n: 2, link: e.link})
 	if err != nil {
 		return err
 	}
@@ -353,6 +354,8 @@ func (e *env) handoff(l lib, d time.Duration, maxN int, acc *handoffRes) error {
 	}
 	name := e.name("handoff")
 	h, w := in.locker(0, name), in.locker(1, name)
+	rs0 := e.stats()
+	defer func() { acc.rs.add(e.stats().sub(rs0)) }()
 	for end := time.Now().Add(d); time.Now().Before(end) && len(acc.samples) < maxN; {
 		if err := lockRetry(h); err != nil {
 			return err
