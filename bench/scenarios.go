@@ -295,7 +295,8 @@ func (e *env) pubsubFloor(d time.Duration, maxN int, acc *handoffRes) error {
 			got <- time.Now()
 		}
 	}()
-	for end := time.Now().Add(d); time.Now().Before(end) && len(acc.samples) < maxN; {
+	// maxN is this call's (one round's) share: acc holds the earlier rounds' samples.
+	for end, n0 := time.Now().Add(d), len(acc.samples); time.Now().Before(end) && len(acc.samples)-n0 < maxN; {
 		time.Sleep(5*time.Millisecond + rand.N(20*time.Millisecond))
 		if err := pub.EvalSha(ctx, a, []string{channel}).Err(); err != nil {
 			return err
@@ -356,7 +357,8 @@ func (e *env) handoff(l lib, d time.Duration, maxN int, acc *handoffRes) error {
 	h, w := in.locker(0, name), in.locker(1, name)
 	rs0 := e.stats()
 	defer func() { acc.rs.add(e.stats().sub(rs0)) }()
-	for end := time.Now().Add(d); time.Now().Before(end) && len(acc.samples) < maxN; {
+	// maxN is this call's (one round's) share: acc holds the earlier rounds' samples.
+	for end, n0 := time.Now().Add(d), len(acc.samples); time.Now().Before(end) && len(acc.samples)-n0 < maxN; {
 		if err := lockRetry(h); err != nil {
 			return err
 		}
