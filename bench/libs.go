@@ -159,17 +159,17 @@ func (l *rsLocker) unlock() error { return l.m.Unlock(l.h) }
 // ---- redsync ----
 
 type redsyncInst struct {
-	rdbs []*redis.Client
+	rdbs []redis.UniversalClient
 	rss  []*redsync.Redsync
 	opts []redsync.Option
 }
 
 func newRedsync(opts ...redsync.Option) func(instOpts) (inst, error) {
 	return func(o instOpts) (inst, error) {
-		addr, n, cnt := o.addr, o.n, o.cnt
+		n, cnt := o.n, o.cnt
 		in := &redsyncInst{opts: opts}
 		for i := range n {
-			rdb := newGoRedis(addr, o.link, cnt, o.clientName(i))
+			rdb := newGoRedisFor(o, cnt, o.clientName(i)) // goredis.NewPool takes a UniversalClient
 			in.rdbs = append(in.rdbs, rdb)
 			in.rss = append(in.rss, redsync.New(goredis.NewPool(rdb)))
 		}
@@ -206,17 +206,17 @@ func (l *redsyncLocker) unlock() error {
 // ---- bsm/redislock ----
 
 type redislockInst struct {
-	rdbs  []*redis.Client
+	rdbs  []redis.UniversalClient
 	cs    []*redislock.Client
 	retry redislock.RetryStrategy
 }
 
 func newRedislock(retry redislock.RetryStrategy) func(instOpts) (inst, error) {
 	return func(o instOpts) (inst, error) {
-		addr, n, cnt := o.addr, o.n, o.cnt
+		n, cnt := o.n, o.cnt
 		in := &redislockInst{retry: retry}
 		for i := range n {
-			rdb := newGoRedis(addr, o.link, cnt, o.clientName(i))
+			rdb := newGoRedisFor(o, cnt, o.clientName(i)) // redislock takes a redis.Scripter
 			in.rdbs = append(in.rdbs, rdb)
 			in.cs = append(in.cs, redislock.New(rdb))
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/bsm/redislock"
 	"github.com/redis/go-redis/v9"
@@ -24,8 +25,16 @@ import (
 // fdOptions is the full-duplex configuration; the rest are go-redis's defaults.
 func fdOptions() *redis.AutoPipelineOptions { return &redis.AutoPipelineOptions{FullDuplex: true} }
 
+// autoPipelined is a go-redis client with an auto-pipeline: *redis.Client,
+// or *redis.ClusterClient (its full-duplex path routes each command to its
+// slot's master).
+type autoPipelined interface {
+	redis.UniversalClient
+	AutoPipelineWithOptions(*redis.AutoPipelineOptions) (*redis.AutoPipeliner, error)
+}
+
 type redislockFDInst struct {
-	rdbs  []*redis.Client
+	rdbs  []redis.UniversalClient
 	aps   []*redis.AutoPipeliner
 	cs    []*redislock.Client
 	retry redislock.RetryStrategy
@@ -35,8 +44,14 @@ func newRedislockFD(retry redislock.RetryStrategy) func(instOpts) (inst, error) 
 	return func(o instOpts) (inst, error) {
 		in := &redislockFDInst{retry: retry}
 		for i := range o.n {
-			rdb := newGoRedis(o.addr, o.link, nil, o.clientName(i))
-			ap, err := rdb.AutoPipelineWithOptions(fdOptions())
+			rdb := newGoRedisFor(o, nil, o.clientName(i))
+			apc, ok := rdb.(autoPipelined)
+			if !ok {
+				_ = rdb.Close()
+				in.close()
+				return nil, fmt.Errorf("%T has no auto-pipeline", rdb)
+			}
+			ap, err := apc.AutoPipelineWithOptions(fdOptions())
 			if err != nil {
 				_ = rdb.Close()
 				in.close()

@@ -23,7 +23,7 @@ import (
 var (
 	flagDuration = flag.Duration("duration", 3*time.Second, "measured time per library per configuration (split into -rounds interleaved rounds)")
 	flagRounds   = flag.Int("rounds", 3, "interleaved rounds: A B C A B C ...")
-	flagScen     = flag.String("scenarios", "uncontended,contended,handoff,order,many,many-cluster,scale,replica-ack,cluster", "comma-separated scenarios to run")
+	flagScen     = flag.String("scenarios", "uncontended,contended,handoff,order,many,many-cluster,cluster-peers,scale,replica-ack,cluster", "comma-separated scenarios to run")
 	flagLibs     = flag.String("libs", "", "comma-separated substrings: run only libraries whose name contains one (default all)")
 	flagRedis    = flag.String("redis-server", "", "redis-server binary (default: from PATH, /usr/bin, /usr/sbin)")
 	flagWarm     = flag.Duration("warmup", 150*time.Millisecond, "unmeasured warm-up before each measured run")
@@ -119,6 +119,7 @@ func (r *report) runSteps(scen map[string]bool, bin string) int {
 		{"order", r.order},
 		{"many", r.many},
 		{"many-cluster", func() error { return r.manyCluster(bin) }},
+		{"cluster-peers", func() error { return r.clusterPeers(bin) }},
 		{"scale", r.scale},
 		{"replica-ack", r.replicaAck},
 		{"cluster", func() error { return r.cluster(bin) }},

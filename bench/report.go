@@ -24,6 +24,8 @@ type report struct {
 	ps                      []pubsubRes
 	contOrder               []string
 	manyRes, manyClusterRes map[int]map[string]*loadRes // many locks by goroutines: single node, Cluster
+	clUnc                   map[string]*loadRes         // cluster-peers: uncontended on the Cluster
+	clHand                  map[string]*handoffRes      // cluster-peers: release → waiter on the Cluster
 }
 
 const (

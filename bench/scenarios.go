@@ -295,7 +295,8 @@ func (e *env) pubsubFloor(d time.Duration, maxN int, acc *handoffRes) error {
 			got <- time.Now()
 		}
 	}()
-	for end := time.Now().Add(d); time.Now().Before(end) && len(acc.samples) < maxN; {
+	// maxN is this call's (one round's) share: acc holds the earlier rounds' samples.
+	for end, n0 := time.Now().Add(d), len(acc.samples); time.Now().Before(end) && len(acc.samples)-n0 < maxN; {
 		time.Sleep(5*time.Millisecond + rand.N(20*time.Millisecond))
 		if err := pub.EvalSha(ctx, a, []string{channel}).Err(); err != nil {
 			return err
@@ -321,11 +322,12 @@ func (e *env) pubsubFloor(d time.Duration, maxN int, acc *handoffRes) error {
 type handoffRes struct {
 	samples durations
 	errs    int64
-	failed  error // a round that failed (a waiter never woken): the library's later rounds are skipped
+	failed  error      // a round that failed (a waiter never woken): the library's later rounds are skipped
+	rs      redisStats // Redis's cost of the measured handoffs (both clients' calls), summed over e's nodes
 }
 
 func (e *env) handoff(l lib, d time.Duration, maxN int, acc *handoffRes) error {
-	in, err := l.new(instOpts{addr: e.addr, n: 2, link: e.link})
+	in, err := l.new(instOpts{addr: e.addr, addrs: e.addrs, n: 2, link: e.link})
 	if err != nil {
 		return err
 	}
@@ -353,7 +355,10 @@ func (e *env) handoff(l lib, d time.Duration, maxN int, acc *handoffRes) error {
 	}
 	name := e.name("handoff")
 	h, w := in.locker(0, name), in.locker(1, name)
-	for end := time.Now().Add(d); time.Now().Before(end) && len(acc.samples) < maxN; {
+	rs0 := e.stats()
+	defer func() { acc.rs.add(e.stats().sub(rs0)) }()
+	// maxN is this call's (one round's) share: acc holds the earlier rounds' samples.
+	for end, n0 := time.Now().Add(d), len(acc.samples); time.Now().Before(end) && len(acc.samples)-n0 < maxN; {
 		if err := lockRetry(h); err != nil {
 			return err
 		}
