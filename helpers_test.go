@@ -257,3 +257,34 @@ func rwReaders(ctx context.Context, r *RWMutex) (int, error) {
 	n, _, err := rwHeld(ctx, r)
 	return n, err
 }
+
+// rivalTakes starts take, a rival's waiting acquisition of what hold's
+// holder holds (bounded by within), and returns a function that waits for
+// it and returns the holder's hold.Err() read the moment take returned
+// (take's own error fails the test). A lease's promise, that its holder is
+// told before Redis frees it for anyone else, is then an order: nil there
+// means the rival had it while the holder's context was live. A busy
+// machine delays both sides, never that order; on a quiet one the rival
+// takes it within a millisecond or two of Redis freeing it, so a holder
+// told late is caught.
+func rivalTakes(t testing.TB, hold context.Context, within time.Duration, take func(context.Context) (release func() error, err error)) func() error {
+	t.Helper()
+	type got struct{ held, err error }
+	ch := make(chan got, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), within)
+		defer cancel()
+		release, err := take(ctx)
+		held := hold.Err() // first: the order is the check
+		if err == nil {
+			err = release()
+		}
+		ch <- got{held, err}
+	}()
+	return func() error {
+		t.Helper()
+		g := <-ch
+		require.NoError(t, g.err, "the rival's acquisition")
+		return g.held
+	}
+}
