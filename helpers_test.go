@@ -288,3 +288,49 @@ func rivalTakes(t testing.TB, hold context.Context, within time.Duration, take f
 		return g.held
 	}
 }
+
+// heldReplies holds back the replies of the commands a hook rule gives
+// faultproxy.HoldReply(h.ch), until free: a test can then ask that a call
+// returns while they are held (an order), not within some milliseconds.
+type heldReplies struct {
+	ch   chan struct{}
+	once sync.Once
+}
+
+// holdReplies returns a heldReplies, freed when the test ends.
+func holdReplies(t testing.TB) *heldReplies {
+	h := &heldReplies{ch: make(chan struct{})}
+	t.Cleanup(h.free)
+	return h
+}
+
+func (h *heldReplies) free() { h.once.Do(func() { close(h.ch) }) }
+
+// heldLiveness is how long whileHeld waits for a call that must not wait
+// for a held reply: far past what such a call takes on a busy machine,
+// finite only so that a broken one fails rather than hangs.
+const heldLiveness = 10 * time.Second
+
+// whileHeld runs f, which must return while h's replies are held (not
+// wait for them), and fails the test with what otherwise.
+func (h *heldReplies) whileHeld(t testing.TB, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	select {
+	case <-done:
+		select {
+		case <-h.ch:
+			t.Errorf("%s: it returned after the held reply was released", what)
+		default:
+		}
+		return
+	case <-time.After(heldLiveness):
+	}
+	h.free()
+	<-done
+	t.Errorf("%s: it waited for the held reply (%v)", what, heldLiveness)
+}

@@ -286,6 +286,7 @@ func TestSemaphoreCrashedHolder(t *testing.T) {
 		require.NoError(t, lctx.Err())
 		require.Equal(t, 0, available(t, sw))
 
+		lag := watchLag(t)
 		start := time.Now()
 		require.NoError(t, rdbA.Close()) // the crash: no release, no renewal
 		ctx, cancel := context.WithTimeout(bg, 3*time.Second)
@@ -293,7 +294,7 @@ func TestSemaphoreCrashedHolder(t *testing.T) {
 		wctx, err := sw.Acquire(ctx, 2)
 		require.NoError(t, err)
 		took := time.Since(start)
-		require.Less(t, took, wdt+800*time.Millisecond, "permits not reclaimed within the lease")
+		require.Less(t, took, wdt+800*time.Millisecond+lag.Slack(), "permits not reclaimed within the lease (the machine's worst delay meanwhile: %v)", lag.Worst())
 		require.Greater(t, took, wdt/3, "permits reclaimed before the lease could have run out")
 
 		// The crashed holder was told (its local deadline fired).
@@ -423,6 +424,7 @@ func TestSemaphoreReleaseWakesWaiters(t *testing.T) {
 		}
 		eventually(t, 2*time.Second, "waiters subscribed", func() bool { return semSubscribed(c, s.channel, 5) })
 
+		lag := watchLag(t)
 		start := time.Now()
 		require.NoError(t, holder.Release(hctx, 2))
 		var held []context.Context
@@ -434,7 +436,7 @@ func TestSemaphoreReleaseWakesWaiters(t *testing.T) {
 				t.Fatal("release did not wake a waiter")
 			}
 		}
-		require.Less(t, time.Since(start), semWaitCap/2)
+		require.Less(t, time.Since(start), semWaitCap/2+lag.Slack(), "the machine's worst delay meanwhile: %v", lag.Worst())
 		select {
 		case <-got:
 			t.Fatal("more waiters acquired than permits came free")
@@ -675,24 +677,21 @@ func TestSemaphorePartitionedHolder(t *testing.T) {
 		actx, err := sa.Acquire(bg, 2)
 		require.NoError(t, err)
 
-		lost := make(chan time.Time, 1)
-		go func() { <-actx.Done(); lost <- time.Now() }()
+		lag := watchLag(t)
 		start := time.Now()
 		proxy.Blackhole(true)
 		defer proxy.Blackhole(false)
 		ctx, cancel := context.WithTimeout(bg, 3*time.Second)
 		defer cancel()
 		bctx, err := sb.Acquire(ctx, 2)
+		// The order is the promise: when another client has the permits,
+		// the partitioned holder's context has already ended (its Err
+		// reads the local deadline itself, whenever its timer runs).
+		held := actx.Err()
 		require.NoError(t, err)
 		acquired := time.Now()
-		require.Less(t, acquired.Sub(start), wdt+800*time.Millisecond)
-
-		select {
-		case at := <-lost:
-			require.True(t, at.Before(acquired), "the partitioned holder heard %v after the permits were taken", acquired.Sub(at))
-		default:
-			t.Fatal("permits taken while the partitioned holder still thinks it holds them")
-		}
+		require.Error(t, held, "permits taken while the partitioned holder still thinks it holds them")
+		require.Less(t, acquired.Sub(start), wdt+800*time.Millisecond+lag.Slack(), "the machine's worst delay meanwhile: %v", lag.Worst())
 		require.ErrorIs(t, context.Cause(actx), ErrLeaseLost)
 		require.NoError(t, sb.Release(bctx, 2))
 	})
@@ -728,11 +727,12 @@ func TestSemaphoreWakeUpPassesToSmallerWaiter(t *testing.T) {
 		}()
 		eventually(t, time.Second, "the small waiter subscribed", func() bool { return semSubscribed(c, s.channel, 2) })
 
+		lag := watchLag(t)
 		start := time.Now()
 		require.NoError(t, holder.Release(hctx, 1))
 		select {
 		case got := <-small:
-			assert.Less(t, got.Sub(start), semWaitCap/2, "the small waiter waited for its re-check")
+			assert.Less(t, got.Sub(start), semWaitCap/2+lag.Slack(), "the small waiter waited for its re-check (the machine's worst delay meanwhile: %v)", lag.Worst())
 		case <-time.After(2 * semWaitCap):
 			t.Fatal("the small waiter never got the free permit")
 		}
