@@ -348,6 +348,7 @@ func TestFairMutexCrashedWaiterSkippedWithinBound(t *testing.T) {
 		b := lockAsync(context.Background(), bf.Lock)
 		waitQueued(t, rdb, holder, 2)
 
+		lag := watchLag(t)
 		require.NoError(t, crashed.Close())
 		crashedAt := time.Now()
 		require.NoError(t, holder.Unlock(hctx))
@@ -355,7 +356,7 @@ func TestFairMutexCrashedWaiterSkippedWithinBound(t *testing.T) {
 		require.NoError(t, rb.err)
 		waited := rb.at.Sub(crashedAt)
 		t.Logf("crashed waiter skipped after %v (bound %v)", waited, bound)
-		assert.Less(t, waited, bound+300*time.Millisecond)
+		assert.Less(t, waited, bound+300*time.Millisecond+lag.Slack(), "the machine's worst delay meanwhile: %v", lag.Worst())
 		ra := recvLock(t, a, 3*time.Second, "crashed waiter")
 		assert.Error(t, ra.err, "the crashed side's Lock fails")
 		require.NoError(t, bf.Unlock(rb.ctx))

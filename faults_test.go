@@ -658,12 +658,13 @@ func TestBracedAndPlainNamesAreDifferentLocks(t *testing.T) {
 			if assert.NoError(t, err, "TryLock of the free lock job") {
 				require.NoError(t, plain.Unlock(zctx))
 			}
-			lctx, cancelL := context.WithTimeout(bg, time.Second)
+			lctx, cancelL := context.WithTimeout(bg, 5*time.Second)
 			defer cancelL()
+			lag := watchLag(t)
 			start := time.Now()
 			zctx, err = plain.Lock(lctx)
 			if assert.NoError(t, err, "Lock of the free lock job") {
-				assert.Less(t, time.Since(start), 500*time.Millisecond, "granted at once")
+				assert.Less(t, time.Since(start), 500*time.Millisecond+lag.Slack(), "granted at once (the machine's worst delay meanwhile: %v)", lag.Worst())
 				require.NoError(t, plain.Unlock(zctx))
 			}
 			assert.NoError(t, xctx.Err(), "X's hold of {job}")

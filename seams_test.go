@@ -133,12 +133,13 @@ func TestReplicaAckSemaphoreReentryUndoWakes(t *testing.T) {
 		ctx, err := sb.Acquire(bg, 1)
 		got <- result{ctx, err, time.Now()}
 	}()
+	lag := watchLag(t)
 	require.ErrorIs(t, <-reentered, ErrNotReplicated)
 	failed := time.Now()
 	select {
 	case r := <-got:
 		require.NoError(t, r.err)
-		assert.Less(t, r.at.Sub(failed), 500*time.Millisecond, "the waiter gets the permit given back at once")
+		assert.Less(t, r.at.Sub(failed), 500*time.Millisecond+lag.Slack(), "the waiter gets the permit given back at once (the machine's worst delay meanwhile: %v)", lag.Worst())
 		require.NoError(t, sb.Release(r.ctx, 1))
 	case <-time.After(5 * time.Second):
 		t.Fatal("the waiter never got the permit")
@@ -253,14 +254,17 @@ func TestPubSubDetectionNotOnCallersPath(t *testing.T) {
 	// Half the detection's bound on a silent node (notify.DetectTimeout):
 	// a call that waited for it fails; 300ms was once missed by 29ms on a
 	// loaded machine.
+	// The machine's scheduling delay meanwhile is added to the bound;
+	// the context is only a liveness bound.
 	bound := notify.DetectTimeout / 2
-	ctx, cancel := context.WithTimeout(bg, bound)
+	ctx, cancel := context.WithTimeout(bg, 10*time.Second)
 	defer cancel()
+	lag := watchLag(t)
 	start := time.Now()
 	lctx, err := mu.Lock(ctx)
 	require.NoError(t, err)
 	require.NoError(t, mu.Unlock(lctx))
-	assert.Less(t, time.Since(start), bound, "Lock and Unlock of a free lock on a live master")
+	assert.Less(t, time.Since(start), bound+lag.Slack(), "Lock and Unlock of a free lock on a live master (the machine's worst delay meanwhile: %v)", lag.Worst())
 }
 
 // With WithReplicaAck on a Cluster, a graceful failover keeps the holds it
