@@ -334,3 +334,21 @@ func (h *heldReplies) whileHeld(t testing.TB, what string, f func()) {
 	<-done
 	t.Errorf("%s: it waited for the held reply (%v)", what, heldLiveness)
 }
+
+// recvWithin receives from ch, waiting at most d from start plus the
+// scheduling delay lag has seen by then (Slack, which only grows): a
+// liveness or promptness bound that a busy machine does not break by
+// itself. ok is false if nothing came.
+func recvWithin[T any](lag *lagWatch, start time.Time, d time.Duration, ch <-chan T) (v T, ok bool) {
+	for {
+		left := time.Until(start.Add(d + lag.Slack()))
+		if left <= 0 {
+			return v, false
+		}
+		select {
+		case v = <-ch:
+			return v, true
+		case <-time.After(left):
+		}
+	}
+}
