@@ -49,15 +49,18 @@ func lockAsync(ctx context.Context, lock func(context.Context) (context.Context,
 	return ch
 }
 
+// recvLock receives ch's result, failing the test if none comes within d,
+// plus the scheduling delay the machine showed meanwhile (see recvWithin).
 func recvLock(t testing.TB, ch <-chan lockResult, d time.Duration, what string) lockResult {
 	t.Helper()
-	select {
-	case r := <-ch:
-		return r
-	case <-time.After(d):
-		t.Fatalf("%s: no result within %v", what, d)
-		return lockResult{}
+	lag := startLag()
+	defer lag.Stop()
+	start := time.Now()
+	r, ok := recvWithin(lag, start, d, ch)
+	if !ok {
+		t.Fatalf("%s: no result within %v (the machine's worst delay meanwhile: %v)", what, time.Since(start), lag.Worst())
 	}
+	return r
 }
 
 func noLock(t testing.TB, ch <-chan lockResult, d time.Duration, what string) {

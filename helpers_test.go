@@ -91,13 +91,17 @@ func (e *testEnv) keys(t testing.TB) []string {
 	return ks
 }
 
-// eventually fails the test unless cond holds within d.
+// eventually fails the test unless cond holds within d, plus the
+// scheduling delay the machine showed meanwhile (lagWatch: a busy machine
+// delays what cond waits for by as much).
 func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
+	lag := startLag()
+	defer lag.Stop()
+	start := time.Now()
 	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
+		if time.Since(start) > d+lag.Slack() {
+			t.Fatalf("timed out after %v waiting for %s (the machine's worst delay meanwhile: %v)", time.Since(start), what, lag.Worst())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -203,6 +207,13 @@ const lagHops = 4
 
 // watchLag starts a lagWatch, stopped when the test ends (or by Stop).
 func watchLag(t testing.TB) *lagWatch {
+	l := startLag()
+	t.Cleanup(l.Stop)
+	return l
+}
+
+// startLag starts a lagWatch that only Stop stops.
+func startLag() *lagWatch {
 	l := &lagWatch{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(l.done)
@@ -221,7 +232,6 @@ func watchLag(t testing.TB) *lagWatch {
 			}
 		}
 	}()
-	t.Cleanup(l.Stop)
 	return l
 }
 
