@@ -31,16 +31,14 @@ func TestMultiLockAbandonedReentryDoesNotHoldUpUnlock(t *testing.T) {
 	hctx, err := m.Lock(bg)
 	require.NoError(t, err)
 
+	late := holdReplies(t) // until after the Unlock: past any bound of it
 	h.OnCommand(faultproxy.CommandRule{Name: "evalsha", Args: faultproxy.RunsScript(lua.MultiLock.Script), Times: 1,
-		Action: faultproxy.DelayReply(6 * time.Second)}) // past the release's bound
+		Action: faultproxy.HoldReply(late.ch)})
 	_, err = m.TryLockFor(hctx, 200*time.Millisecond)
 	require.Error(t, err, "the re-entry's bound ended before its reply")
 
-	start := time.Now()
-	err = m.Unlock(hctx)
-	took := time.Since(start)
-	require.NoError(t, err, "took %v", took)
-	require.Less(t, took, time.Second, "Unlock waited for the abandoned re-entry's reply")
+	late.whileHeld(t, "Unlock waited for the abandoned re-entry's reply", func() { err = m.Unlock(hctx) })
+	require.NoError(t, err)
 	n, err := e.rdb(t).Exists(bg, names...).Result()
 	require.NoError(t, err)
 	require.Zero(t, n, "the MultiLock's names are free when its Unlock returns")
@@ -70,15 +68,16 @@ func TestUnlockOfEndedHoldFreesTheLockBeforeNil(t *testing.T) {
 	hctx, err := m.Lock(parent)
 	require.NoError(t, err)
 
+	late := holdReplies(t)
 	h.OnCommand(faultproxy.CommandRule{Name: "evalsha", Args: faultproxy.RunsScript(lua.Lock.Script), Times: 1,
-		Action: faultproxy.DelayReply(time.Second)})
+		Action: faultproxy.HoldReply(late.ch)})
 	_, err = m.TryLockFor(hctx, 100*time.Millisecond)
 	require.Error(t, err, "the re-entry's bound ended before its reply")
 	cancel() // the hold ends with its context
 
-	start := time.Now()
-	require.NoError(t, m.Unlock(hctx), "a hold that ended with its context")
-	require.Less(t, time.Since(start), 500*time.Millisecond, "nil at once, not behind the late reply")
+	late.whileHeld(t, "nil at once, not behind the late reply", func() { err = m.Unlock(hctx) })
+	require.NoError(t, err, "a hold that ended with its context")
+	late.free() // the late reply comes: the give-back frees the lock behind it
 	other := e.client(t).Mutex(name)
 	octx, err := other.TryLockFor(bg, 5*time.Second)
 	require.NoError(t, err, "freed behind the late reply, long before the lease's end")

@@ -54,6 +54,7 @@ func TestAdvStaleConfirmationAfterWriteFailure(t *testing.T) {
 		wctx, wcancel := context.WithTimeout(ctx, 6*time.Second)
 		done := faultLockAsync(wctx, waiter.Mutex(name))
 		time.Sleep(300 * time.Millisecond)
+		lag := watchLag(t)
 		unlocked := time.Now()
 		require.NoError(t, holder.Mutex(name).Unlock(hold))
 		r := <-done
@@ -61,7 +62,8 @@ func TestAdvStaleConfirmationAfterWriteFailure(t *testing.T) {
 		require.NoError(t, r.err, "round %d: the new waiter was not woken by the unlock (Redis subscribers on its channel: %d; "+
 			"its state on the connection, with no waiter, before the new waiter came: %s)",
 			i, faultNumSub(t, admin, channel), left)
-		require.Less(t, r.at.Sub(unlocked), 2*time.Second, "round %d: the waiter got the lock late", i)
+		lag.Stop()
+		require.Less(t, r.at.Sub(unlocked), 2*time.Second+lag.Slack(), "round %d: the waiter got the lock late (the machine's worst delay meanwhile: %v)", i, lag.Worst())
 		require.NoError(t, waiter.Mutex(name).Unlock(r.hctx))
 	}
 }

@@ -60,14 +60,15 @@ func TestAdvLatchWaitIgnoresContextWhileRedisSilent(t *testing.T) {
 	defer p.Blackhole(false)
 	ctx, cancel := context.WithTimeout(bg, 200*time.Millisecond)
 	defer cancel()
+	lag := watchLag(t)
 	start := time.Now()
 	done := make(chan error, 1)
 	go func() { done <- l.Wait(ctx) }()
-	select {
-	case err := <-done:
+	// Held by the silent Redis, it would return after go-redis's 3s.
+	if err, ok := recvWithin(lag, start, time.Second, done); ok {
 		require.Error(t, err)
 		t.Logf("Wait returned after %v: %v", time.Since(start).Round(time.Millisecond), err)
-	case <-time.After(time.Second):
+	} else {
 		t.Errorf("CountDownLatch.Wait still blocked %v after its 200ms context ended (Redis silent)", time.Since(start).Round(time.Millisecond))
 		p.Blackhole(false)
 		err := advDrain(done)
@@ -103,14 +104,15 @@ func TestAdvSemaphoreAddToHoldIgnoresContextWhileRedisSilent(t *testing.T) {
 	defer p.Blackhole(false)
 	ctx, cancel := context.WithTimeout(hctx, 200*time.Millisecond)
 	defer cancel()
+	lag := watchLag(t)
 	start := time.Now()
 	done := make(chan error, 1)
 	go func() { _, err := s.Acquire(ctx, 1); done <- err }()
-	select {
-	case err := <-done:
+	// Held by the silent Redis, it would return after go-redis's 3s.
+	if err, ok := recvWithin(lag, start, time.Second, done); ok {
 		require.Error(t, err)
 		t.Logf("Acquire returned after %v: %v", time.Since(start).Round(time.Millisecond), err)
-	case <-time.After(time.Second):
+	} else {
 		t.Errorf("Semaphore.Acquire through a hold still blocked %v after its 200ms context ended (Redis silent)", time.Since(start).Round(time.Millisecond))
 		p.Blackhole(false)
 		err := advDrain(done)
@@ -144,14 +146,15 @@ func TestAdvMutexReentryIgnoresContextWhileRedisSilent(t *testing.T) {
 	defer p.Blackhole(false)
 	ctx, cancel := context.WithTimeout(hctx, 200*time.Millisecond)
 	defer cancel()
+	lag := watchLag(t)
 	start := time.Now()
 	done := make(chan error, 1)
 	go func() { _, err := m.Lock(ctx); done <- err }()
-	select {
-	case err := <-done:
+	// Held by the silent Redis, it would return after go-redis's 3s.
+	if err, ok := recvWithin(lag, start, time.Second, done); ok {
 		require.Error(t, err)
 		t.Logf("Lock returned after %v: %v", time.Since(start).Round(time.Millisecond), err)
-	case <-time.After(time.Second):
+	} else {
 		t.Errorf("re-entering Lock still blocked %v after its 200ms context ended (Redis silent)", time.Since(start).Round(time.Millisecond))
 		p.Blackhole(false)
 		err := advDrain(done)

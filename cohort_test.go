@@ -384,10 +384,11 @@ func TestCohortWaiterLeavesDuringHandoff(t *testing.T) {
 			require.NoError(t, <-unlocked)
 
 			other := e.client(t).Mutex(name)
+			lag := watchLag(t)
 			start := time.Now()
 			octx, err := other.TryLockFor(context.Background(), 5*time.Second)
 			require.NoError(t, err, "the lock stayed held for a waiter that gave up")
-			assert.Less(t, time.Since(start), 2*time.Second, "freed at once, not when a lease ran out")
+			assert.Less(t, time.Since(start), 2*time.Second+lag.Slack(), "freed at once, not when a lease ran out (the machine's worst delay meanwhile: %v)", lag.Worst())
 			require.NoError(t, other.Unlock(octx))
 		})
 	}
@@ -418,12 +419,13 @@ func TestCohortLeaseLostMidHandoff(t *testing.T) {
 		t.Fatalf("the waiter got the lock another client holds (err %v)", got.err)
 	case <-time.After(300 * time.Millisecond):
 	}
+	lag := watchLag(t)
 	released := time.Now()
 	require.NoError(t, other.Unlock(octx))
 	got := <-w
 	require.NoError(t, got.err)
 	assert.True(t, got.at.After(released))
-	assert.Less(t, got.at.Sub(released), 2*time.Second, "woken by the unlock")
+	assert.Less(t, got.at.Sub(released), 2*time.Second+lag.Slack(), "woken by the unlock (the machine's worst delay meanwhile: %v)", lag.Worst())
 	require.NoError(t, m.Unlock(got.hctx))
 }
 

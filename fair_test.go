@@ -49,15 +49,18 @@ func lockAsync(ctx context.Context, lock func(context.Context) (context.Context,
 	return ch
 }
 
+// recvLock receives ch's result, failing the test if none comes within d,
+// plus the scheduling delay the machine showed meanwhile (see recvWithin).
 func recvLock(t testing.TB, ch <-chan lockResult, d time.Duration, what string) lockResult {
 	t.Helper()
-	select {
-	case r := <-ch:
-		return r
-	case <-time.After(d):
-		t.Fatalf("%s: no result within %v", what, d)
-		return lockResult{}
+	lag := startLag()
+	defer lag.Stop()
+	start := time.Now()
+	r, ok := recvWithin(lag, start, d, ch)
+	if !ok {
+		t.Fatalf("%s: no result within %v (the machine's worst delay meanwhile: %v)", what, time.Since(start), lag.Worst())
 	}
+	return r
 }
 
 func noLock(t testing.TB, ch <-chan lockResult, d time.Duration, what string) {
@@ -348,6 +351,7 @@ func TestFairMutexCrashedWaiterSkippedWithinBound(t *testing.T) {
 		b := lockAsync(context.Background(), bf.Lock)
 		waitQueued(t, rdb, holder, 2)
 
+		lag := watchLag(t)
 		require.NoError(t, crashed.Close())
 		crashedAt := time.Now()
 		require.NoError(t, holder.Unlock(hctx))
@@ -355,7 +359,7 @@ func TestFairMutexCrashedWaiterSkippedWithinBound(t *testing.T) {
 		require.NoError(t, rb.err)
 		waited := rb.at.Sub(crashedAt)
 		t.Logf("crashed waiter skipped after %v (bound %v)", waited, bound)
-		assert.Less(t, waited, bound+300*time.Millisecond)
+		assert.Less(t, waited, bound+300*time.Millisecond+lag.Slack(), "the machine's worst delay meanwhile: %v", lag.Worst())
 		ra := recvLock(t, a, 3*time.Second, "crashed waiter")
 		assert.Error(t, ra.err, "the crashed side's Lock fails")
 		require.NoError(t, bf.Unlock(rb.ctx))
@@ -412,12 +416,14 @@ func TestFairMutexOnCluster(t *testing.T) {
 			results = append(results, lockAsync(context.Background(), fb.Lock))
 			waitQueued(t, rdb, fa, i+1)
 		}
+		lag := watchLag(t)
 		start := time.Now()
 		require.NoError(t, fa.Unlock(hctx))
 		for _, ch := range results {
 			r := recvLock(t, ch, 3*time.Second, name)
 			require.NoError(t, r.err)
-			assert.Less(t, r.at.Sub(start), time.Second, "woken, not polled")
+			// Polled, the head would wait a third of the 30s lease.
+			assert.Less(t, r.at.Sub(start), time.Second+lag.Slack(), "woken, not polled (the machine's worst delay meanwhile: %v)", lag.Worst())
 			require.NoError(t, fb.Unlock(r.ctx))
 		}
 		locked, err := fa.IsLocked(context.Background())
@@ -452,13 +458,15 @@ func TestFairMutexWaitEndsPromptlyWhenRedisIsSilent(t *testing.T) {
 	eventually(t, 5*time.Second, "the waiter waiting", func() bool {
 		return done.Load() >= 2 && semWaiters(c) == 1
 	})
+	lag := watchLag(t)
 	proxy.Blackhole(true)
 	cancel()
 	start := time.Now()
 	select {
 	case err := <-errc:
 		assert.ErrorIs(t, err, context.Canceled)
-		assert.Less(t, time.Since(start), 500*time.Millisecond)
+		// Held by the silent Redis, it would wait go-redis's 3s.
+		assert.Less(t, time.Since(start), 500*time.Millisecond+lag.Slack(), "the machine's worst delay meanwhile: %v", lag.Worst())
 	case <-time.After(10 * time.Second):
 		t.Fatal("the wait was held by a silent Redis")
 	}

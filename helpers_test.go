@@ -91,13 +91,17 @@ func (e *testEnv) keys(t testing.TB) []string {
 	return ks
 }
 
-// eventually fails the test unless cond holds within d.
+// eventually fails the test unless cond holds within d, plus the
+// scheduling delay the machine showed meanwhile (lagWatch: a busy machine
+// delays what cond waits for by as much).
 func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
+	lag := startLag()
+	defer lag.Stop()
+	start := time.Now()
 	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
+		if time.Since(start) > d+lag.Slack() {
+			t.Fatalf("timed out after %v waiting for %s (the machine's worst delay meanwhile: %v)", time.Since(start), what, lag.Worst())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -203,6 +207,13 @@ const lagHops = 4
 
 // watchLag starts a lagWatch, stopped when the test ends (or by Stop).
 func watchLag(t testing.TB) *lagWatch {
+	l := startLag()
+	t.Cleanup(l.Stop)
+	return l
+}
+
+// startLag starts a lagWatch that only Stop stops.
+func startLag() *lagWatch {
 	l := &lagWatch{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(l.done)
@@ -221,7 +232,6 @@ func watchLag(t testing.TB) *lagWatch {
 			}
 		}
 	}()
-	t.Cleanup(l.Stop)
 	return l
 }
 
@@ -256,4 +266,99 @@ func rwHeld(ctx context.Context, r *RWMutex) (readers int, write bool, err error
 func rwReaders(ctx context.Context, r *RWMutex) (int, error) {
 	n, _, err := rwHeld(ctx, r)
 	return n, err
+}
+
+// rivalTakes starts take, a rival's waiting acquisition of what hold's
+// holder holds (bounded by within), and returns a function that waits for
+// it and returns the holder's hold.Err() read the moment take returned
+// (take's own error fails the test). A lease's promise, that its holder is
+// told before Redis frees it for anyone else, is then an order: nil there
+// means the rival had it while the holder's context was live. A busy
+// machine delays both sides, never that order; on a quiet one the rival
+// takes it within a millisecond or two of Redis freeing it, so a holder
+// told late is caught.
+func rivalTakes(t testing.TB, hold context.Context, within time.Duration, take func(context.Context) (release func() error, err error)) func() error {
+	t.Helper()
+	type got struct{ held, err error }
+	ch := make(chan got, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), within)
+		defer cancel()
+		release, err := take(ctx)
+		held := hold.Err() // first: the order is the check
+		if err == nil {
+			err = release()
+		}
+		ch <- got{held, err}
+	}()
+	return func() error {
+		t.Helper()
+		g := <-ch
+		require.NoError(t, g.err, "the rival's acquisition")
+		return g.held
+	}
+}
+
+// heldReplies holds back the replies of the commands a hook rule gives
+// faultproxy.HoldReply(h.ch), until free: a test can then ask that a call
+// returns while they are held (an order), not within some milliseconds.
+type heldReplies struct {
+	ch   chan struct{}
+	once sync.Once
+}
+
+// holdReplies returns a heldReplies, freed when the test ends.
+func holdReplies(t testing.TB) *heldReplies {
+	h := &heldReplies{ch: make(chan struct{})}
+	t.Cleanup(h.free)
+	return h
+}
+
+func (h *heldReplies) free() { h.once.Do(func() { close(h.ch) }) }
+
+// heldLiveness is how long whileHeld waits for a call that must not wait
+// for a held reply: far past what such a call takes on a busy machine,
+// finite only so that a broken one fails rather than hangs.
+const heldLiveness = 10 * time.Second
+
+// whileHeld runs f, which must return while h's replies are held (not
+// wait for them), and fails the test with what otherwise.
+func (h *heldReplies) whileHeld(t testing.TB, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	select {
+	case <-done:
+		select {
+		case <-h.ch:
+			t.Errorf("%s: it returned after the held reply was released", what)
+		default:
+		}
+		return
+	case <-time.After(heldLiveness):
+	}
+	h.free()
+	<-done
+	t.Errorf("%s: it waited for the held reply (%v)", what, heldLiveness)
+}
+
+// recvWithin receives from ch, waiting at most d from start plus the
+// scheduling delay lag has seen by then (Slack, which only grows): a
+// liveness or promptness bound that a busy machine does not break by
+// itself. ok is false if nothing came.
+func recvWithin[T any](lag *lagWatch, start time.Time, d time.Duration, ch <-chan T) (v T, ok bool) {
+	for {
+		left := time.Until(start.Add(d + lag.Slack()))
+		if left <= 0 {
+			return v, false
+		}
+		select {
+		case v = <-ch:
+			return v, true
+		case <-time.After(left):
+		}
+	}
 }

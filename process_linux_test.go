@@ -209,6 +209,7 @@ func TestElectionLeaderProcess(t *testing.T) {
 		got <- lctx
 	}()
 	time.Sleep(100 * time.Millisecond)
+	lag := watchLag(t)
 	a.signal(syscall.SIGKILL)
 	killed := time.Now()
 	var lctx context.Context
@@ -219,7 +220,7 @@ func TestElectionLeaderProcess(t *testing.T) {
 	}
 	took := time.Since(killed)
 	t.Logf("a candidate led %v after the leader's process was killed (lease %v)", took.Round(time.Millisecond), processLease)
-	assert.Less(t, took, processLease+time.Second)
+	assert.Less(t, took, processLease+time.Second+lag.Slack(), "the machine's worst delay meanwhile: %v", lag.Worst())
 	t1, _ := e.Term(lctx)
 	assert.Greater(t, t1, ta)
 	for _, o := range obs {
@@ -323,6 +324,7 @@ func TestMultiLockHolderProcessKilled(t *testing.T) {
 		got <- won{"mutex", err, time.Now()}
 	}()
 	time.Sleep(100 * time.Millisecond)
+	lag := watchLag(t)
 	ch.signal(syscall.SIGKILL)
 	killed := time.Now()
 	for range 2 {
@@ -330,7 +332,7 @@ func TestMultiLockHolderProcessKilled(t *testing.T) {
 		case w := <-got:
 			require.NoError(t, w.err, w.what)
 			t.Logf("the %s was taken %v after the holder was killed (lease %v)", w.what, w.at.Sub(killed).Round(time.Millisecond), processLease)
-			assert.Less(t, w.at.Sub(killed), processLease+time.Second, w.what)
+			assert.Less(t, w.at.Sub(killed), processLease+time.Second+lag.Slack(), "%s (the machine's worst delay meanwhile: %v)", w.what, lag.Worst())
 		case <-time.After(10 * time.Second):
 			t.Fatal("the killed holder's names did not come free")
 		}
@@ -346,6 +348,7 @@ func TestCohortProcessKilledMidRun(t *testing.T) {
 	ch := processChild(t, srv.Addr(), "cohort crash:cohort")
 	ch.next("running")
 	c := newClient(t, srv.Client(t))
+	lag := watchLag(t)
 	ch.signal(syscall.SIGKILL)
 	killed := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -354,7 +357,7 @@ func TestCohortProcessKilledMidRun(t *testing.T) {
 	require.NoError(t, err, "the killed run's lock did not come free")
 	took := time.Since(killed)
 	t.Logf("taken %v after the run's process was killed (lease %v)", took.Round(time.Millisecond), processLease)
-	assert.Less(t, took, processLease+time.Second)
+	assert.Less(t, took, processLease+time.Second+lag.Slack(), "the machine's worst delay meanwhile: %v", lag.Worst())
 	require.NoError(t, c.Mutex("crash:cohort").Unlock(lctx))
 }
 

@@ -348,33 +348,41 @@ func TestMutexKeyDeletedBehindHoldersBack(t *testing.T) {
 		m := e.client(t, WithWatchdogTimeout(300*time.Millisecond)).Mutex("deleted")
 		ctx, err := m.Lock(context.Background())
 		require.NoError(t, err)
+		lag := watchLag(t)
+		deleted := time.Now()
 		require.NoError(t, e.rdb(t).Del(context.Background(), "deleted").Err())
-		select {
-		case <-ctx.Done():
-			assert.ErrorIs(t, context.Cause(ctx), ErrLeaseLost)
-		case <-time.After(time.Second):
-			t.Fatal("holder not told its lock was deleted")
+		// Renewed every 100ms, the hold finds the key gone at the next
+		// renewal; a busy machine delays that by what it delays goroutines.
+		if _, ok := recvWithin(lag, deleted, time.Second, ctx.Done()); !ok {
+			t.Fatalf("holder not told its lock was deleted (the machine's worst delay meanwhile: %v)", lag.Worst())
 		}
+		assert.ErrorIs(t, context.Cause(ctx), ErrLeaseLost)
 		assert.ErrorIs(t, m.Unlock(ctx), ErrNotHeld)
 	})
 }
 
 func TestMutexFixedLease(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, e *testEnv) {
-		// 1s: the holder is told a tenth of it (100ms) before Redis frees
-		// it, room for this goroutine to see it on a loaded machine (with
-		// 300ms, told 30ms ahead, it once saw it 7ms after).
 		const d = time.Second
 		m := e.client(t).Mutex("fixed", WithLease(d))
-		start := time.Now()
 		ctx, err := m.Lock(context.Background())
 		require.NoError(t, err)
 		ttl, _ := m.TTL(ctx)
 		assert.LessOrEqual(t, ttl, d)
+		if e.real() {
+			// The holder is told before Redis frees it: a rival that
+			// takes the lock finds the holder's context already ended.
+			// (miniredis expires keys only on its own clock.)
+			rival := e.client(t).Mutex("fixed")
+			held := rivalTakes(t, ctx, 5*time.Second, func(wctx context.Context) (func() error, error) {
+				octx, err := rival.Lock(wctx)
+				return func() error { return rival.Unlock(octx) }, err
+			})
+			assert.Error(t, held(), "told before Redis frees it")
+		}
 		<-ctx.Done()
 		assert.ErrorIs(t, context.Cause(ctx), ErrLeaseLost)
 		if e.real() {
-			assert.Less(t, time.Since(start), d, "told before Redis frees it")
 			// Once told, the hold is given back rather than left to expire.
 			eventually(t, time.Second, "release", func() bool {
 				ok, _ := m.IsLocked(context.Background())
@@ -750,8 +758,12 @@ var _ = errors.Is
 
 // Dropped connections cost a renewal, not the lock: the watchdog retries
 // until the lease would have run out and never gives up after one error.
+//
+// Not parallel: its renewals must answer within go-redis's 150ms read
+// timeout (short, so that the partition below is over quickly); beside
+// the parallel tests on a busy machine they did not (the lease lost after
+// the first cuts), so it runs in the serial stage, alone in the process.
 func TestMutexSurvivesDroppedConnections(t *testing.T) {
-	t.Parallel() // its own servers, mostly waiting
 	e := realEnv(t)
 	const lease = 1500 * time.Millisecond
 	proxy := newProxy(t, e.addr)

@@ -191,6 +191,7 @@ func TestUnlockRightAfterItsContextEndedIsNilAtOnce(t *testing.T) {
 		t.Parallel()
 		l := newFaultyLink(t, e.addr)
 		c := newClient(t, l.rdb)
+		lag := watchLag(t)
 		for i := range 3 {
 			m := c.Mutex(fmt.Sprintf("ended:silent:%d", i))
 			parent, cancel := context.WithCancel(bg)
@@ -201,7 +202,8 @@ func TestUnlockRightAfterItsContextEndedIsNilAtOnce(t *testing.T) {
 			err, took := timed(t, holds.ReleaseTimeout+2*time.Second, "Unlock", l.heal, func() error { return m.Unlock(hctx) })
 			l.heal()
 			require.NoError(t, err)
-			require.Less(t, took, time.Second, "at once")
+			// Not after the release's bound (5s on a silent link).
+			require.Less(t, took, time.Second+lag.Slack(), "at once (the machine's worst delay meanwhile: %v)", lag.Worst())
 		}
 	})
 	t.Run("resets", func(t *testing.T) {
@@ -212,6 +214,7 @@ func TestUnlockRightAfterItsContextEndedIsNilAtOnce(t *testing.T) {
 		// give-back (lua.Drop) goes through.
 		hook.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.Unlock.Script),
 			Action: faultproxy.Fail(fmt.Errorf("read tcp: connection reset by peer"))})
+		lag := watchLag(t)
 		for i := range 20 {
 			m := c.Mutex(fmt.Sprintf("ended:reset:%d", i))
 			parent, cancel := context.WithCancel(bg)
@@ -220,7 +223,7 @@ func TestUnlockRightAfterItsContextEndedIsNilAtOnce(t *testing.T) {
 			cancel()
 			start := time.Now()
 			require.NoError(t, m.Unlock(hctx), "run %d", i)
-			require.Less(t, time.Since(start), time.Second, "at once")
+			require.Less(t, time.Since(start), time.Second+lag.Slack(), "at once (the machine's worst delay meanwhile: %v)", lag.Worst())
 		}
 	})
 }

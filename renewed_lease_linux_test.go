@@ -17,8 +17,11 @@ const renewedChildEnv = "REDISYNC_RENEWED_CHILD"
 // A holder with a 300ms renewed lease, on a Client whose watchdog timeout
 // is the default 30s, is killed (-9): another Client takes the lock
 // within about 300ms, not 30s.
+//
+// Not parallel: its holder's 300ms lease is rightly lost when a renewal is
+// kept off the CPU that long, so it runs in the serial stage (see
+// TestRenewedLeaseStaysHeld).
 func TestRenewedLeaseHolderKilled(t *testing.T) {
-	t.Parallel()
 	e := realEnv(t)
 	ch := startChild(t, "TestHelperRenewedLeaseChild", renewedChildEnv+"="+e.addr)
 	ch.next("locked")
@@ -27,6 +30,7 @@ func TestRenewedLeaseHolderKilled(t *testing.T) {
 	m := c.Mutex("rl:killed")
 	_, err := m.TryLock(context.Background())
 	require.ErrorIs(t, err, ErrNotAcquired, "held past three leases")
+	lag := watchLag(t)
 	ch.signal(syscall.SIGKILL)
 	killed := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -35,7 +39,7 @@ func TestRenewedLeaseHolderKilled(t *testing.T) {
 	require.NoError(t, err)
 	took := time.Since(killed)
 	t.Logf("taken %v after the holder was killed", took.Round(time.Millisecond))
-	assert.Less(t, took, 300*time.Millisecond+500*time.Millisecond)
+	assert.Less(t, took, 300*time.Millisecond+500*time.Millisecond+lag.Slack(), "the machine's worst delay meanwhile: %v", lag.Worst())
 	require.NoError(t, m.Unlock(lctx))
 }
 

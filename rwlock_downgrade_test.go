@@ -70,10 +70,10 @@ func TestRWMutexDowngradeReenteredWhileWriteHeld(t *testing.T) {
 		require.NoError(t, rd.Err())
 		require.NoError(t, r.RUnlock(rd))
 
-		start := time.Now()
+		// TryLock does not wait: its success says nothing was left to
+		// run out first (a clock around it would only measure the machine).
 		o, err := other.TryLock(bg)
 		require.NoError(t, err, "nothing left that keeps writers out")
-		assert.Less(t, time.Since(start), lease)
 		require.NoError(t, other.Unlock(o))
 		assert.Empty(t, e.keys(t))
 	})

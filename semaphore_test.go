@@ -286,6 +286,7 @@ func TestSemaphoreCrashedHolder(t *testing.T) {
 		require.NoError(t, lctx.Err())
 		require.Equal(t, 0, available(t, sw))
 
+		lag := watchLag(t)
 		start := time.Now()
 		require.NoError(t, rdbA.Close()) // the crash: no release, no renewal
 		ctx, cancel := context.WithTimeout(bg, 3*time.Second)
@@ -293,7 +294,7 @@ func TestSemaphoreCrashedHolder(t *testing.T) {
 		wctx, err := sw.Acquire(ctx, 2)
 		require.NoError(t, err)
 		took := time.Since(start)
-		require.Less(t, took, wdt+800*time.Millisecond, "permits not reclaimed within the lease")
+		require.Less(t, took, wdt+800*time.Millisecond+lag.Slack(), "permits not reclaimed within the lease (the machine's worst delay meanwhile: %v)", lag.Worst())
 		require.Greater(t, took, wdt/3, "permits reclaimed before the lease could have run out")
 
 		// The crashed holder was told (its local deadline fired).
@@ -312,8 +313,6 @@ func TestSemaphoreCrashedHolder(t *testing.T) {
 // when the lease ends, by themselves, even if nobody waits for them.
 func TestSemaphoreFixedLease(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, e *testEnv) {
-		// 1s: the holder hears a tenth of it (100ms) ahead, room for this
-		// goroutine to see it on a loaded machine (300ms leaves 30ms).
 		const lease = time.Second
 		bg := context.Background()
 		c := e.client(t, WithWatchdogTimeout(3*time.Second))
@@ -324,9 +323,23 @@ func TestSemaphoreFixedLease(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 0, available(t, s))
 
+		if e.real() {
+			// The holder hears before the lease ends in Redis: when
+			// another client sees the permits free, the holder's context
+			// has already ended. (It only looks: nobody waits for them.)
+			other := e.client(t).Semaphore("sem")
+			held := rivalTakes(t, hctx, 5*time.Second, func(wctx context.Context) (func() error, error) {
+				for {
+					if n, err := other.Available(wctx); err != nil || n == 2 {
+						return func() error { return nil }, err
+					}
+					time.Sleep(time.Millisecond)
+				}
+			})
+			require.Error(t, held(), "the holder hears before the lease ends in Redis")
+		}
 		<-hctx.Done()
 		require.ErrorIs(t, context.Cause(hctx), ErrLeaseLost)
-		require.Less(t, time.Since(start), lease, "the holder hears before the lease ends in Redis")
 		time.Sleep(time.Until(start.Add(lease + 100*time.Millisecond))) // the script ran after start
 		require.Equal(t, 2, available(t, s), "expired permits counted as held")
 		require.ErrorIs(t, s.Release(hctx, 2), ErrNotHeld)
@@ -411,6 +424,7 @@ func TestSemaphoreReleaseWakesWaiters(t *testing.T) {
 		}
 		eventually(t, 2*time.Second, "waiters subscribed", func() bool { return semSubscribed(c, s.channel, 5) })
 
+		lag := watchLag(t)
 		start := time.Now()
 		require.NoError(t, holder.Release(hctx, 2))
 		var held []context.Context
@@ -422,7 +436,7 @@ func TestSemaphoreReleaseWakesWaiters(t *testing.T) {
 				t.Fatal("release did not wake a waiter")
 			}
 		}
-		require.Less(t, time.Since(start), semWaitCap/2)
+		require.Less(t, time.Since(start), semWaitCap/2+lag.Slack(), "the machine's worst delay meanwhile: %v", lag.Worst())
 		select {
 		case <-got:
 			t.Fatal("more waiters acquired than permits came free")
@@ -663,24 +677,21 @@ func TestSemaphorePartitionedHolder(t *testing.T) {
 		actx, err := sa.Acquire(bg, 2)
 		require.NoError(t, err)
 
-		lost := make(chan time.Time, 1)
-		go func() { <-actx.Done(); lost <- time.Now() }()
+		lag := watchLag(t)
 		start := time.Now()
 		proxy.Blackhole(true)
 		defer proxy.Blackhole(false)
 		ctx, cancel := context.WithTimeout(bg, 3*time.Second)
 		defer cancel()
 		bctx, err := sb.Acquire(ctx, 2)
+		// The order is the promise: when another client has the permits,
+		// the partitioned holder's context has already ended (its Err
+		// reads the local deadline itself, whenever its timer runs).
+		held := actx.Err()
 		require.NoError(t, err)
 		acquired := time.Now()
-		require.Less(t, acquired.Sub(start), wdt+800*time.Millisecond)
-
-		select {
-		case at := <-lost:
-			require.True(t, at.Before(acquired), "the partitioned holder heard %v after the permits were taken", acquired.Sub(at))
-		default:
-			t.Fatal("permits taken while the partitioned holder still thinks it holds them")
-		}
+		require.Error(t, held, "permits taken while the partitioned holder still thinks it holds them")
+		require.Less(t, acquired.Sub(start), wdt+800*time.Millisecond+lag.Slack(), "the machine's worst delay meanwhile: %v", lag.Worst())
 		require.ErrorIs(t, context.Cause(actx), ErrLeaseLost)
 		require.NoError(t, sb.Release(bctx, 2))
 	})
@@ -716,11 +727,12 @@ func TestSemaphoreWakeUpPassesToSmallerWaiter(t *testing.T) {
 		}()
 		eventually(t, time.Second, "the small waiter subscribed", func() bool { return semSubscribed(c, s.channel, 2) })
 
+		lag := watchLag(t)
 		start := time.Now()
 		require.NoError(t, holder.Release(hctx, 1))
 		select {
 		case got := <-small:
-			assert.Less(t, got.Sub(start), semWaitCap/2, "the small waiter waited for its re-check")
+			assert.Less(t, got.Sub(start), semWaitCap/2+lag.Slack(), "the small waiter waited for its re-check (the machine's worst delay meanwhile: %v)", lag.Worst())
 		case <-time.After(2 * semWaitCap):
 			t.Fatal("the small waiter never got the free permit")
 		}

@@ -133,10 +133,10 @@ func (r *swRun) wait(who string, through bool, parent context.Context, lock func
 		ctx, cancel := context.WithTimeout(parent, swWaitCtx)
 		defer cancel()
 		deadline, _ := ctx.Deadline()
-		sched := schedDelay(deadline)
 		hctx, err := lock(ctx)
-		if late := time.Since(deadline); late > swSlack && late > swSlack+<-sched {
-			r.t.Errorf("%s returned %v after its context ended (%s): %v", who, late.Round(time.Millisecond), r.mode.name, err)
+		if late := time.Since(deadline); late > swSlack+r.lag.Slack() {
+			r.t.Errorf("%s returned %v after its context ended (%s; the machine's worst delay meanwhile: %v): %v",
+				who, late.Round(time.Millisecond), r.mode.name, r.lag.Worst(), err)
 		}
 		if err == nil && hctx != nil {
 			owner := who
@@ -255,13 +255,4 @@ func (r *swRun) checkWant(hctx context.Context, err error) {
 	case wantNil:
 		assert.NoError(t, err)
 	}
-}
-
-// schedDelay measures how late a goroutine woken at t runs (the
-// scheduler's delay on a loaded machine), to excuse that much of a call's
-// lateness: it is not the call's.
-func schedDelay(t time.Time) <-chan time.Duration {
-	d := make(chan time.Duration, 1)
-	time.AfterFunc(time.Until(t), func() { d <- max(time.Since(t), 0) })
-	return d
 }

@@ -72,6 +72,8 @@ type swRun struct {
 	endCallNow context.CancelFunc
 	cutAt      time.Time
 
+	lag *lagWatch // the machine's scheduling delay through the run
+
 	mu      sync.Mutex
 	holds   []*swHold
 	more    int // re-entries through main that other waits took
@@ -131,10 +133,10 @@ func (r *swRun) via() context.Context {
 
 // waitingA waits until a goroutine of A waits for the lock.
 func (r *swRun) waitingA() {
-	deadline := time.Now().Add(time.Second)
+	start := time.Now()
 	for semWaiters(r.a) == 0 {
-		if time.Now().After(deadline) {
-			r.t.Error("the call never waited")
+		if time.Since(start) > time.Second+r.lag.Slack() {
+			r.t.Errorf("the call never waited (the machine's worst delay meanwhile: %v)", r.lag.Worst())
 			return
 		}
 		time.Sleep(2 * time.Millisecond)
@@ -346,7 +348,7 @@ func newSweepRun(t *testing.T, row *swRow, m swMode) *swRun {
 	e := realEnv(t)
 	p := newProxy(t, e.addr)
 	r := &swRun{t: t, row: row, mode: m, e: e, hook: faultproxy.NewHook(), proxy: p, admin: e.rdb(t),
-		ends: map[context.Context]time.Time{}}
+		ends: map[context.Context]time.Time{}, lag: watchLag(t)}
 	r.flight = &swFlight{matches: r.callScript}
 	r.callEnd, r.endCallNow = context.WithCancel(context.Background())
 	t.Cleanup(r.endCallNow)
@@ -429,10 +431,9 @@ func (r *swRun) abandon() {
 	default:
 		by = r.cutAt
 	}
-	byDelay := schedDelay(by)
 	select {
 	case <-returned:
-	case <-time.After(time.Until(by.Add(swSlack + time.Second))):
+	case <-time.After(time.Until(by.Add(swSlack + time.Second + r.lag.Slack()))):
 		t.Errorf("the call is still blocked %v after it must have returned (%s)", time.Since(by).Round(time.Millisecond), r.mode.name)
 		r.heal()
 		select {
@@ -441,8 +442,8 @@ func (r *swRun) abandon() {
 			t.Fatal("the call never returned")
 		}
 	}
-	if late := start.Add(took).Sub(by); late > swSlack && late > swSlack+<-byDelay {
-		t.Errorf("the call returned %v after it must have (%s): %v", late.Round(time.Millisecond), r.mode.name, cerr)
+	if late := start.Add(took).Sub(by); late > swSlack+r.lag.Slack() {
+		t.Errorf("the call returned %v after it must have (%s; the machine's worst delay meanwhile: %v): %v", late.Round(time.Millisecond), r.mode.name, r.lag.Worst(), cerr)
 	}
 	t.Logf("the call returned after %v: %v", took.Round(time.Millisecond), cerr)
 	r.checkWant(cctx, cerr)

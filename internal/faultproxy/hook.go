@@ -175,11 +175,12 @@ type CommandRule struct {
 }
 
 // Action is a fault applied to a command by a command rule. Make one with
-// DelayBefore, DelayReply, Resend, LoseReply or Fail.
+// DelayBefore, DelayReply, HoldReply, Resend, LoseReply or Fail.
 type Action struct {
-	kind actionKind
-	d    time.Duration
-	err  error
+	kind    actionKind
+	d       time.Duration
+	release <-chan struct{} // HoldReply's
+	err     error
 }
 
 type actionKind int
@@ -205,6 +206,15 @@ func DelayBefore(d time.Duration) Action { return Action{kind: actDelayBefore, d
 // gets ctx.Err() (the command has run). In a pipeline, all the replies are
 // held for the longest DelayReply of its commands.
 func DelayReply(d time.Duration) Action { return Action{kind: actDelayReply, d: d} }
+
+// HoldReply is DelayReply until release is closed rather than for a time:
+// a test can then order what it checks before the reply (every other call
+// finished while it was held) without a clock, which a busy machine would
+// stretch. In a pipeline, all the replies are held until every matched
+// command's release is closed (and any DelayReply is over).
+func HoldReply(release <-chan struct{}) Action {
+	return Action{kind: actDelayReply, release: release}
+}
 
 // Resend runs the command twice, one after the other, and gives the caller
 // only the second reply: what happens when go-redis resends a command after
@@ -293,7 +303,7 @@ func (h *Hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			return next(ctx, cmd)
 		case actDelayReply:
 			err := next(ctx, cmd)
-			if serr := sleep(ctx, a.d); serr != nil {
+			if serr := hold(ctx, a.d, a.release); serr != nil {
 				cmd.SetErr(serr)
 				return serr
 			}
@@ -324,6 +334,7 @@ func (h *Hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		var (
 			before, after time.Duration
+			releases      []<-chan struct{}
 			resend        bool
 			lost          []redis.Cmder
 			matched       bool
@@ -341,6 +352,9 @@ func (h *Hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 				before = max(before, a.d)
 			case actDelayReply:
 				after = max(after, a.d)
+				if a.release != nil {
+					releases = append(releases, a.release)
+				}
 			case actResend:
 				resend = true
 			case actLoseReply:
@@ -371,7 +385,13 @@ func (h *Hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 				err = next(ctx, send)
 			}
 		}
-		if serr := sleep(ctx, after); serr != nil {
+		serr := sleep(ctx, after)
+		for _, r := range releases {
+			if serr == nil {
+				serr = hold(ctx, 0, r)
+			}
+		}
+		if serr != nil {
 			for _, cmd := range send {
 				cmd.SetErr(serr)
 			}
@@ -443,6 +463,20 @@ func (c *srcCapture) ScriptExists(ctx context.Context, _ ...string) *redis.BoolS
 
 func (c *srcCapture) ScriptLoad(ctx context.Context, _ string) *redis.StringCmd {
 	return redis.NewStringCmd(ctx)
+}
+
+// hold waits d, then for release to be closed if it is not nil; less if
+// ctx ends first (then it returns ctx.Err()).
+func hold(ctx context.Context, d time.Duration, release <-chan struct{}) error {
+	if err := sleep(ctx, d); err != nil || release == nil {
+		return err
+	}
+	select {
+	case <-release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // sleep waits d, or less if ctx ends first (then it returns ctx.Err()).

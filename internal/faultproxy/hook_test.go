@@ -88,6 +88,37 @@ func TestHookDelayReply(t *testing.T) {
 	require.Equal(t, "v", other.Get(ctx, "k2").Val())
 }
 
+func TestHookHoldReply(t *testing.T) {
+	ctx := context.Background()
+	c, h, other := hooked(t, redistest.Start(t), nil)
+	release := make(chan struct{})
+	r := h.OnCommand(faultproxy.CommandRule{Name: "set", Times: 1, Action: faultproxy.HoldReply(release)})
+
+	done := make(chan error, 1)
+	go func() { done <- c.Set(ctx, "k", "v", 0).Err() }()
+	require.Eventually(t, func() bool { return other.Get(ctx, "k").Val() == "v" }, 2*time.Second, 5*time.Millisecond, "the command ran")
+	require.NoError(t, c.Ping(ctx).Err(), "another call is not held")
+	select {
+	case err := <-done:
+		t.Fatalf("the reply came before its release: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	require.NoError(t, <-done, "the reply comes when released")
+	require.Equal(t, 1, r.Fired())
+
+	// In a pipeline; a context ending during the hold ends it.
+	h.OnCommand(faultproxy.CommandRule{Name: "set", Times: 1, Action: faultproxy.HoldReply(make(chan struct{}))})
+	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	_, err := c.Pipelined(cctx, func(p redis.Pipeliner) error {
+		p.Set(cctx, "k2", "v", 0)
+		return nil
+	})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Equal(t, "v", other.Get(ctx, "k2").Val(), "the command ran")
+}
+
 func TestHookDelayBefore(t *testing.T) {
 	ctx := context.Background()
 	c, h, other := hooked(t, redistest.Start(t), nil)
