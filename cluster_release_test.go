@@ -142,7 +142,9 @@ func TestClusterReleaseMeetsTryagain(t *testing.T) {
 
 			mig := rc.BeginMigration(t, redistest.SlotOf(t, rc.Masters[0], name), rc.Masters[1])
 			require.NoError(t, src.Del(bg, rw.keys[0]).Err(), "the hold lost")
+			finished := make(chan struct{})
 			go func() {
+				defer close(finished)
 				time.Sleep(300 * time.Millisecond)
 				mig.Finish(t)
 			}()
@@ -152,6 +154,10 @@ func TestClusterReleaseMeetsTryagain(t *testing.T) {
 			assert.Greater(t, time.Since(start), 250*time.Millisecond, "it waited for the migration")
 			cancel()
 			<-waited
+			// The release may run once the target owns the slot, before
+			// the other masters are told: the migration ends before the
+			// test does (its clients close with it).
+			<-finished
 		})
 	}
 }
