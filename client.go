@@ -124,7 +124,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 			c.holds.Kick() // perhaps another server now: the healer looks at once
 		}})
 	c.holds = holds.New(holds.Config{ID: c.id, Transport: c.tr, Keeper: c.wd, Hub: c.ps, Queue: c.co, Closed: c.closed,
-		Log: c.log, Ack: c.ack, Cluster: transport.IsCluster(rdb), HoldValues: c.obs.HoldStarted != nil, WaitStarted: c.waitStarted, Acquired: c.acquired, AcquireFailed: c.failedEvent,
+		Log: c.log, Ack: c.ack, Route: c.tr.Route, HoldValues: c.obs.HoldStarted != nil, WaitStarted: c.waitStarted, Acquired: c.acquired, AcquireFailed: c.failedEvent,
 		Primaries: c.tr.Primaries})
 	if mode := c.PubSub(); mode != PubSubAuto {
 		c.ps.SetMode(mode == PubSubSharded)

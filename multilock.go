@@ -16,7 +16,6 @@ import (
 	"github.com/redisync-go/redisync/internal/notify"
 	"github.com/redisync-go/redisync/internal/transport"
 
-	"github.com/redisync-go/redisync/internal/keys"
 	"github.com/redisync-go/redisync/lua"
 )
 
@@ -120,16 +119,12 @@ func (m *MultiLock) setup(opts []MultiLockOption) (lockConfig, error) {
 	if err != nil {
 		return lc, err
 	}
-	cluster := transport.IsCluster(m.c.rdb)
 	bySlot := map[int]*multiGroup{}
 	for _, name := range m.names {
 		channel := multiChannel(name)
-		slot := 0
-		if cluster {
-			if keys.Tag(channel) != keys.Tag(name) {
-				return lc, fmt.Errorf("%w: on a Cluster, name %q and its unlock channel %q (Redisson's naming) hash to different slots", ErrInvalid, name, channel)
-			}
-			slot = keys.Slot(name)
+		slot := m.c.tr.Route(name)
+		if m.c.tr.Route(channel) != slot {
+			return lc, fmt.Errorf("%w: on a Cluster, name %q and its unlock channel %q (Redisson's naming) hash to different slots", ErrInvalid, name, channel)
 		}
 		g := bySlot[slot]
 		if g == nil {

@@ -16,7 +16,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redisync-go/redisync/internal/keys"
 	"github.com/redisync-go/redisync/lua"
 )
 
@@ -66,7 +65,7 @@ func (c *Client) Mutex(name string, opts ...MutexOption) *Mutex {
 		m.fence, m.spec.Fenced = fenceKey(name), true
 		m.spec.Wrap = wrapFor(c, "lock", name, keyType{name, "hash"}, keyType{m.fence, "string"})
 	}
-	if err == nil && transport.IsCluster(c.rdb) && keys.Tag(m.channel) != keys.Tag(name) {
+	if err == nil && c.tr.Route(m.channel) != c.tr.Route(name) {
 		err = fmt.Errorf("%w: on a Cluster, name %q and its unlock channel %q (Redisson's naming) hash to different slots", ErrInvalid, name, m.channel)
 	}
 	m.err = m.spec.Wrap(err)

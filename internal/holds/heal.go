@@ -43,7 +43,7 @@ type Primaries func(ctx context.Context, keys []string) []Primary
 
 // healer is the state of the healer's loop (owned by it).
 type healer struct {
-	ids  map[int]string    // the ID last seen of each route (a slot; -1 on a single primary)
+	ids  map[int]string    // the ID last seen of each route (Config.Route)
 	hot  map[int]time.Time // routes that changed, until when their new releases are resent
 	last uint64            // seq of the newest record the loop has seen
 	told bool              // said that the server refuses to say who serves
@@ -106,8 +106,11 @@ func (m *Machine) heal() {
 // primary changed, and on a route that changed a moment ago the records
 // added since the last round.
 func (m *Machine) healRound(ctx context.Context, hs *healer, now time.Time) {
-	cluster := m.cfg.Cluster
-	routes, newest := m.recent.routes(now, cluster)
+	route := m.cfg.Route
+	if route == nil {
+		route = func(string) int { return 0 }
+	}
+	routes, newest := m.recent.routes(now, route)
 	if len(routes) == 0 {
 		return
 	}
@@ -144,7 +147,7 @@ func (m *Machine) healRound(ctx context.Context, hs *healer, now time.Time) {
 			}
 		}
 	}
-	again := m.recent.calls(now, cluster, newest, func(route int, seq uint64) bool {
+	again := m.recent.calls(now, route, newest, func(route int, seq uint64) bool {
 		return changed[route] || (seq > hs.last && now.Before(hs.hot[route]))
 	})
 	hs.last = newest

@@ -22,8 +22,8 @@ func TestHealMultiSlotRecordOnAnySlotsFailover(t *testing.T) {
 	e := newEnv(t)
 	x, y := newLock("{x}multi", time.Minute), newLock("{y}multi", time.Minute)
 	require.NotEqual(t, keys.Slot(x.key), keys.Slot(y.key))
-	var moved atomic.Bool // y's slot served by another master
-	e.m.cfg.Cluster = true
+	var moved atomic.Bool     // y's slot served by another master
+	e.m.cfg.Route = keys.Slot // a Cluster
 	e.m.cfg.Primaries = func(_ context.Context, ks []string) []Primary {
 		out := make([]Primary, len(ks))
 		for i, k := range ks {
@@ -69,7 +69,7 @@ func TestHealLogsOncePerPrimary(t *testing.T) {
 	logs := &countLog{}
 	e.m.log = slog.New(logs)
 	var moved atomic.Bool
-	e.m.cfg.Cluster = true
+	e.m.cfg.Route = keys.Slot // a Cluster
 	e.m.cfg.Primaries = func(_ context.Context, ks []string) []Primary {
 		out := make([]Primary, len(ks))
 		for i := range ks {

@@ -26,7 +26,9 @@ type Config struct {
 	// Primaries, when set, says who serves keys now: the healer (heal.go)
 	// sends again the recent releases a change of primary may have lost.
 	Primaries Primaries
-	Cluster   bool // a Redis Cluster (transport.IsCluster): the healer asks per slot
+	// Route, when set, names the route of a key (its Cluster slot; one
+	// route on a single primary): the healer asks one key per route.
+	Route func(key string) int
 
 	// WaitStarted, when set, is told of each first acquisition as it
 	// starts, with the caller's context, and returns the context whose

@@ -4,7 +4,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redisync-go/redisync/internal/keys"
 	"github.com/redisync-go/redisync/internal/lease"
 )
 
@@ -25,7 +24,7 @@ type released struct {
 	at    time.Time
 	until time.Time // at + the hold's lease
 	seq   uint64
-	slot  int  // the Cluster slot of its first call's key, once the healer has asked; -1 before
+	route int  // the route of its first call's key (Config.Route), once the healer has asked; -1 before
 	waitr bool // sent again once for a waiter of this Client (heal.go)
 }
 
@@ -44,7 +43,7 @@ type recent struct {
 // add records h, released by a script sent at; it reports whether the
 // healer must be started.
 func (r *recent) add(h *lease.Hold, at time.Time) (start bool) {
-	e := released{ref: h.Ref, field: h.Field, at: at, until: at.Add(h.Lease), slot: -1}
+	e := released{ref: h.Ref, field: h.Field, at: at, until: at.Add(h.Lease), route: -1}
 	switch len(h.Release) {
 	case 0:
 		return false
@@ -72,11 +71,10 @@ func (r *recent) add(h *lease.Hold, at time.Time) (start bool) {
 }
 
 // routes returns one key of each route the records within their lease
-// at now are on: the Cluster slots of their keys (the first key of each
-// of a record's calls: a MultiLock's are one per slot), or, on a single
-// primary, one key (route -1), and the seq of the newest
-// record. It copies no record.
-func (r *recent) routes(now time.Time, cluster bool) (map[int]string, uint64) {
+// at now are on (Config.Route of the first key of each of a record's
+// calls: a MultiLock's are one per Cluster slot; a single primary has one
+// route), and the seq of the newest record. It copies no record.
+func (r *recent) routes(now time.Time, route func(string) int) (map[int]string, uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out map[int]string
@@ -92,17 +90,13 @@ func (r *recent) routes(now time.Time, cluster bool) (map[int]string, uint64) {
 		if out == nil {
 			out = map[int]string{}
 		}
-		if !cluster {
-			out[-1] = key
-			return out, r.seq
+		if e.route < 0 {
+			e.route = route(key)
 		}
-		if e.slot < 0 {
-			e.slot = keys.Slot(key)
-		}
-		out[e.slot] = key
+		out[e.route] = key
 		for _, k := range e.rest() {
 			if len(k.Keys) > 0 {
-				out[keys.Slot(k.Keys[0])] = k.Keys[0]
+				out[route(k.Keys[0])] = k.Keys[0]
 			}
 		}
 	}
@@ -111,31 +105,31 @@ func (r *recent) routes(now time.Time, cluster bool) (map[int]string, uint64) {
 
 // calls returns the calls of the records within their lease at now, up
 // to seq upto (those routes saw), that again picks.
-func (r *recent) calls(now time.Time, cluster bool, upto uint64, again func(route int, seq uint64) bool) []call {
+func (r *recent) calls(now time.Time, route func(string) int, upto uint64, again func(route int, seq uint64) bool) []call {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []call
 	for i := range r.ring {
 		e := &r.ring[i]
-		if e.seq <= upto && now.Before(e.until) && e.key() != "" && e.picked(cluster, again) {
+		if e.seq <= upto && now.Before(e.until) && e.key() != "" && e.picked(route, again) {
 			out = append(out, e.calls()...)
 		}
 	}
 	return out
 }
 
-// picked reports whether again picks e on one of its routes: on a
-// Cluster, the slot of each of its calls (a MultiLock's are one per slot,
+// picked reports whether again picks e on one of its routes: the route of
+// each of its calls (a MultiLock's are one per slot,
 // and a failover of any of their masters may lose its release there).
-func (e *released) picked(cluster bool, again func(route int, seq uint64) bool) bool {
-	if !cluster {
-		return again(-1, e.seq)
+func (e *released) picked(route func(string) int, again func(route int, seq uint64) bool) bool {
+	if e.route < 0 {
+		e.route = route(e.key())
 	}
-	if again(e.slot, e.seq) {
+	if again(e.route, e.seq) {
 		return true
 	}
 	for _, k := range e.rest() {
-		if len(k.Keys) > 0 && again(keys.Slot(k.Keys[0]), e.seq) {
+		if len(k.Keys) > 0 && again(route(k.Keys[0]), e.seq) {
 			return true
 		}
 	}

@@ -28,14 +28,14 @@ func TestRecentIsBounded(t *testing.T) {
 		r.add(releasedHold("k"+strconv.Itoa(i%3), i, time.Minute), now)
 	}
 	assert.Len(t, r.ring, RecentMax)
-	calls := r.calls(now, false, r.seq, func(int, uint64) bool { return true })
+	calls := r.calls(now, oneRoute, r.seq, func(int, uint64) bool { return true })
 	require.Len(t, calls, RecentMax)
 	for _, k := range calls {
 		n, _ := strconv.Atoi(k.Args[0].(string)[3:])
 		require.GreaterOrEqual(t, n, 10, "the oldest ten were dropped")
 	}
-	assert.Empty(t, r.calls(now.Add(time.Minute), false, r.seq, func(int, uint64) bool { return true }), "none outlives its lease")
-	routes, _ := r.routes(now.Add(time.Minute), false)
+	assert.Empty(t, r.calls(now.Add(time.Minute), oneRoute, r.seq, func(int, uint64) bool { return true }), "none outlives its lease")
+	routes, _ := r.routes(now.Add(time.Minute), oneRoute)
 	assert.Empty(t, routes)
 }
 
@@ -68,3 +68,6 @@ func BenchmarkRecentAdd(b *testing.B) {
 		r.add(h, now)
 	}
 }
+
+// oneRoute is Config.Route where one primary serves every key.
+func oneRoute(string) int { return 0 }

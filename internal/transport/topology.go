@@ -8,12 +8,16 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisync-go/redisync/internal/keys"
 )
 
 // What the layers above may ask of the topology, without asking which one
 // it is: whether a redis client is one redisync works with (CheckClient),
-// whether it is a Cluster's (IsCluster: the names' slot checks and the
-// healer's routes), its ReadTimeout (WithReplicaAck's bound), and, after a
+// the route a key's calls take (Route: its slot on a Cluster, one route
+// elsewhere; the names' checks, a MultiLock's groups, the healer's
+// routes), whether it is a Cluster's (IsCluster: the subscriptions' mode),
+// its ReadTimeout (WithReplicaAck's bound), and, after a
 // failover, which primary serves each key (Primaries). Everything else
 // that knows the topology (slot routing, MOVED, ASK, TRYAGAIN, the
 // masters' own connections) is in this package's paths; the subscriptions'
@@ -41,6 +45,16 @@ func CheckClient(rdb redis.UniversalClient) error {
 		return fmt.Errorf("a redis client of type %T is not supported: pass a *redis.Client (single node, Sentinel) or a *redis.ClusterClient", rdb)
 	}
 	return nil
+}
+
+// Route returns the route key's calls take: its hash slot on a Cluster,
+// 0 where one server serves every key. Keys of one route are served by
+// one primary at a time, and a script's keys must share one.
+func (t *Transport) Route(key string) int {
+	if t.cc == nil {
+		return 0
+	}
+	return keys.Slot(key)
 }
 
 // IsCluster reports whether rdb is a Redis Cluster client.

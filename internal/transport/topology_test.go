@@ -79,6 +79,9 @@ func TestTopologyPrimariesSingleNode(t *testing.T) {
 	id, err := ReplID(ctx, rdb)
 	require.NoError(t, err)
 	require.NotEmpty(t, id)
+	for _, k := range []string{"a", "b", "{c}d", "redisson_lock__channel:{a}"} {
+		assert.Zero(t, tr.Route(k), "one route where one server serves every key: %q", k)
+	}
 	ps := tr.Primaries(ctx, []string{"a", "b", "{c}d"})
 	require.Len(t, ps, 3)
 	for _, p := range ps {
@@ -117,6 +120,11 @@ func TestTopologyPrimariesCluster(t *testing.T) {
 			ks = append(ks, nameOn(t, cc, m, "prim"+prefix))
 			want = append(want, m.Addr()+" "+id)
 		}
+	}
+	for _, k := range append(ks, "a", "{a}b", "redisson_lock__channel:{a}") {
+		slot, err := cc.ClusterKeySlot(ctx, k).Result()
+		require.NoError(t, err)
+		assert.Equal(t, int(slot), tr.Route(k), "a key's route on a Cluster is its slot: %q", k)
 	}
 	ps := tr.Primaries(ctx, ks)
 	require.Len(t, ps, len(ks))
