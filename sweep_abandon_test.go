@@ -62,9 +62,9 @@ const (
 	swAfter     = 300 * time.Millisecond // how long a held-up script's effect is watched
 	swWaitCtx   = 100 * time.Millisecond // the other waits' contexts
 	swSlack     = 150 * time.Millisecond // how late past its bound a call may return
-	swLostLease = 300 * time.Millisecond // lease-lost: the hold's fixed lease
-	swLostDelay = 600 * time.Millisecond // lease-lost: how late the reply comes
-	swLostCtx   = 2 * time.Second        // lease-lost: how long the call may take
+	swLostLease = time.Second            // lease-lost: the hold's fixed lease (outlasts the setup beside busy loops: 300ms did not)
+	swLostDelay = 2 * time.Second        // lease-lost: how late the reply comes
+	swLostCtx   = 3 * time.Second        // lease-lost: how long the call may take
 	swPoll      = 20 * time.Millisecond  // B's pause between two holds
 	swSettle    = 50 * time.Millisecond  // for a call that waits to be idle
 	swParallel  = 24                     // runs at once

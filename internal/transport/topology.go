@@ -48,10 +48,11 @@ func CheckClient(rdb redis.UniversalClient) error {
 }
 
 // Route returns the route key's calls take: its hash slot on a Cluster,
-// 0 where one server serves every key. Keys of one route are served by
+// 0 where one server serves every key (and on a nil Transport: a zero
+// Client's primitives report their own error). Keys of one route are served by
 // one primary at a time, and a script's keys must share one.
 func (t *Transport) Route(key string) int {
-	if t.cc == nil {
+	if t == nil || t.cc == nil {
 		return 0
 	}
 	return keys.Slot(key)
