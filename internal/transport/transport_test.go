@@ -551,10 +551,10 @@ func TestReshardingOnEveryPath(t *testing.T) {
 	done := make(chan struct{})
 	var finishing atomic.Bool
 	go func() {
+		defer close(done) // also when Finish fails the test (Goexit): the test waits for it
 		time.Sleep(400 * time.Millisecond)
 		finishing.Store(true)
 		mig.Finish(t)
-		close(done)
 	}()
 	ctx, cancel := context.WithTimeout(bg, 5*time.Second)
 	defer cancel()
