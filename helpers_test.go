@@ -6,7 +6,6 @@ import (
 	"os"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -181,72 +180,14 @@ func localWaiters(c *Client, channel string) int {
 }
 
 // lagWatch measures this machine's scheduling delay while a test's timed
-// section runs: how much later than asked a goroutine that sleeps wakes
-// (its timer fired, but no thread ran it; or the process was not on a
-// CPU). On a quiet machine that is well under a millisecond; beside busy
-// loops and other test jobs it reaches tens or hundreds of milliseconds,
-// and every goroutine of the code under test waits as long. A wall-clock
-// bound that adds Slack to what the code promises then fails for the
-// code's own delays, not for the machine's.
-type lagWatch struct {
-	worst atomic.Int64 // nanoseconds
-	once  sync.Once
-	stop  chan struct{}
-	done  chan struct{}
-}
-
-// lagTick is how often a lagWatch looks: its own cost is one wake-up per
-// tick.
-const lagTick = 5 * time.Millisecond
-
-// lagHops is how many times one timed path is counted to meet the worst
-// delay seen: the path from an unlock to a waiter's acquisition crosses
-// several goroutines (the releaser, the subscription's reader, the
-// waiter) and a redis-server, each of which can be kept off a CPU.
-const lagHops = 4
+// section runs (redistest.Lag): a wall-clock bound adds its Slack.
+type lagWatch = redistest.Lag
 
 // watchLag starts a lagWatch, stopped when the test ends (or by Stop).
-func watchLag(t testing.TB) *lagWatch {
-	l := startLag()
-	t.Cleanup(l.Stop)
-	return l
-}
+func watchLag(t testing.TB) *lagWatch { return redistest.WatchLag(t) }
 
 // startLag starts a lagWatch that only Stop stops.
-func startLag() *lagWatch {
-	l := &lagWatch{stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(l.done)
-		tm := time.NewTimer(lagTick)
-		defer tm.Stop()
-		for {
-			asked := time.Now()
-			tm.Reset(lagTick)
-			select {
-			case <-l.stop:
-				return
-			case <-tm.C:
-			}
-			if late := time.Since(asked) - lagTick; int64(late) > l.worst.Load() {
-				l.worst.Store(int64(late))
-			}
-		}
-	}()
-	return l
-}
-
-// Stop ends the measurement; Worst and Slack then keep what it saw.
-func (l *lagWatch) Stop() {
-	l.once.Do(func() { close(l.stop) })
-	<-l.done
-}
-
-// Worst is the longest scheduling delay seen so far.
-func (l *lagWatch) Worst() time.Duration { return time.Duration(l.worst.Load()) }
-
-// Slack is what a bound on a timed path adds for the machine: lagHops
-// times the worst delay seen so far.
-func (l *lagWatch) Slack() time.Duration { return lagHops * l.Worst() }
+func startLag() *lagWatch { return redistest.StartLag() }
 
 // rwHeld reports, from Holders, how many read holds r has and whether it
 // has a write hold.

@@ -50,7 +50,7 @@ import (
 //     (a Semaphore's total, an Election's term counter).
 //
 // Lateness is measured past the scheduler's own delay on a loaded
-// machine (swRun.lag: the worst seen through the run, lagHops times). A
+// machine (swRun.lag: the worst seen through the run, redistest.LagHops times). A
 // new operation joins by one row.
 
 const (
