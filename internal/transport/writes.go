@@ -59,8 +59,7 @@ type Writes struct {
 // the next one).
 func (w *Writes) MarshalBinary() ([]byte, error) {
 	var pcs [48]uintptr
-	n := runtime.Callers(2, pcs[:])
-	if n == 0 || frameOf(pcs[0]) != frameWriter {
+	if runtime.Callers(2, pcs[:1]) == 0 || frameOf(pcs[0]) != frameWriter {
 		return nil, nil
 	}
 	cmd := w.cmd.Load()
@@ -69,9 +68,11 @@ func (w *Writes) MarshalBinary() ([]byte, error) {
 		return nil, nil
 	}
 	if w.async.Load() {
+		// The rest of the stack, read only here: who called the writer.
+		n := runtime.Callers(3, pcs[:])
 		diverted := false
 	frames:
-		for _, pc := range pcs[1:n] {
+		for _, pc := range pcs[:n] {
 			switch frameOf(pc) {
 			case frameDivert:
 				diverted = true
