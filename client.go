@@ -122,7 +122,8 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		Mode: c.mode.Sharded, Hold: c.co.ChanYielding, Lost: c.subLost, Restored: func(node string, down time.Duration) {
 			c.subRestored(node, down)
 			c.holds.Kick() // perhaps another server now: the healer looks at once
-		}})
+		}, Watch: c.tr.WatchSwitches})
+	c.tr.OnSwitch(func(s transport.Switch) { c.ps.Switched(s); c.holds.Kick() }) // the subscription follows the primary
 	c.holds = holds.New(holds.Config{ID: c.id, Transport: c.tr, Keeper: c.wd, Hub: c.ps, Queue: c.co, Closed: c.closed,
 		Log: c.log, Ack: c.ack, Route: c.tr.Route, HoldValues: c.obs.HoldStarted != nil, WaitStarted: c.waitStarted, Acquired: c.acquired, AcquireFailed: c.failedEvent,
 		Primaries: c.tr.Primaries})

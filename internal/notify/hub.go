@@ -70,6 +70,10 @@ type Hub struct {
 	// lostFn and restoredFn are Config.Lost and Config.Restored.
 	lostFn     func(node string, err error)
 	restoredFn func(node string, down time.Duration)
+	// watch is Config.Watch; unwatch ends its want while the Hub has
+	// channels (nil while it has none).
+	watch   func() (done func())
+	unwatch func()
 }
 
 // channel is the local state of one subscribed channel.
@@ -117,6 +121,11 @@ type Config struct {
 	// and when a reply is read from it again, after down.
 	Lost     func(node string, err error)
 	Restored func(node string, down time.Duration)
+	// Watch, when set, is called when the Hub gets its first channel,
+	// and its done when the last one is left (or at Close): the switches
+	// of the primary (see Switched) are wanted meanwhile
+	// (transport.Transport.WatchSwitches). It must not block.
+	Watch func() (done func())
 }
 
 // New returns the subscription hub of cfg.RDB. It opens no connection
@@ -124,7 +133,7 @@ type Config struct {
 func New(cfg Config) *Hub {
 	return &Hub{
 		rdb: cfg.RDB, closed: cfg.Closed, closedErr: cfg.ClosedErr, log: cfg.Log, mode: cfg.Mode, hold: cfg.Hold,
-		lostFn: cfg.Lost, restoredFn: cfg.Restored,
+		lostFn: cfg.Lost, restoredFn: cfg.Restored, watch: cfg.Watch,
 		conns: map[string]*subConn{}, chans: map[string]*channel{},
 		rkick: make(chan struct{}, 1),
 	}
@@ -181,6 +190,9 @@ func (p *Hub) channel(name string, wake func(string) int) *channel {
 	if ch == nil {
 		ch = &channel{name: name, wake: wake, ready: make(chan struct{})}
 		p.chans[name] = ch
+		if p.watch != nil && p.unwatch == nil {
+			p.unwatch = p.watch()
+		}
 		if p.decided && !p.sharded {
 			p.attach(ch, p.conn("", p.rdb))
 		} else {
@@ -202,6 +214,7 @@ func (p *Hub) Close() {
 		pss = append(pss, c.ps)
 		delete(p.conns, addr)
 	}
+	p.unwatched()
 	p.mu.Unlock()
 	for _, ps := range pss {
 		_ = ps.Close()

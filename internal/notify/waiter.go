@@ -168,6 +168,9 @@ func (p *Hub) leave(w *Waiter) {
 	if ch.conn != nil {
 		p.queueUnsub(ch.conn, ch.name)
 	}
+	if len(p.chans) == 0 {
+		p.unwatched()
+	}
 }
 
 // Ready waits for Redis to confirm the subscription, at most d: until then an

@@ -59,6 +59,8 @@ type Transport struct {
 	own     map[string]*redis.Client // masters the cluster client does not list (see nodeAt)
 	workers atomic.Int32             // workers running, on every lane, and calls on their way again
 	pipes   atomic.Uint64            // pipelines sent, to tell them apart
+
+	sw switches // the primary's switches: listeners, what was told, the watcher (switch.go)
 }
 
 // Call is one script invocation (or, with a nil script, one command whose
@@ -333,6 +335,7 @@ func (t *Transport) Drain(d time.Duration) {
 	for t.workers.Load() > 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
+	t.waitSwitches(deadline)
 	t.mu.Lock()
 	for _, c := range t.own {
 		_ = c.Close()
