@@ -169,3 +169,83 @@ func TestSubscriptionFollowsSentinelSwitch(t *testing.T) {
 	require.LessOrEqual(t, took, followBound+lag.Slack(), "the waiter had the lock %v after the switch", took)
 	require.NoError(t, b.Mutex(name).Unlock(r.ctx))
 }
+
+// promotedAt polls s's ROLE until it says master, and sends when.
+func promotedAt(t *testing.T, s *redistest.Server) <-chan time.Time {
+	at := make(chan time.Time, 1)
+	rc := s.Client(t)
+	go func() {
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+			role, err := rc.Do(context.Background(), "ROLE").Slice()
+			if err == nil && len(role) > 0 && role[0] == "master" {
+				at <- time.Now()
+				return
+			}
+		}
+	}()
+	return at
+}
+
+// shardOf returns the shard of cl whose master serves key.
+func shardOf(t *testing.T, cl *redistest.ReplicatedCluster, key string) int {
+	t.Helper()
+	owner := cl.Owner(t, redistest.SlotOf(t, cl.Masters[0], key))
+	for i, m := range cl.Masters {
+		if m == owner {
+			return i
+		}
+	}
+	t.Fatalf("no shard serves %q", key)
+	return -1
+}
+
+// TestSubscriptionFollowsClusterFailover: a planned CLUSTER FAILOVER of
+// the shard of a lock while a waiter of one Client waits on it, in each
+// pub/sub mode; its holder releases it once its own redis client has
+// followed the switch. The waiter must have it within followBound of the
+// replica's promotion.
+func TestSubscriptionFollowsClusterFailover(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
+	cl := redistest.StartClusterWithReplicas(t, 3, 1)
+	ctx := context.Background()
+	for _, mode := range []PubSubMode{PubSubClassic, PubSubSharded} {
+		t.Run(mode.String(), func(t *testing.T) {
+			name := "{" + mode.String() + "}followed"
+			shard := shardOf(t, cl, name)
+			ra := cl.Client(t)
+			a, b := newClient(t, ra, WithPubSub(mode)), newClient(t, cl.Client(t), WithPubSub(mode))
+			held, err := a.Mutex(name).Lock(ctx)
+			require.NoError(t, err)
+			got := waitFor(t, b, b.Mutex(name), time.Minute)
+			replica := cl.Replicas[shard][0]
+			promoted := promotedAt(t, replica)
+			waitReplicated(t, cl.Masters[shard].Client(t), mode.String())
+			cl.Failover(t, shard, false)
+			switched := <-promoted
+			lag := watchLag(t)
+			eventually(t, 5*time.Second, "A's redis client to follow the switch", func() bool {
+				ra.ReloadState(ctx)
+				node, err := ra.MasterForKey(ctx, name)
+				return err == nil && node.Options().Addr == replica.Addr()
+			})
+			require.NoError(t, a.Mutex(name).Unlock(held))
+			released := time.Now()
+			n, err := replica.Client(t).Exists(ctx, name).Result()
+			require.NoError(t, err)
+			require.Zero(t, n, "released on the new primary")
+			t.Logf("released %v after the promotion", released.Sub(switched))
+			var r timedLock
+			select {
+			case r = <-got:
+			case <-time.After(45 * time.Second):
+				t.Fatal("the waiter never got the lock")
+			}
+			require.NoError(t, r.err)
+			took := r.at.Sub(switched)
+			t.Logf("the waiter had the lock %v after the promotion (%v after the release); the machine's worst delay: %v",
+				took, r.at.Sub(released), lag.Worst())
+			require.LessOrEqual(t, took, followBound+lag.Slack(), "the waiter had the lock %v after the switch", took)
+			require.NoError(t, b.Mutex(name).Unlock(r.ctx))
+		})
+	}
+}
