@@ -3,9 +3,12 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -49,4 +52,42 @@ func StartSentinel(tb testing.TB, master *Server, name string, replicas int) *Se
 		return len(rs) >= replicas, err
 	})
 	return &Sentinel{Server: s, MasterName: name}
+}
+
+// Failover runs a planned failover (SENTINEL FAILOVER, asked again while
+// the Sentinel answers NOGOODSLAVE: it has not yet seen a replica answer
+// its INFO) and returns when the Sentinel announces the new primary
+// (+switch-master), with that moment and the new primary's address. The
+// old primary still answers as one until the Sentinel demotes it, about
+// 10s later (its INFO period).
+func (s *Sentinel) Failover(tb testing.TB) (switched time.Time, addr string) {
+	tb.Helper()
+	ctx := context.Background()
+	sc := redis.NewSentinelClient(&redis.Options{Addr: s.Addr()})
+	defer sc.Close()
+	sub := sc.Subscribe(ctx, "+switch-master")
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		tb.Fatalf("redistest: subscribe to +switch-master: %v", err)
+	}
+	waitFor(tb, "the Sentinel to accept SENTINEL FAILOVER", func(ctx context.Context) (bool, error) {
+		err := sc.Failover(ctx, s.MasterName).Err()
+		if err != nil && strings.HasPrefix(err.Error(), "NOGOODSLAVE") {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	msg, err := sub.ReceiveMessage(rctx)
+	if err != nil {
+		tb.Fatalf("redistest: no +switch-master: %v", err)
+	}
+	switched = time.Now()
+	// "<name> <old ip> <old port> <new ip> <new port>"
+	f := strings.Fields(msg.Payload)
+	if len(f) != 5 {
+		tb.Fatalf("redistest: +switch-master %q", msg.Payload)
+	}
+	return switched, net.JoinHostPort(f[3], f[4])
 }
