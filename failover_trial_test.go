@@ -1,0 +1,254 @@
+package redisync
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisync-go/redisync/internal/redistest"
+)
+
+// The failover trial: the figures the README's failover row and
+// docs/guarantees.md give. Several Clients contend for several locks
+// (the default 30s lease) while the primary switches; for each lock name,
+// the first acquisition by another Client than its last holder before the
+// switch, counted from the switch (Sentinel's +switch-master; the
+// replica's promotion on a Cluster). It runs only when asked:
+//
+//	REDISYNC_FAILOVER_TRIAL=planned go test -race -count=1 -run TestFailoverTrial -v .
+//
+// (=kill kills the primary instead of a planned failover: the releases
+// refused during the outage are not sent again yet, so a lock can stay
+// held for the rest of its lease.) Each topology runs trialRuns switches.
+
+const (
+	trialRuns    = 3
+	trialClients = 3
+	trialNames   = 8
+)
+
+// trialLog records the acquisitions of a trial.
+type trialLog struct {
+	mu   sync.Mutex
+	acqs map[string][]trialAcq // by name, in order
+	live map[string]*atomic.Int32
+	over atomic.Int64 // two live holders of one name seen at once
+	errs atomic.Int64 // Lock or Unlock errors
+	some sync.Map     // an error of each kind's text: seen
+}
+
+// failed counts err, and keeps its text (its first line, without
+// addresses) for the trial's summary.
+func (l *trialLog) failed(what string, err error) {
+	l.errs.Add(1)
+	l.some.Store(what+": "+err.Error(), true)
+}
+
+type trialAcq struct {
+	client int
+	at     time.Time
+}
+
+func newTrialLog(names []string) *trialLog {
+	l := &trialLog{acqs: map[string][]trialAcq{}, live: map[string]*atomic.Int32{}}
+	for _, n := range names {
+		l.live[n] = &atomic.Int32{}
+	}
+	return l
+}
+
+// work contends for name on c (client number i) until ctx ends.
+func (l *trialLog) work(ctx context.Context, c *Client, i int, name string) {
+	m := c.Mutex(name)
+	for ctx.Err() == nil {
+		h, err := m.Lock(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				l.failed("Lock", err)
+				time.Sleep(50 * time.Millisecond)
+			}
+			continue
+		}
+		if l.live[name].Add(1) > 1 {
+			l.over.Add(1)
+		}
+		l.mu.Lock()
+		l.acqs[name] = append(l.acqs[name], trialAcq{client: i, at: time.Now()})
+		l.mu.Unlock()
+		time.Sleep(time.Duration(5+rand.IntN(25)) * time.Millisecond)
+		l.live[name].Add(-1)
+		if err := m.Unlock(h); err != nil {
+			l.failed("Unlock", err)
+		}
+		time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
+	}
+}
+
+// after returns, for name, how long after at another Client than its last
+// holder before at first acquired it; ok is false when none did.
+func (l *trialLog) after(name string, at time.Time) (d time.Duration, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	last := -1
+	for _, a := range l.acqs[name] {
+		if !a.at.After(at) {
+			last = a.client
+			continue
+		}
+		if a.client != last {
+			return a.at.Sub(at), true
+		}
+	}
+	return 0, false
+}
+
+// run contends on names with clients, switches the primary with flip
+// (which returns the moment of the switch), and returns each name's
+// figure once every name has one, or after 40s.
+func runTrial(t *testing.T, clients []*Client, names []string, flip func() time.Time) []time.Duration {
+	l := newTrialLog(names)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i, c := range clients {
+		for _, n := range names {
+			wg.Go(func() { l.work(ctx, c, i, n) })
+		}
+	}
+	time.Sleep(2 * time.Second)
+	at := flip()
+	out := make([]time.Duration, len(names))
+	for deadline := time.Now().Add(40 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		all := true
+		for i, n := range names {
+			d, ok := l.after(n, at)
+			out[i] = d
+			all = all && ok
+		}
+		if all {
+			break
+		}
+	}
+	for i, n := range names {
+		if _, ok := l.after(n, at); !ok {
+			out[i] = -1 // none within the trial
+		}
+	}
+	cancel()
+	wg.Wait()
+	var kinds []string
+	l.some.Range(func(k, _ any) bool { kinds = append(kinds, k.(string)); return true })
+	slices.Sort(kinds)
+	t.Logf("overlapping holders seen: %d; Lock/Unlock errors: %d %q", l.over.Load(), l.errs.Load(), kinds)
+	return out
+}
+
+// summary formats a run's figures: the slowest, the median, each.
+func summary(ds []time.Duration) string {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	var each []string
+	for _, d := range ds {
+		if d < 0 {
+			each = append(each, "none")
+		} else {
+			each = append(each, d.Round(time.Millisecond).String())
+		}
+	}
+	return fmt.Sprintf("slowest %v, median %v (each: %s)", s[len(s)-1].Round(time.Millisecond), s[len(s)/2].Round(time.Millisecond), strings.Join(each, " "))
+}
+
+func TestFailoverTrial(t *testing.T) {
+	kind := os.Getenv("REDISYNC_FAILOVER_TRIAL")
+	if kind == "" {
+		t.Skip("the failover trial runs with REDISYNC_FAILOVER_TRIAL=planned (or =kill)")
+	}
+	kill := kind == "kill"
+	t.Run("sentinel", func(t *testing.T) {
+		for run := range trialRuns {
+			g := startSentinelGroup(t)
+			var clients []*Client
+			for range trialClients {
+				clients = append(clients, newClient(t, g.client(t)))
+			}
+			var names []string
+			for i := range trialNames {
+				names = append(names, fmt.Sprintf("trial-%d", i))
+			}
+			ds := runTrial(t, clients, names, func() time.Time {
+				if !kill {
+					return g.failover(t)
+				}
+				return g.kill(t)
+			})
+			t.Logf("Sentinel %s failover %d: first acquisition by another Client after +switch-master: %s", kind, run+1, summary(ds))
+		}
+	})
+	t.Run("cluster", func(t *testing.T) {
+		cl := redistest.StartClusterWithReplicas(t, 3, 1)
+		for run := range trialRuns {
+			if kill && run > 0 {
+				cl = redistest.StartClusterWithReplicas(t, 3, 1)
+			}
+			var clients []*Client
+			for range trialClients {
+				clients = append(clients, newClient(t, cl.Client(t)))
+			}
+			// Names on the shard that switches.
+			var names []string
+			for i := 0; len(names) < trialNames; i++ {
+				n := fmt.Sprintf("{t%d}trial", i)
+				if shardOf(t, cl, n) == 0 {
+					names = append(names, n)
+				}
+			}
+			ds := runTrial(t, clients, names, func() time.Time {
+				replica := cl.Replicas[0][0]
+				promoted := promotedAt(t, replica)
+				if kill {
+					cl.Masters[0].Kill()
+				} else {
+					tag, _, _ := strings.Cut(strings.TrimPrefix(names[0], "{"), "}")
+					waitReplicated(t, cl.Masters[0].Client(t), tag)
+					cl.Failover(t, 0, false)
+				}
+				return <-promoted
+			})
+			t.Logf("Cluster %s failover %d: first acquisition by another Client after the promotion: %s", kind, run+1, summary(ds))
+			for _, c := range clients {
+				require.NoError(t, c.Close())
+			}
+		}
+	})
+}
+
+// kill kills the primary and returns the moment the Sentinel announces
+// the replica in its place (+switch-master).
+func (g *sentinelGroup) kill(t *testing.T) time.Time {
+	t.Helper()
+	ctx := context.Background()
+	sc := redis.NewSentinelClient(&redis.Options{Addr: g.s.Addr()})
+	defer sc.Close()
+	sub := sc.Subscribe(ctx, "+switch-master")
+	defer sub.Close()
+	_, err := sub.Receive(ctx)
+	require.NoError(t, err)
+	waitReplicated(t, g.master.Client(t), "trial")
+	g.master.Kill()
+	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	msg, err := sub.ReceiveMessage(rctx)
+	require.NoError(t, err, "no +switch-master")
+	t.Logf("+switch-master %s", msg.Payload)
+	g.master, g.replica = g.replica, g.master
+	return time.Now()
+}
