@@ -80,20 +80,13 @@ type Server struct {
 // known reports whether s names a server at all.
 func (s Server) known() bool { return s.Addr != "" || s.ReplID != "" }
 
-// same reports whether s and o are known to name the same server: a field
-// both know is equal (and none that both know differs).
+// same reports whether s and o may name the same server: no field both
+// know differs. (The watcher names a Sentinel's primary by replication
+// id, the engine by the address it dialled: neither contradicts the
+// other.)
 func (s Server) same(o Server) bool {
-	match := false
-	for _, f := range [][2]string{{s.Addr, o.Addr}, {s.ReplID, o.ReplID}} {
-		if f[0] == "" || f[1] == "" {
-			continue
-		}
-		if f[0] != f[1] {
-			return false
-		}
-		match = true
-	}
-	return match
+	return (s.Addr == "" || o.Addr == "" || s.Addr == o.Addr) &&
+		(s.ReplID == "" || o.ReplID == "" || s.ReplID == o.ReplID)
 }
 
 // Switch is a change of the primary serving a route (Transport.Route).
@@ -205,12 +198,13 @@ func (t *Transport) OnSwitch(f func(Switch)) (stop func()) {
 	}
 }
 
-// Switched reports a switch; it never blocks. The listeners are told it
-// once: a report is dropped when, for every route it covers, the switch
-// told last there names the same new primary (Server.same), or, when it
-// names none (To unknown), was told less than SwitchMerge ago. A report
-// that names no new primary also has the watcher, if it runs, look at
-// once. Reports after Close are dropped.
+// Switched reports a switch; it never blocks. The listeners are told each
+// switch once: a report is dropped when, for every route it covers, the
+// switch told last there named a new primary that the report's does not
+// contradict (no field both name differs: Server.same), or, when the
+// report names none (To unknown), was told less than SwitchMerge ago. A
+// report that names no new primary also has the watcher, if it runs, look
+// at once. Reports after Close are dropped.
 func (t *Transport) Switched(s Switch) {
 	if s.At.IsZero() {
 		s.At = time.Now()
@@ -276,7 +270,7 @@ func (sw *switches) news(s Switch) bool {
 			return true
 		}
 		if s.To.known() {
-			return !s.To.same(t.to)
+			return !t.to.known() || !s.To.same(t.to)
 		}
 		return s.At.Sub(t.at) >= SwitchMerge
 	}

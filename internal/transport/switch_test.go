@@ -93,8 +93,10 @@ func TestSwitchedToldOnce(t *testing.T) {
 		{From: Server{ReplID: "a"}, To: b, At: at},                        // told
 		{From: Server{ReplID: "a"}, To: b, At: at.Add(5 * time.Second)},   // the same new primary
 		{From: Server{Addr: "x:1"}, At: at.Add(time.Millisecond)},         // none named, within SwitchMerge
+		{To: Server{Addr: "p:1"}, At: at.Add(time.Second)},                // does not contradict b
 		{To: c, At: at.Add(2 * time.Second)},                              // told
 		{From: c, At: at.Add(4 * time.Second)},                            // told: none named, after SwitchMerge
+		{To: Server{ReplID: "h"}, At: at.Add(4100 * time.Millisecond)},    // told: the first to name the new one
 		{Slots: r(SlotRange{0, 100}), To: Server{Addr: "m1"}, At: at},     // told
 		{Slots: r(SlotRange{50, 60}), To: Server{Addr: "m1"}, At: at},     // told there already
 		{Slots: r(SlotRange{50, 200}), To: Server{Addr: "m1"}, At: at},    // told: 101-200 is news
@@ -107,13 +109,14 @@ func TestSwitchedToldOnce(t *testing.T) {
 	}
 	lag := watchLag(t)
 	var got []Switch
-	for range 7 {
+	for range 8 {
 		got = append(got, col.next(t, time.Second, lag))
 	}
 	want := []Switch{
 		{From: Server{ReplID: "a"}, To: b},
 		{To: c},
 		{From: c},
+		{To: Server{ReplID: "h"}},
 		{Slots: r(SlotRange{0, 100}), To: Server{Addr: "m1"}},
 		{Slots: r(SlotRange{50, 200}), To: Server{Addr: "m1"}},
 		{Slots: r(SlotRange{150, 160}), To: Server{Addr: "m2"}},
