@@ -455,20 +455,22 @@ func (t *Transport) watchRound(ctx context.Context) {
 // refused to say who they are (an ACL without INFO).
 const refusedPause = 5 * time.Second
 
-// cannotAsk handles a round's error: a server that refuses INFO (an ACL,
-// a proxy without it) is logged once and asked again only after
-// refusedPause; any other error (the primary down, the switch under way)
-// passes.
+// cannotAsk handles a round's error: a server that refuses INFO or
+// CLUSTER SLOTS (an ACL, a proxy without them, a Sentinel-routed cluster
+// client whose servers are no Cluster) is logged once and asked again
+// only after refusedPause; any other error (the primary down, the switch
+// under way) passes.
 func (t *Transport) cannotAsk(err error) {
 	msg := err.Error()
-	if !strings.HasPrefix(msg, "NOPERM") && !strings.HasPrefix(msg, "ERR unknown command") {
+	if !strings.HasPrefix(msg, "NOPERM") && !strings.HasPrefix(msg, "ERR unknown command") &&
+		!strings.HasPrefix(msg, "ERR This instance has cluster support disabled") {
 		return
 	}
 	sw := &t.sw
 	sw.refused = time.Now()
 	if !sw.logged {
 		sw.logged = true
-		t.opt.Log.Warn("redisync: the server refuses INFO, so this Client learns a failover only when its subscription is dropped (waiters may wait up to a lease meanwhile); allow INFO to its user",
+		t.opt.Log.Warn("redisync: the server refuses to say who it is (INFO replication, CLUSTER SLOTS), so this Client learns a failover only when its subscription is dropped (waiters may wait up to a lease meanwhile); allow those commands to its user",
 			"error", err)
 	}
 }
