@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -320,4 +321,46 @@ func TestSwitchWatcherCluster(t *testing.T) {
 	assert.Equal(t, "slots", sw.Cause)
 	time.Sleep(4 * SwitchEvery)
 	assert.Len(t, col.all(), 1, "told once")
+}
+
+// Servers that refuse INFO (an ACL) are asked again only after
+// refusedPause, and the log says once why switches go unseen.
+func TestSwitchWatcherRefused(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	ctx := context.Background()
+	for _, m := range cl.Masters {
+		mc := m.Client(t)
+		require.NoError(t, mc.Do(ctx, "ACL", "SETUSER", "default", "-info").Err())
+	}
+	infos := &infoCounter{}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), NewClient: func(o *redis.Options) *redis.Client {
+		n := redis.NewClient(o)
+		n.AddHook(infos)
+		return n
+	}})
+	t.Cleanup(func() { _ = cc.Close() })
+	var logged strings.Builder
+	var mu sync.Mutex
+	tr := newT(t, cc, Options{Log: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logged}, nil))})
+	require.NoError(t, cc.Ping(ctx).Err())
+	done := tr.WatchSwitches()
+	defer done()
+	n := countWhile(infos, 2*time.Second)
+	assert.LessOrEqual(t, n, int64(3), "INFO asked again within refusedPause")
+	assert.Positive(t, n)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, 1, strings.Count(logged.String(), "refuses to say who it is"), logged.String())
+}
+
+// lockedWriter is a writer that w's mutex guards.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *strings.Builder
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
