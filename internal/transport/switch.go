@@ -154,6 +154,7 @@ type switches struct {
 	refused time.Time         // when the servers last refused to say
 }
 
+// listener is one OnSwitch registration: id tells it apart for its stop.
 type listener struct {
 	id int
 	f  func(Switch)
