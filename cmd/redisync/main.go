@@ -30,6 +30,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == superviseArg {
+		os.Exit(superviseMain(os.Args[2:]))
+	}
 	redis.SetLogger(quiet{}) // redisync says what failed, once, on its own line
 	err := run(context.Background(), os.Args[1:], os.Stdout)
 	code, say := exitCode(err)
@@ -73,6 +76,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			return &exitError{code: exitUsage, err: err}
 		}
 		return inspect(ctx, out, conn, fs.Args())
+	case "version":
+		if len(args) > 1 {
+			return usageErr("version takes no arguments")
+		}
+		return versionCmd(out)
 	case "-h", "-help", "--help", "help":
 		usage(out)
 		return nil

@@ -261,7 +261,8 @@ func TestShell(t *testing.T) {
 		t.Parallel()
 		const lease = time.Second
 		f := filepath.Join(t.TempDir(), "log")
-		child := []string{"sh", "-c", `echo $PPID:$$:$REDISYNC_TOKEN >> ` + f + `; while :; do sleep 0.05; done`}
+		// $PPID is the supervisor; its parent, the redisync.
+		child := []string{"sh", "-c", `echo $(ps -o ppid= -p $PPID | tr -d ' '):$$:$REDISYNC_TOKEN >> ` + f + `; while :; do sleep 0.05; done`}
 		ps := map[int]*proc{}
 		for range 3 {
 			p := sh.start(t, nil, append(sh.args("elect", "-lease", lease.String(), "leader", "--"), child...)...)
