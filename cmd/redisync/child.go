@@ -33,8 +33,9 @@ const superviseArg = "__redisync_supervise"
 
 // outcome is how a child ended.
 type outcome struct {
-	status int   // its exit status, 128+N when signal N ended it
-	lost   error // why the hold ended while it ran; nil when it did not
+	status int    // its exit status, 128+N when signal N ended it
+	lost   error  // why the hold ended while it ran; nil when it did not
+	when   string // when lost: "while the command ran", "while the command was stopped"
 }
 
 // statusOf returns a finished process's exit status as a shell reports it:

@@ -47,7 +47,7 @@ func (c *child) run(hold context.Context) (outcome, error) {
 			}
 		case <-lost:
 			lost = nil
-			out.lost = context.Cause(hold)
+			out.lost, out.when = context.Cause(hold), "while the command ran"
 			c.say("%s while the command ran: terminating it now, killing it in %v", c.reason(out.lost), c.grace)
 			if cmd.Process.Signal(os.Interrupt) != nil {
 				_ = cmd.Process.Kill()

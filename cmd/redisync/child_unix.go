@@ -136,7 +136,7 @@ func (f *follower) follow(events <-chan event) (outcome, error) {
 				if f.empty() {
 					return f.out, nil
 				}
-				if f.killAt == nil {
+				if f.killAt == nil && !f.killed {
 					f.c.say("the command exited (status %d), leaving processes in its group: SIGTERM to them now, SIGKILL in %v", ev.n, f.c.grace)
 					f.terminate()
 				}
@@ -157,7 +157,7 @@ func (f *follower) follow(events <-chan event) (outcome, error) {
 			lost = nil
 			if f.out.lost == nil {
 				f.out.lost = context.Cause(f.hold)
-				f.lose("while the command ran")
+				f.lose()
 			}
 		case <-killAt:
 			f.c.say("the command's group outlived its grace of %v: SIGKILL", f.c.grace)
@@ -181,20 +181,23 @@ func (f *follower) follow(events <-chan event) (outcome, error) {
 	}
 }
 
-// lose ends the group for a lost hold: SIGKILL at once when it is stopped
-// (it never runs again without the hold), SIGTERM and SIGKILL after the
-// grace otherwise. when says when the loss was found.
-func (f *follower) lose(when string) {
+// lose ends the group for a lost hold (f.out.lost): SIGKILL at once when
+// the command is stopped (it never runs again without the hold), SIGTERM
+// and SIGKILL after the grace otherwise.
+func (f *follower) lose() {
+	why := f.c.reason(f.out.lost)
 	if f.stopped {
-		f.c.say("%s %s, the command stopped: SIGKILL to its process group", f.c.reason(f.out.lost), when)
+		f.out.when = "while the command was stopped"
+		f.c.say("%s %s: SIGKILL to its process group", why, f.out.when)
 		f.kill()
 		return
 	}
-	if f.killAt != nil { // already terminating leftovers: the grace runs on
-		f.c.say("%s %s", f.c.reason(f.out.lost), when)
+	f.out.when = "while the command ran"
+	if f.killAt != nil { // already ending leftovers: their grace runs on
+		f.c.say("%s %s", why, f.out.when)
 		return
 	}
-	f.c.say("%s %s: SIGTERM to the command's process group now, SIGKILL in %v", f.c.reason(f.out.lost), when, f.c.grace)
+	f.c.say("%s %s: SIGTERM to its process group now, SIGKILL in %v", why, f.out.when, f.c.grace)
 	f.terminate()
 }
 

@@ -183,8 +183,8 @@ func (h *holdFlags) run(ctx context.Context, out io.Writer, g guarded) error {
 	case err != nil:
 		return err
 	case res.lost != nil:
-		return &exitError{code: exitLost, err: fmt.Errorf("%s %q: %s while the command ran; the command was ended (status %d)",
-			g.kind, h.name, why(res.lost), res.status)}
+		return &exitError{code: exitLost, err: fmt.Errorf("%s %q: %s %s; the command was ended (status %d)",
+			g.kind, h.name, why(res.lost), res.when, res.status)}
 	case errors.Is(rerr, redisync.ErrLeaseLost) && res.status == 0:
 		return &exitError{code: exitLost, err: fmt.Errorf("%s %q: the command finished (status 0), but the hold was lost before it did (%s): it may have overlapped another holder",
 			g.kind, h.name, why(rerr))}

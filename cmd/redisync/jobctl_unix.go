@@ -89,7 +89,7 @@ func (f *follower) resume(err error) {
 	if err != nil {
 		if f.out.lost == nil {
 			f.out.lost = err
-			f.lose("while redisync was stopped")
+			f.lose()
 		}
 		return
 	}

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/redisync-go/redisync/internal/redistest"
 )
 
 // session is a pty whose session leader is the job-control shell of
@@ -227,39 +229,73 @@ func TestTerminal(t *testing.T) {
 		s.exited(0)
 	})
 
-	// ^Z stops the command and redisync together, so the lease runs out
-	// and another holder takes the lock meanwhile; on fg, redisync finds
-	// its hold lost before the command runs again, kills the stopped group
-	// and exits 70: nothing of the command ran after the other holder.
-	t.Run("StopPastLease", func(t *testing.T) {
-		t.Parallel()
-		s := startSession(t)
-		dir := t.TempDir()
-		f, pidf := filepath.Join(dir, "log"), filepath.Join(dir, "pid")
-		job := s.start(true, lock(append([]string{"-lease", "1s", "tty-stop", "--"}, ticker(f, pidf, false)...)...)...)
-		pid := readPid(t, pidf)
-		waitFile(t, f, 3, 30*time.Second)
-		s.keys("\x1a") // ^Z
-		s.next("stopped", 30*time.Second)
-		waitState(t, pid, "T")
-		waitState(t, job, "T")
-		ticks := len(readLines(f))
-		other := sh.run(t, sh.args("lock", "-wait", "30s", "tty-stop", "--", "sh", "-c", "echo other >> "+f)...)
-		if other.code != 0 {
-			t.Fatalf("the other holder: exit %d: %s", other.code, other.stderr.String())
-		}
-		if n := len(readLines(f)); n != ticks+1 {
-			t.Fatalf("the stopped command ticked: %d lines, then %d with the other holder's", ticks, n)
-		}
-		s.send("fg")
-		s.exited(exitLost)
-		if rest := after(t, f, "other"); len(rest) > 0 || alive(pid) {
-			t.Fatalf("the command ran again after it lost the lock (alive %v): %q", alive(pid), rest)
-		}
-		if scr := s.screen(); !strings.Contains(scr, "SIGKILL") {
-			t.Fatalf("terminal:\n%s", scr)
-		}
-	})
+	// ^Z stops the command and redisync together: renewals stop with it.
+	// Past the lease, another holder takes the lock (PastLease); or the
+	// lock is taken away meanwhile (Taken: deleted, long before this
+	// process could tell by itself, its lease being 10s) and another holder
+	// runs, and Redis is slow to answer when fg comes (paused for 300ms):
+	// a command continued before redisync knew would run meanwhile. On fg,
+	// redisync finds its hold lost before the command runs again, kills
+	// the stopped group and exits 70: nothing of the command ran after the
+	// other holder.
+	for _, c := range []struct {
+		name, lease, wait string
+		taken             bool
+	}{
+		{"PastLease", "1s", "30s", false},
+		{"Taken", "10s", "0", true},
+	} {
+		t.Run("Stop"+c.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			lock := func(rest ...string) []string {
+				return append([]string{sh.bin, "lock", "-redis", srv.Addr()}, rest...)
+			}
+			s := startSession(t)
+			dir := t.TempDir()
+			name := "tty-stop"
+			f, pidf := filepath.Join(dir, "log"), filepath.Join(dir, "pid")
+			// Its work ticks without pause, so that it would tick at once if
+			// it were continued before redisync knew it had lost the lock.
+			spin := `(while :; do echo tick >> ` + f + `; done) & echo $! > ` + pidf + `; wait`
+			job := s.start(true, lock("-lease", c.lease, name, "--", "sh", "-c", spin)...)
+			pid := readPid(t, pidf)
+			waitFile(t, f, 3, 30*time.Second)
+			s.keys("\x1a") // ^Z
+			s.next("stopped", 30*time.Second)
+			waitState(t, pid, "T")
+			waitState(t, job, "T")
+			ticks := len(readLines(f))
+			if c.taken {
+				if err := srv.Client(t).Del(t.Context(), name).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			other := sh.run(t, lock("-wait", c.wait, name, "--", "sh", "-c", "echo other >> "+f)[1:]...)
+			if other.code != 0 {
+				t.Fatalf("the other holder: exit %d: %s", other.code, other.stderr.String())
+			}
+			if n := len(readLines(f)); n != ticks+1 {
+				t.Fatalf("the stopped command ticked: %d lines, then %d with the other holder's", ticks, n)
+			}
+			if c.taken {
+				srv.Pause()
+				s.send("fg")
+				time.Sleep(300 * time.Millisecond)
+				srv.Resume()
+			} else {
+				s.send("fg")
+			}
+			s.exited(exitLost)
+			if rest := after(t, f, "other"); len(rest) > 0 || alive(pid) {
+				t.Fatalf("the command ran again after it lost the lock (alive %v): %d lines after the other holder's", alive(pid), len(rest))
+			}
+			if scr := s.screen(); !strings.Contains(scr, "SIGKILL") {
+				t.Fatalf("terminal:\n%s", scr)
+			}
+			t.Logf("terminal:\n%s", s.screen())
+		})
+	}
 
 	// ^Z, then fg within the lease: the command goes on where it was and
 	// finishes. SIGTSTP sent to redisync (kill -TSTP %1) stops both too.
