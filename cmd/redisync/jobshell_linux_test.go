@@ -9,7 +9,6 @@ import (
 	"runtime"
 	"strings"
 	"syscall"
-	"testing"
 
 	"golang.org/x/sys/unix"
 )
@@ -31,11 +30,12 @@ import (
 // jobShellEnv makes the test binary a job-control shell (TestMain).
 const jobShellEnv = "REDISYNC_TEST_JOBSHELL"
 
-func TestMain(m *testing.M) {
+// asJobShell runs the test binary as the job-control shell when the
+// terminal tests start it so (TestMain).
+func asJobShell() {
 	if os.Getenv(jobShellEnv) == "1" {
 		os.Exit(jobShell())
 	}
-	os.Exit(m.Run())
 }
 
 // jobShell is the shell's main.
