@@ -1,0 +1,146 @@
+//go:build unix
+
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redisync-go/redisync/internal/redistest"
+)
+
+// TestCrontabLoop is issue 42's "done when" trial, a new user's crontab
+// line on three machines in a loop: every round three `redisync lock
+// -wait 0 -conflict-exit-code 0` start at once against one Redis with
+// appendonly yes; a job outlasts the rounds between ticks, and its work
+// is a child process. Redis is restarted once, keeping its data, while a
+// job runs, and the redisync holding the lock is killed with -9 once. No
+// two jobs ever run at once: in the jobs' shared log, once a job has
+// started no earlier job writes again, and a job starts only after the
+// one before it has ended, or was killed or told of a lost lease. Runs
+// skipped print nothing. Not parallel: it runs alone in the package, its
+// lease being short (2s) for a loaded machine.
+func TestCrontabLoop(t *testing.T) {
+	const (
+		rounds    = 24
+		period    = 400 * time.Millisecond // between cron's ticks
+		restartAt = 7
+		killAt    = 15
+	)
+	sh := buildShell(t)
+	srv := redistest.Start(t, "--appendonly", "yes")
+	log := filepath.Join(t.TempDir(), "log")
+	// A job: its work is a subshell that writes "ID start", 25 ticks 30ms
+	// apart, then "ID end" (about 1s, 2-3 rounds).
+	job := func(id string) []string {
+		return []string{"sh", "-c", `(echo ` + id + ` start >> ` + log + `; i=0; while [ $i -lt 25 ]; do echo ` + id +
+			` tick >> ` + log + `; i=$((i+1)); sleep 0.03; done; echo ` + id + ` end >> ` + log + `) & wait`}
+	}
+	procs := map[string]*proc{}
+	var restarted time.Duration
+	var killedID string
+	start := time.Now()
+	for r := range rounds {
+		tick := start.Add(time.Duration(r) * period)
+		time.Sleep(time.Until(tick))
+		for m := range 3 {
+			id := fmt.Sprintf("r%02dm%d", r, m)
+			procs[id] = sh.start(t, nil, append([]string{"lock", "-redis", srv.Addr(), "-wait", "0", "-conflict-exit-code", "0",
+				"-lease", "2s", "cron:report", "--"}, job(id)...)...)
+		}
+		switch r {
+		case restartAt, killAt:
+			running := waitRunning(t, log, 10*time.Second)
+			if r == killAt {
+				killedID = running
+				_ = procs[running].cmd.Process.Signal(syscall.SIGKILL)
+				continue
+			}
+			began := time.Now()
+			srv.Restart(t) // SIGTERM: Redis writes its AOF and exits; the same data comes back
+			restarted = time.Since(began)
+		}
+	}
+	statuses := map[int]int{}
+	for id, p := range procs {
+		code := p.wait(t, time.Minute)
+		statuses[code]++
+		if id != killedID && code == 0 && !strings.Contains(readFile(log), id+" start") && p.stderr.Len() > 0 {
+			t.Errorf("%s skipped, but said: %s", id, p.stderr.String())
+		}
+		if code != 0 && id != killedID {
+			t.Logf("%s: exit %d: %s", id, code, p.stderr.String())
+		}
+	}
+
+	// The check: one job at a time, in the log's order (appends to one
+	// file are ordered).
+	var (
+		cur     string
+		ran     []string
+		done    = map[string]bool{} // its job wrote end, or its redisync ended without (killed, lost)
+		started = map[string]bool{}
+	)
+	for i, l := range strings.Split(strings.TrimSpace(readFile(log)), "\n") {
+		id, kind, _ := strings.Cut(l, " ")
+		switch {
+		case kind == "start" && cur != "" && !done[cur] && !ended(procs[cur], cur == killedID):
+			t.Fatalf("line %d: %s started while %s had not ended", i+1, id, cur)
+		case kind == "start":
+			cur, started[id] = id, true
+			ran = append(ran, id)
+		case id != cur:
+			t.Fatalf("line %d: %s wrote %q after %s had started:\n%s", i+1, id, kind, cur, readFile(log))
+		case kind == "end":
+			done[id] = true
+		}
+	}
+	if !started[killedID] || done[killedID] {
+		t.Fatalf("the killed redisync's job %s: started %v, ended %v", killedID, started[killedID], done[killedID])
+	}
+	t.Logf("%d rounds of 3 every %v in %v: %d jobs ran (%v), Redis restarted in %v, %s killed with -9; exit statuses %v",
+		rounds, period, time.Since(start).Round(time.Millisecond), len(ran), ran, restarted.Round(time.Millisecond), killedID, statuses)
+	if len(ran) < 5 {
+		t.Fatalf("only %d jobs ran: %v", len(ran), ran)
+	}
+}
+
+// waitRunning waits until a job is running (its start is the log's last
+// start, and it has not ended) and returns its ID.
+func waitRunning(t *testing.T, log string, d time.Duration) string {
+	t.Helper()
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		lines := strings.Split(strings.TrimSpace(readFile(log)), "\n")
+		last := ""
+		for _, l := range lines {
+			if id, kind, _ := strings.Cut(l, " "); kind == "start" {
+				last = id
+			} else if kind == "end" && id == last {
+				last = ""
+			}
+		}
+		if last != "" && strings.HasSuffix(lines[len(lines)-1], " tick") {
+			return last
+		}
+	}
+	t.Fatalf("no job running within %v:\n%s", d, readFile(log))
+	return ""
+}
+
+// ended tells whether a job that wrote no end was ended by its redisync:
+// killed with -9, or told its lease was lost (exit 70). Its work never
+// writes again after that: the log's order checks it.
+func ended(p *proc, killed bool) bool {
+	<-p.done
+	return killed || p.code == exitLost
+}
+
+func readFile(path string) string {
+	b, _ := os.ReadFile(path)
+	return string(b)
+}
