@@ -24,21 +24,22 @@ import (
 // started no earlier job writes again, and a job starts only after the
 // one before it has ended, or was killed or told of a lost lease. Runs
 // skipped print nothing. Not parallel: it runs alone in the package, its
-// lease being short (2s) for a loaded machine.
+// lease being short (1s) for a loaded machine.
 func TestCrontabLoop(t *testing.T) {
 	const (
-		rounds    = 24
+		rounds    = 30
 		period    = 400 * time.Millisecond // between cron's ticks
-		restartAt = 7
-		killAt    = 15
+		restartAt = 8
+		killAt    = 18
 	)
 	sh := buildShell(t)
 	srv := redistest.Start(t, "--appendonly", "yes")
 	log := filepath.Join(t.TempDir(), "log")
-	// A job: its work is a subshell that writes "ID start", 25 ticks 30ms
-	// apart, then "ID end" (about 1s, 2-3 rounds).
+	// A job: its work is a subshell that writes "ID start", 50 ticks 30ms
+	// apart, then "ID end" (about 2s, longer than the lease of 1s: the work
+	// of a killed redisync's job running on would meet the next one).
 	job := func(id string) []string {
-		return []string{"sh", "-c", `(echo ` + id + ` start >> ` + log + `; i=0; while [ $i -lt 25 ]; do echo ` + id +
+		return []string{"sh", "-c", `(echo ` + id + ` start >> ` + log + `; i=0; while [ $i -lt 50 ]; do echo ` + id +
 			` tick >> ` + log + `; i=$((i+1)); sleep 0.03; done; echo ` + id + ` end >> ` + log + `) & wait`}
 	}
 	procs := map[string]*proc{}
@@ -48,22 +49,23 @@ func TestCrontabLoop(t *testing.T) {
 	for r := range rounds {
 		tick := start.Add(time.Duration(r) * period)
 		time.Sleep(time.Until(tick))
+		// While a job runs, just before a round's invocations (at the
+		// first such round from restartAt, and from killAt).
+		if running := runningJob(log); running != "" {
+			switch {
+			case r >= restartAt && restarted == 0:
+				began := time.Now()
+				srv.Restart(t) // SIGTERM: Redis writes its AOF and exits; the same data comes back
+				restarted = time.Since(began)
+			case r >= killAt && killedID == "":
+				killedID = running
+				_ = procs[killedID].cmd.Process.Signal(syscall.SIGKILL)
+			}
+		}
 		for m := range 3 {
 			id := fmt.Sprintf("r%02dm%d", r, m)
 			procs[id] = sh.start(t, nil, append([]string{"lock", "-redis", srv.Addr(), "-wait", "0", "-conflict-exit-code", "0",
-				"-lease", "2s", "cron:report", "--"}, job(id)...)...)
-		}
-		switch r {
-		case restartAt, killAt:
-			running := waitRunning(t, log, 10*time.Second)
-			if r == killAt {
-				killedID = running
-				_ = procs[running].cmd.Process.Signal(syscall.SIGKILL)
-				continue
-			}
-			began := time.Now()
-			srv.Restart(t) // SIGTERM: Redis writes its AOF and exits; the same data comes back
-			restarted = time.Since(began)
+				"-lease", "1s", "cron:report", "--"}, job(id)...)...)
 		}
 	}
 	statuses := map[int]int{}
@@ -100,6 +102,9 @@ func TestCrontabLoop(t *testing.T) {
 			done[id] = true
 		}
 	}
+	if restarted == 0 || killedID == "" {
+		t.Fatalf("Redis restarted in %v, %q killed: a fault did not happen while a job ran", restarted, killedID)
+	}
 	if !started[killedID] || done[killedID] {
 		t.Fatalf("the killed redisync's job %s: started %v, ended %v", killedID, started[killedID], done[killedID])
 	}
@@ -110,25 +115,21 @@ func TestCrontabLoop(t *testing.T) {
 	}
 }
 
-// waitRunning waits until a job is running (its start is the log's last
-// start, and it has not ended) and returns its ID.
-func waitRunning(t *testing.T, log string, d time.Duration) string {
-	t.Helper()
-	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		lines := strings.Split(strings.TrimSpace(readFile(log)), "\n")
-		last := ""
-		for _, l := range lines {
-			if id, kind, _ := strings.Cut(l, " "); kind == "start" {
-				last = id
-			} else if kind == "end" && id == last {
-				last = ""
-			}
-		}
-		if last != "" && strings.HasSuffix(lines[len(lines)-1], " tick") {
-			return last
+// runningJob returns the ID of the job running now (its start is the
+// log's last start, it has not ended, and it ticked last), or "".
+func runningJob(log string) string {
+	lines := strings.Split(strings.TrimSpace(readFile(log)), "\n")
+	last := ""
+	for _, l := range lines {
+		if id, kind, _ := strings.Cut(l, " "); kind == "start" {
+			last = id
+		} else if kind == "end" && id == last {
+			last = ""
 		}
 	}
-	t.Fatalf("no job running within %v:\n%s", d, readFile(log))
+	if last != "" && strings.HasSuffix(lines[len(lines)-1], " tick") {
+		return last
+	}
 	return ""
 }
 
