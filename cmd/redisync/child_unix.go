@@ -32,7 +32,7 @@ const (
 // the stopped group (jobctl_unix.go). The error is for a child that could
 // not be started, with env(1)'s status: 127 not found, 126 not runnable.
 func (c *child) run(hold context.Context) (outcome, error) {
-	self, err := os.Executable()
+	self, err := selfExe()
 	if err != nil {
 		return outcome{}, fmt.Errorf("cannot find redisync's own binary to start the supervisor: %w", err)
 	}
@@ -58,6 +58,7 @@ func (c *child) run(hold context.Context) (outcome, error) {
 	sup.Stdin, sup.Stdout, sup.Stderr = os.Stdin, c.stdout, c.stderr
 	sup.ExtraFiles = []*os.File{ctlR, evW}
 	sup.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	sup.WaitDelay = time.Second // output copied from a pipe: a process that left the group may hold it
 	err = sup.Start()
 	_, _ = ctlR.Close(), evW.Close()
 	if err != nil {
@@ -218,6 +219,22 @@ func (f *follower) signal(sig os.Signal) {
 	if s, ok := sig.(syscall.Signal); ok {
 		_ = syscall.Kill(-f.pgid, s)
 	}
+}
+
+// selfExe is the path of redisync's own binary, to start the supervisor
+// from. On Linux, a binary removed or replaced since redisync started (an
+// upgrade while it waited for the lock) is still there as /proc/self/exe.
+func selfExe() (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	if proc, err := os.Stat("/proc/self/exe"); err == nil {
+		if cur, err := os.Stat(self); err != nil || !os.SameFile(proc, cur) {
+			return "/proc/self/exe", nil
+		}
+	}
+	return self, nil
 }
 
 // empty tells whether no process of the command's group is left. Its ID

@@ -5,11 +5,14 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redisync-go/redisync"
 )
 
 // ticker is a command whose work is a grandchild: a subshell that appends
@@ -161,6 +164,48 @@ func TestContainment(t *testing.T) {
 			t.Fatal("the lock is still held")
 		}
 	})
+}
+
+// TestBinaryReplaced: a redisync whose binary was removed while it waited
+// for the lock (an upgrade) still starts its supervisor once it holds it.
+func TestBinaryReplaced(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("/proc/self/exe is Linux's")
+	}
+	sh := buildShell(t)
+	lib, err := redisync.New(sh.srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lib.Close() })
+	m := lib.Mutex("replaced")
+	h, err := m.Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(sh.bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyBin := filepath.Join(t.TempDir(), "redisync")
+	if err := os.WriteFile(copyBin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ran := filepath.Join(t.TempDir(), "ran")
+	p := (&shell{bin: copyBin, srv: sh.srv}).start(t, nil, sh.args("lock", "-v", "replaced", "--", "touch", ran)...)
+	// Started (exec'd) by now; it waits for the lock.
+	if err := os.Remove(copyBin); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Unlock(h); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("exit %d: %s", code, p.stderr.String())
+	}
+	if _, err := os.Stat(ran); err != nil {
+		t.Fatal("the command did not run")
+	}
 }
 
 // stateOf returns a process's state letter from /proc (R, S, T, Z...),
