@@ -30,11 +30,15 @@ import (
 // jobShellEnv makes the test binary a job-control shell (TestMain).
 const jobShellEnv = "REDISYNC_TEST_JOBSHELL"
 
-// asJobShell runs the test binary as the job-control shell when the
-// terminal tests start it so (TestMain).
-func asJobShell() {
-	if os.Getenv(jobShellEnv) == "1" {
+// asHelper runs the test binary as the job-control shell, or as a
+// subreaper that reaps nothing (noreap_linux_test.go), when a test starts
+// it so (TestMain).
+func asHelper() {
+	switch {
+	case os.Getenv(jobShellEnv) == "1":
 		os.Exit(jobShell())
+	case os.Getenv(noReapEnv) == "1":
+		os.Exit(noReaper(os.Args[1:]))
 	}
 }
 

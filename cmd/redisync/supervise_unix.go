@@ -52,7 +52,9 @@ func superviseMain(args []string) int {
 	syscall.CloseOnExec(3) // neither pipe reaches the command
 	syscall.CloseOnExec(4)
 	ctl, events := os.NewFile(3, "control"), os.NewFile(4, "events")
-	s := &supervisor{events: events}
+	s := &supervisor{events: events, chld: make(chan os.Signal, 1)}
+	signal.Notify(s.chld, syscall.SIGCHLD)
+	adoptOrphans()
 
 	orderly := make(chan bool, 1)
 	go func() {
@@ -86,6 +88,7 @@ func superviseMain(args []string) int {
 type supervisor struct {
 	mu     sync.Mutex
 	events io.Writer
+	chld   chan os.Signal // SIGCHLD
 }
 
 // tell writes one line to redisync.
@@ -118,31 +121,39 @@ func (s *supervisor) start(fg bool, argv []string) (int, error) {
 	}
 	pid := cmd.Process.Pid
 	s.tell("%s %d", evPid, pid)
-	go s.follow(pid)
+	go s.follow(pid, s.chld)
 	return pid, nil
 }
 
 // follow waits for the command's first process and tells redisync each
 // time it stops, and once it ends. It never calls cmd.Wait: stops are
-// seen only with WUNTRACED.
-func (s *supervisor) follow(pid int) {
+// seen only with WUNTRACED. It also reaps the processes the command
+// orphans, which a subreaper adopts (Linux: see adoptOrphans), so that a
+// dead one is gone from the group at once, even where nothing else would
+// reap it; chld tells when there may be one to reap.
+func (s *supervisor) follow(pid int, chld <-chan os.Signal) {
+	leaderDone := false
 	for {
 		var ws syscall.WaitStatus
-		_, err := syscall.Wait4(pid, &ws, syscall.WUNTRACED, nil)
+		got, err := syscall.Wait4(-1, &ws, syscall.WUNTRACED, nil)
 		switch {
 		case errors.Is(err, syscall.EINTR):
-			continue
+		case errors.Is(err, syscall.ECHILD) && leaderDone:
+			<-chld // none now; an orphan may be adopted later
 		case err != nil:
-			s.tell("%s %d", evExit, exitFailed)
+			if !leaderDone {
+				s.tell("%s %d", evExit, exitFailed)
+			}
 			return
+		case got != pid: // an orphan of the command's, adopted and reaped
 		case ws.Stopped():
 			s.tell("%s %d", evStop, int(ws.StopSignal()))
 		case ws.Exited():
 			s.tell("%s %d", evExit, ws.ExitStatus())
-			return
+			leaderDone = true
 		case ws.Signaled():
 			s.tell("%s %d", evExit, 128+int(ws.Signal()))
-			return
+			leaderDone = true
 		}
 	}
 }

@@ -15,7 +15,7 @@ var built struct {
 }
 
 func TestMain(m *testing.M) {
-	asJobShell()
+	asHelper()
 	code := m.Run()
 	if built.dir != "" {
 		_ = os.RemoveAll(built.dir)
