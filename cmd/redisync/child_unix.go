@@ -167,17 +167,14 @@ func (f *follower) follow(events <-chan event) (outcome, error) {
 			if f.empty() {
 				return f.out, nil
 			}
+		case <-giveUp:
+			f.c.say("processes of the command's group %d still exist %v after SIGKILL", f.pgid, killBound)
+			return f.out, nil
 		}
 		if f.killed && giveUp == nil {
 			t := time.NewTimer(killBound)
 			defer t.Stop()
 			giveUp = t.C
-		}
-		select {
-		case <-giveUp:
-			f.c.say("processes of the command's group %d still exist %v after SIGKILL", f.pgid, killBound)
-			return f.out, nil
-		default:
 		}
 	}
 }
