@@ -27,7 +27,7 @@ import (
 // lease being short (1s) for a loaded machine.
 func TestCrontabLoop(t *testing.T) {
 	const (
-		rounds    = 30
+		rounds    = 32
 		period    = 400 * time.Millisecond // between cron's ticks
 		restartAt = 8
 		killAt    = 18
@@ -36,11 +36,12 @@ func TestCrontabLoop(t *testing.T) {
 	srv := redistest.Start(t, "--appendonly", "yes")
 	lag := redistest.WatchLag(t) // reported: a lease of 1s is told lost 100ms before Redis frees it
 	log := filepath.Join(t.TempDir(), "log")
-	// A job: its work is a subshell that writes "ID start", 50 ticks 30ms
-	// apart, then "ID end" (about 2s, longer than the lease of 1s: the work
-	// of a killed redisync's job running on would meet the next one).
+	// A job: its work is a subshell that writes "ID start", 80 ticks 30ms
+	// apart, then "ID end" (about 3s, longer than the lease of 1s: the work
+	// of a redisync killed early in its job, running on, would meet the
+	// next job).
 	job := func(id string) []string {
-		return []string{"sh", "-c", `(echo ` + id + ` start >> ` + log + `; i=0; while [ $i -lt 50 ]; do echo ` + id +
+		return []string{"sh", "-c", `(echo ` + id + ` start >> ` + log + `; i=0; while [ $i -lt 80 ]; do echo ` + id +
 			` tick >> ` + log + `; i=$((i+1)); sleep 0.03; done; echo ` + id + ` end >> ` + log + `) & wait`}
 	}
 	procs := map[string]*proc{}
@@ -50,15 +51,16 @@ func TestCrontabLoop(t *testing.T) {
 	for r := range rounds {
 		tick := start.Add(time.Duration(r) * period)
 		time.Sleep(time.Until(tick))
-		// While a job runs, just before a round's invocations (at the
-		// first such round from restartAt, and from killAt).
-		if running := runningJob(log); running != "" {
+		// While a job runs, just before a round's invocations: the restart
+		// at the first such round from restartAt, the kill at the first
+		// from killAt that finds a job in its first 20 ticks.
+		if running, ticks := runningJob(log); running != "" {
 			switch {
 			case r >= restartAt && restarted == 0:
 				began := time.Now()
 				srv.Restart(t) // SIGTERM: Redis writes its AOF and exits; the same data comes back
 				restarted = time.Since(began)
-			case r >= killAt && killedID == "":
+			case r >= killAt && killedID == "" && ticks <= 20:
 				killedID = running
 				_ = procs[killedID].cmd.Process.Signal(syscall.SIGKILL)
 			}
@@ -111,27 +113,31 @@ func TestCrontabLoop(t *testing.T) {
 	}
 	t.Logf("%d rounds of 3 every %v in %v: %d jobs ran (%v), Redis restarted in %v, %s killed with -9; exit statuses %v; worst scheduling delay %v",
 		rounds, period, time.Since(start).Round(time.Millisecond), len(ran), ran, restarted.Round(time.Millisecond), killedID, statuses, lag.Worst())
-	if len(ran) < 5 {
+	if len(ran) < 4 {
 		t.Fatalf("only %d jobs ran: %v", len(ran), ran)
 	}
 }
 
 // runningJob returns the ID of the job running now (its start is the
-// log's last start, it has not ended, and it ticked last), or "".
-func runningJob(log string) string {
+// log's last start, it has not ended, and it ticked last) and how many
+// times it has ticked, or "".
+func runningJob(log string) (string, int) {
 	lines := strings.Split(strings.TrimSpace(readFile(log)), "\n")
-	last := ""
+	last, ticks := "", 0
 	for _, l := range lines {
-		if id, kind, _ := strings.Cut(l, " "); kind == "start" {
-			last = id
-		} else if kind == "end" && id == last {
+		switch id, kind, _ := strings.Cut(l, " "); {
+		case kind == "start":
+			last, ticks = id, 0
+		case kind == "end" && id == last:
 			last = ""
+		case kind == "tick" && id == last:
+			ticks++
 		}
 	}
 	if last != "" && strings.HasSuffix(lines[len(lines)-1], " tick") {
-		return last
+		return last, ticks
 	}
-	return ""
+	return "", 0
 }
 
 // ended tells whether a job that wrote no end was ended by its redisync:
