@@ -72,6 +72,11 @@ func electCmd(ctx context.Context, args []string, out io.Writer) error {
 			}
 			return fmt.Sprintf("led by %q (term %d)", l.Value, l.Term), err
 		},
+		held: func(ctx context.Context) (bool, error) {
+			l, err := e.Leader(ctx)
+			t, ok := e.Term(ctx)
+			return ok && l.Term == t, err
+		},
 	})
 }
 

@@ -4,10 +4,9 @@ package main
 
 import "syscall"
 
-// groupAttr puts the child in a process group of its own, so that a lost
-// lease stops all of it. There is no parent-death signal here: a child of
-// a redisync that was killed runs on (and Redis frees the lock at the
-// lease's end).
-func groupAttr() *syscall.SysProcAttr {
+// commandAttr is how the supervisor starts the command: as the leader of a
+// process group of its own, which redisync and the supervisor signal as a
+// whole.
+func commandAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
 }

@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -29,6 +31,7 @@ type holdFlags struct {
 	lease    time.Duration
 	grace    time.Duration
 	conflict int
+	verbose  bool
 
 	name string
 	argv []string
@@ -40,11 +43,20 @@ func (h *holdFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&h.wait, "wait", 0, "wait at most this long to acquire (0: try once); default: for ever")
 	fs.DurationVar(&h.lease, "lease", defaultLease, "the hold's lease, renewed every third of it while redisync runs: a redisync that dies frees it within this")
 	fs.DurationVar(&h.grace, "grace", defaultGrace, "when the lease is lost, how long the command has between SIGTERM and SIGKILL")
-	fs.IntVar(&h.conflict, "conflict-exit-code", exitNotAcquired, "exit status when not acquired within -wait")
+	fs.IntVar(&h.conflict, "conflict-exit-code", exitNotAcquired, "exit status when not acquired within -wait (0: a skipped run says nothing unless -v)")
+	fs.BoolVar(&h.verbose, "v", false, "say when the hold is acquired and released, and when a run is skipped with -conflict-exit-code 0")
 }
 
 // parse parses args into fs and h, and checks them.
 func (h *holdFlags) parse(fs *flag.FlagSet, args []string) error {
+	if err := h.parseFlags(fs, args); err != nil {
+		return err
+	}
+	return h.parseCommand(fs)
+}
+
+// parseFlags parses the flags in args into fs and h, and checks them.
+func (h *holdFlags) parseFlags(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return &exitError{code: 0} // -h: the flags were printed
 	} else if err != nil {
@@ -62,6 +74,11 @@ func (h *holdFlags) parse(fs *flag.FlagSet, args []string) error {
 	case h.conflict < 0 || h.conflict > 255:
 		return usageErr("-conflict-exit-code %d: want 0 to 255", h.conflict)
 	}
+	return nil
+}
+
+// parseCommand parses what follows the flags: NAME -- COMMAND [ARGS...].
+func (h *holdFlags) parseCommand(fs *flag.FlagSet) error {
 	rest := fs.Args()
 	at := -1
 	for i, a := range rest {
@@ -98,6 +115,8 @@ type guarded struct {
 	release func(hold context.Context) error
 	// holders says who holds it, for the line that says it was not acquired.
 	holders func(ctx context.Context) (string, error)
+	// held tells whether Redis still has the hold that ctx carries.
+	held func(ctx context.Context) (bool, error)
 }
 
 // run acquires g, runs the command under it, releases it and returns how
@@ -138,30 +157,63 @@ func (h *holdFlags) run(ctx context.Context, out io.Writer, g guarded) error {
 		return &exitError{code: code, err: fmt.Errorf("%s %q: %v while waiting", g.kind, h.name, interrupted)}
 	}
 	if errors.Is(err, redisync.ErrNotAcquired) {
+		if h.conflict == 0 && !h.verbose {
+			return &exitError{code: 0} // a skipped run, as asked: quiet (cron mails nothing)
+		}
 		return &exitError{code: h.conflict, err: h.notAcquired(ctx, g)}
 	}
 	if err != nil {
 		return fmt.Errorf("%s %q: %w", g.kind, h.name, err)
 	}
+	token := g.token(hold)
+	if h.verbose {
+		if token != "" {
+			say("acquired (REDISYNC_TOKEN %s): running %q", token, h.argv)
+		} else {
+			say("acquired: running %q", h.argv)
+		}
+	}
 
+	why := h.reason()
 	c := &child{argv: h.argv, grace: h.grace, stdout: out, stderr: os.Stderr, sigs: sigs, say: say,
-		env: []string{"REDISYNC_NAME=" + h.name, "REDISYNC_TOKEN=" + g.token(hold)}}
+		held: g.held, reason: why, env: []string{"REDISYNC_NAME=" + h.name, "REDISYNC_TOKEN=" + token}}
 	res, err := c.run(hold)
 	rerr := g.release(hold)
 	switch {
 	case err != nil:
 		return err
 	case res.lost != nil:
-		return &exitError{code: exitLost, err: fmt.Errorf("%s %q: lost while the command ran (%v); the command was stopped (status %d)", g.kind, h.name, res.lost, res.status)}
+		return &exitError{code: exitLost, err: fmt.Errorf("%s %q: %s %s; the command was ended (status %d)",
+			g.kind, h.name, why(res.lost), res.when, res.status)}
+	case errors.Is(rerr, redisync.ErrLeaseLost) && res.status == 0:
+		return &exitError{code: exitLost, err: fmt.Errorf("%s %q: the command finished (status 0), but the hold was lost before it did (%s): it may have overlapped another holder",
+			g.kind, h.name, why(rerr))}
 	case errors.Is(rerr, redisync.ErrLeaseLost):
-		return &exitError{code: exitLost, err: fmt.Errorf("%s %q: lost before the command ended (status %d): %w", g.kind, h.name, res.status, rerr)}
+		return &exitError{code: exitLost, err: fmt.Errorf("%s %q: the hold was lost before the command ended (status %d; %s)",
+			g.kind, h.name, res.status, why(rerr))}
 	case rerr != nil:
-		say("release: %v (Redis frees it when its lease of %v ends)", rerr, h.lease)
+		say("release: %s (Redis frees it when its lease of %v ends)", why(rerr), h.lease)
+	case h.verbose:
+		say("released (the command's status: %d)", res.status)
 	}
 	if res.status == 0 {
 		return nil
 	}
 	return &exitError{code: res.status}
+}
+
+// reason returns how a line that already names the hold says an error of
+// the library: without its "redisync: " and the name it gives the hold
+// again, so that a line says its prefix once.
+func (h *holdFlags) reason() func(error) string {
+	q := strconv.Quote(h.name)
+	return func(err error) string {
+		s := strings.ReplaceAll(err.Error(), "redisync: ", "")
+		for _, kind := range []string{"lock", "semaphore", "election"} {
+			s = strings.ReplaceAll(s, kind+" "+q+": ", "")
+		}
+		return s
+	}
 }
 
 // notAcquired says that g was not acquired, and who holds it.

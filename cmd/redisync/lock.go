@@ -52,5 +52,9 @@ func lockCmd(ctx context.Context, args []string, out io.Writer) error {
 			hs, err := m.Holders(ctx)
 			return holderList(hs, "hold"), err
 		},
+		held: func(ctx context.Context) (bool, error) {
+			n, err := m.HoldCount(ctx)
+			return n > 0, err
+		},
 	})
 }

@@ -1,16 +1,22 @@
 // Command redisync runs a command under a distributed lock, a permit of a
 // semaphore or a leadership, inspects live locks, and runs a demo.
 //
-//	redisync lock      [conn] [-wait D] [-lease D] [-grace D] [-fence] [-conflict-exit-code N] NAME -- CMD [ARGS...]
-//	redisync semaphore [conn] -permits N [-n K] [-wait D] [-lease D] [-grace D] NAME -- CMD [ARGS...]
-//	redisync elect     [conn] [-value V] [-wait D] [-lease D] [-grace D] NAME -- CMD [ARGS...]
+//	redisync lock      [conn] [-wait D] [-lease D] [-grace D] [-fence] [-conflict-exit-code N] [-v] NAME -- CMD [ARGS...]
+//	redisync semaphore [conn] -permits N [-n K] [-wait D] [-lease D] [-grace D] [-conflict-exit-code N] [-v] NAME -- CMD [ARGS...]
+//	redisync semaphore [conn] -permits N -set NAME
+//	redisync elect     [conn] [-value V] [-wait D] [-lease D] [-grace D] [-conflict-exit-code N] [-v] NAME -- CMD [ARGS...]
 //	redisync inspect   [conn] NAME...
+//	redisync version
 //	redisync demo      [-redis host:port] [-servers 20] [-budget 10000]
 //	conn: -url URL (or $REDIS_URL) | -redis host:port | -cluster a,b,c | -sentinel MASTER@a,b
 //
 // Lock, semaphore and elect run CMD as a child for as long as the hold
-// lasts, and exit with its status; "redisync help" says the rest (exit
-// statuses, the child's environment and signals, examples).
+// lasts, and exit with its status. On Unix, CMD runs in a process group of
+// its own under a supervising redisync process (the same binary, started
+// with a first argument of its own), and the hold covers every process of
+// that group: they all end when redisync ends, is killed, or loses the
+// hold; "redisync help" says the rest (exit statuses, the child's
+// environment, signals and job control, examples).
 //
 // Inspect reads a Redis Cluster when -cluster names some of its nodes, or
 // when -redis names one of them: each name is read on the master of its
@@ -30,6 +36,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == superviseArg {
+		os.Exit(superviseMain(os.Args[2:]))
+	}
 	redis.SetLogger(quiet{}) // redisync says what failed, once, on its own line
 	err := run(context.Background(), os.Args[1:], os.Stdout)
 	code, say := exitCode(err)
@@ -73,6 +82,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			return &exitError{code: exitUsage, err: err}
 		}
 		return inspect(ctx, out, conn, fs.Args())
+	case "version":
+		if len(args) > 1 {
+			return usageErr("version takes no arguments")
+		}
+		return versionCmd(out)
 	case "-h", "-help", "--help", "help":
 		usage(out)
 		return nil

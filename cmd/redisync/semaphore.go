@@ -30,7 +30,14 @@ func semaphoreCmd(ctx context.Context, args []string, out io.Writer) error {
 	h.register(fs)
 	permits := fs.Int("permits", 0, "the semaphore's total of permits (required)")
 	n := fs.Int("n", 1, "permits to hold while the command runs")
-	if err := h.parse(fs, args); err != nil {
+	set := fs.Bool("set", false, "set the semaphore's total to -permits and exit, with NAME and no command (permits held stay held)")
+	if err := h.parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *set {
+		return setTotal(ctx, fs, h.conn, *permits, out)
+	}
+	if err := h.parseCommand(fs); err != nil {
 		return err
 	}
 	switch {
@@ -69,7 +76,68 @@ func semaphoreCmd(ctx context.Context, args []string, out io.Writer) error {
 			hs, err := s.Holders(ctx)
 			return holderList(hs, "permits"), err
 		},
+		held: func(ctx context.Context) (bool, error) {
+			hs, err := s.Holders(ctx)
+			for _, x := range hs {
+				if x.ClientID == c.ID() && x.Count >= *n {
+					return true, err
+				}
+			}
+			return false, err
+		},
 	})
+}
+
+// setTotal is "redisync semaphore [conn] -permits N -set NAME": the
+// semaphore's total becomes N (0 to stop new acquisitions), with the
+// library's SetPermits, which wakes as many waiters as permits are free.
+// Permits held stay held. It says the total before and after.
+func setTotal(ctx context.Context, fs *flag.FlagSet, conn connFlags, permits int, out io.Writer) error {
+	given := false
+	var others []string
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "permits":
+			given = true
+		case "set", "v", "url", "redis", "cluster", "sentinel":
+		default:
+			others = append(others, "-"+f.Name)
+		}
+	})
+	rest := fs.Args()
+	switch {
+	case !given || permits < 0:
+		return usageErr("-set needs -permits N (N >= 0): the new total")
+	case len(others) > 0:
+		return usageErr("-set takes -permits, NAME and the connection flags, not %v", others)
+	case len(rest) != 1 || rest[0] == "" || rest[0] == "--":
+		return usageErr("-set takes one NAME and no command: redisync semaphore -permits N -set NAME")
+	}
+	name := rest[0]
+	rdb, err := conn.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	c, err := redisync.New(rdb)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, defaultCheck)
+	defer cancel()
+	was := "never set"
+	switch old, err := rdb.HGet(ctx, name, "permits").Result(); {
+	case err == nil:
+		was = old
+	case !errors.Is(err, redis.Nil):
+		return fmt.Errorf("semaphore %q: read its total: %w", name, err)
+	}
+	if err := c.Semaphore(name).SetPermits(ctx, permits); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "semaphore %q: %d permits (was %s)\n", name, permits, was)
+	return nil
 }
 
 // agree sets the semaphore's total to permits if it was never set, and
@@ -87,7 +155,7 @@ func agree(ctx context.Context, rdb redis.UniversalClient, s *redisync.Semaphore
 	case err != nil:
 		return fmt.Errorf("semaphore %q: read its total: %w", s.Name(), err)
 	case total != permits:
-		return fmt.Errorf("semaphore %q has %d permits in Redis, not %d (-permits): give -permits %d, or change the total on purpose (the library's SetPermits)",
+		return fmt.Errorf("semaphore %q has %d permits in Redis, not %d (-permits): give -permits %d, or change the total on purpose (redisync semaphore -permits N -set NAME)",
 			s.Name(), total, permits, total)
 	}
 	return nil

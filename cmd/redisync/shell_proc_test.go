@@ -89,18 +89,31 @@ func (sh *shell) args(cmd string, rest ...string) []string {
 	return append(append([]string{cmd}, sh.conn()...), rest...)
 }
 
-// buildShell builds redisync into a temporary directory, once for the
-// tests that run it, and starts their redis-server.
+// buildShell returns the redisync built for the tests that run it (built
+// once per run of the package), and starts their redis-server.
 func buildShell(t *testing.T) *shell {
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("no go command to build redisync with: %v", err)
+	t.Helper()
+	built.once.Do(func() {
+		gobin, err := exec.LookPath("go")
+		if err != nil {
+			built.err = fmt.Errorf("no go command to build redisync with: %v", err)
+			return
+		}
+		if built.dir, err = os.MkdirTemp("", "redisync-bin-"); err != nil {
+			built.err = err
+			return
+		}
+		bin := filepath.Join(built.dir, "redisync")
+		if out, err := exec.Command(gobin, "build", "-o", bin, ".").CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("go build: %v\n%s", err, out)
+			return
+		}
+		built.bin = bin
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
 	}
-	bin := filepath.Join(t.TempDir(), "redisync")
-	if out, err := exec.Command(gobin, "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return &shell{bin: bin, srv: redistest.Start(t)}
+	return &shell{bin: built.bin, srv: redistest.Start(t)}
 }
 
 // waitFile waits up to d for path to have at least n lines and returns them.
