@@ -160,7 +160,7 @@ type HoldEvent struct {
 type RenewalEvent struct {
 	Holds      int           // leases the round renewed or tried to
 	RoundTrips int           // pipelines it sent
-	Lost       int           // holds Redis no longer had
+	Lost       int           // holds Redis no longer had while they were live (not those released while the round was in flight)
 	Failed     int           // renewals that failed otherwise (retried until the deadline)
 	Took       time.Duration // how long the round took
 }
