@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Makes every extra (extra/*/go.mod) require the core at a commit of main:
+# Makes every extra that requires the core (extra/*/go.mod) require it at a
+# commit of main:
 #   bash scripts/bump-extras.sh [COMMIT]     (default: main)
 # It writes the commit's pseudo-version, v0.0.0-<commit time, UTC>-<12 hex>
 # (no tag is in the history, so the base is v0.0.0), with `go mod edit`:
@@ -16,6 +17,9 @@ if [[ -n $(git tag --merged "$commit" 'v*') ]]; then
 fi
 version=v0.0.0-$(TZ=UTC git show -s --format=%cd --date=format-local:%Y%m%d%H%M%S "$commit")-${commit:0:12}
 for gomod in extra/*/go.mod; do
+	if ! go mod edit -json "$gomod" | grep -q '"Path": "github.com/redisync-go/redisync"'; then
+		continue # an extra that does not require the core (extra/redisyncvet)
+	fi
 	go mod edit -require="github.com/redisync-go/redisync@$version" "$gomod"
 	echo "bump-extras: ${gomod%/go.mod} requires github.com/redisync-go/redisync $version"
 done
