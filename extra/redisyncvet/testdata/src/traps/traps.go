@@ -87,7 +87,7 @@ func discarded(ctx context.Context, c *redisync.Client) error {
 	defer m.Unlock(ctx) // want `m.Unlock is given ctx, which is not the hold's context: .* give it the context the lock's acquisition returned`
 
 	rw := c.RWMutex("rw")
-	rw.TryRLock(ctx) // want `the hold's context that rw.TryRLock returns is discarded: .* RUnlock with another context`
+	rw.TryRLock(ctx)                    // want `the hold's context that rw.TryRLock returns is discarded: .* RUnlock with another context`
 	go c.Semaphore("s").Acquire(ctx, 1) // want `the hold's context that c.Semaphore\("s"\).Acquire returns is discarded: .* Release with another context`
 	var e *redisync.Election
 	_, _ = e.TryCampaignFor(ctx, "me", time.Second) // want `the hold's context that e.TryCampaignFor returns is discarded: .* Resign with another`
