@@ -65,6 +65,11 @@ func hashHolders(ctx context.Context, c *Client, key string) ([]Holder, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseHashHolders(v)
+}
+
+// parseHashHolders reads lua.Holders's reply.
+func parseHashHolders(v []any) ([]Holder, error) {
 	if len(v)%2 != 1 {
 		return nil, fmt.Errorf("redisync: unexpected reply %v", v)
 	}

@@ -1,6 +1,7 @@
 package holds
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -17,7 +18,21 @@ type Spec struct {
 
 	Parts  bool        // a hold is on several locks (see lease.Hold.Parts)
 	Covers []lease.Ref // those locks (see lease.Hold.Covers)
+
+	// Busy, when set, says who holds the lock, for the error of a wait
+	// that ended while it was busy (see Acquisition.explain).
+	Busy Busy
 }
+
+// Busy describes who holds a lock now ("held by ..."), in one read of
+// it; "" when it cannot tell.
+type Busy interface {
+	Busy(ctx context.Context) string
+}
+
+// BusyReadTimeout bounds the read of a busy lock's holders after its wait
+// ended (the caller's context or wait bound has ended already).
+const BusyReadTimeout = 500 * time.Millisecond
 
 // LeaseText describes a lease for an error message.
 func LeaseText(d time.Duration, renewed bool) string {
