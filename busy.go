@@ -40,6 +40,9 @@ func (b *rwBusy) Busy(ctx context.Context) string {
 
 func (b *semBusy) Busy(ctx context.Context) string {
 	hs, err := (*Semaphore)(b).Holders(ctx)
+	if err == nil && len(hs) == 0 {
+		return "" // no permit held: too few permits (or never set, which the error says)
+	}
 	return busyText(hs, err, "permit", false)
 }
 
