@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/redisync-go/redisync/lua"
 )
 
 // A wait that ends while its lock is busy (its context's deadline, a
@@ -48,19 +46,14 @@ func (b *semBusy) Busy(ctx context.Context) string {
 
 func (b *multiBusy) Busy(ctx context.Context) string {
 	m := (*MultiLock)(b)
-	calls := make([]call, len(m.names))
-	for i, n := range m.names {
-		calls[i] = script(lua.Holders, []string{n})
+	byName, err := m.holders(ctx)
+	if err != nil {
+		return busyText(nil, err, "hold", false)
 	}
 	var parts []string
-	for i, r := range m.c.tr.DoAll(ctx, calls) {
-		v, err := r.Slice()
-		var hs []Holder
-		if err == nil {
-			hs, err = parseHashHolders(v)
-		}
-		if err != nil || len(hs) > 0 {
-			parts = append(parts, strconv.Quote(m.names[i])+" "+busyText(hs, err, "hold", false))
+	for _, n := range m.names {
+		if hs := byName[n]; len(hs) > 0 {
+			parts = append(parts, strconv.Quote(n)+" "+busyText(hs, nil, "hold", false))
 		}
 	}
 	if len(parts) == 0 {
