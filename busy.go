@@ -12,6 +12,9 @@ import (
 // cancellation, TryLockFor's bound) says who holds the lock and the lease
 // left, in one more read made only then (holds.Spec.Busy): the types below
 // give each primitive's spec that read without an allocation per handle.
+// The read is bounded by busyReadTimeout: the wait has ended, and a Redis
+// that has gone silent meanwhile delays its answer by that much at most;
+// a read that fails or does not answer in time adds nothing to the error.
 type (
 	mutexBusy    Mutex
 	fairBusy     FairMutex
@@ -21,24 +24,45 @@ type (
 	electionBusy Election
 )
 
+// busyReadTimeout bounds the read of a busy lock's holders once its wait
+// has ended (Client.busyRead overrides it).
+const busyReadTimeout = 50 * time.Millisecond
+
+// busyCtx bounds a busy read of c's.
+func busyCtx(ctx context.Context, c *Client) (context.Context, context.CancelFunc) {
+	d := busyReadTimeout
+	if c.busyRead > 0 {
+		d = c.busyRead
+	}
+	return context.WithTimeout(ctx, d)
+}
+
 func (b *mutexBusy) Busy(ctx context.Context) string {
+	ctx, cancel := busyCtx(ctx, b.c)
+	defer cancel()
 	hs, err := (*Mutex)(b).Holders(ctx)
 	return busyText(hs, err, "hold", false)
 }
 
 func (b *fairBusy) Busy(ctx context.Context) string {
+	ctx, cancel := busyCtx(ctx, b.c)
+	defer cancel()
 	hs, err := (*FairMutex)(b).Holders(ctx)
 	return busyText(hs, err, "hold", false)
 }
 
 func (b *rwBusy) Busy(ctx context.Context) string {
+	ctx, cancel := busyCtx(ctx, b.c)
+	defer cancel()
 	hs, err := (*RWMutex)(b).Holders(ctx)
 	return busyText(hs, err, "hold", true)
 }
 
 func (b *semBusy) Busy(ctx context.Context) string {
+	ctx, cancel := busyCtx(ctx, b.c)
+	defer cancel()
 	hs, err := (*Semaphore)(b).Holders(ctx)
-	if err == nil && len(hs) == 0 {
+	if len(hs) == 0 {
 		return "" // no permit held: too few permits (or never set, which the error says)
 	}
 	return busyText(hs, err, "permit", false)
@@ -46,9 +70,11 @@ func (b *semBusy) Busy(ctx context.Context) string {
 
 func (b *multiBusy) Busy(ctx context.Context) string {
 	m := (*MultiLock)(b)
+	ctx, cancel := busyCtx(ctx, m.c)
+	defer cancel()
 	byName, err := m.holders(ctx)
 	if err != nil {
-		return busyText(nil, err, "hold", false)
+		return ""
 	}
 	var parts []string
 	for _, n := range m.names {
@@ -63,10 +89,12 @@ func (b *multiBusy) Busy(ctx context.Context) string {
 }
 
 func (b *electionBusy) Busy(ctx context.Context) string {
+	ctx, cancel := busyCtx(ctx, b.c)
+	defer cancel()
 	st, err := (*Election)(b).read(ctx)
 	switch {
 	case err != nil:
-		return "cannot tell who leads: " + err.Error()
+		return ""
 	case st.Term == 0:
 		return "nobody leads now: the leadership ended meanwhile"
 	}
@@ -77,12 +105,12 @@ func (b *electionBusy) Busy(ctx context.Context) string {
 // others.
 const busyShown = 3
 
-// busyText describes hs, who holds a lock (err: why that could not be
-// read), for the error of a wait that ended while it was busy; unit is
+// busyText describes hs, who holds a lock, for the error of a wait that
+// ended while it was busy ("" when they could not be read: err); unit is
 // what Holder.Count counts; rw says which holds write and which read.
 func busyText(hs []Holder, err error, unit string, rw bool) string {
 	if err != nil {
-		return "cannot tell who holds it: " + strings.TrimPrefix(err.Error(), "redisync: ")
+		return ""
 	}
 	if len(hs) == 0 {
 		return "no holder now: it was freed meanwhile"

@@ -21,6 +21,7 @@ func TestWaitOnBusyLockNamesItsHolder(t *testing.T) {
 	forEachEnvKind(t, func(t *testing.T, e *testEnv, k apiKind, name string) {
 		bg := context.Background()
 		holder, waiter := e.client(t), e.client(t)
+		waiter.busyRead = 5 * time.Second // the read is what is checked, not its speed on a busy machine
 		k.setup(t, holder, name)
 		hctx, err := k.rival(t, holder, name).lock(bg)
 		require.NoError(t, err)
@@ -80,13 +81,15 @@ func TestCampaignOnLedElectionNamesTheLeader(t *testing.T) {
 		term, _ := leader.Term(lctx)
 		ctx, cancel := context.WithTimeout(bg, 150*time.Millisecond)
 		defer cancel()
-		_, err = e.client(t).Election("busy-elect").Campaign(ctx, "node-b")
+		candidate := e.client(t)
+		candidate.busyRead = 5 * time.Second // the read is what is checked, not its speed on a busy machine
+		_, err = candidate.Election("busy-elect").Campaign(ctx, "node-b")
 		require.Error(t, err)
 		t.Logf("%v", err)
 		assert.ErrorIs(t, err, context.DeadlineExceeded)
 		assert.Contains(t, err.Error(), `led by "node-a" (term `)
 		assert.Contains(t, err.Error(), " left)")
-		_, err = e.client(t).Election("busy-elect").TryCampaignFor(bg, "node-b", 100*time.Millisecond)
+		_, err = candidate.Election("busy-elect").TryCampaignFor(bg, "node-b", 100*time.Millisecond)
 		require.ErrorIs(t, err, ErrNotAcquired)
 		assert.Contains(t, err.Error(), `led by "node-a"`)
 		assert.Greater(t, term, int64(0))
@@ -108,5 +111,5 @@ func TestBusyText(t *testing.T) {
 		busyText(hs, nil, "hold", true))
 	assert.Equal(t, "held by client b (2 permits, no lease: its key has no expiry)", busyText(hs[1:2], nil, "permit", false))
 	assert.Equal(t, "no holder now: it was freed meanwhile", busyText(nil, nil, "hold", false))
-	assert.Equal(t, "cannot tell who holds it: boom", busyText(nil, errors.New("redisync: boom"), "hold", false))
+	assert.Equal(t, "", busyText(nil, errors.New("redisync: boom"), "hold", false), "a read that failed adds nothing")
 }

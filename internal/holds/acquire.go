@@ -338,10 +338,7 @@ func (a *Acquisition) explain(err error) error {
 		return fmt.Errorf("%w (the last attempt had no reply within %v)", err, a.unsent.Round(time.Millisecond))
 	}
 	if a.wait && a.Spec.Busy != nil && (errors.Is(err, errs.NotAcquired) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(a.told), BusyReadTimeout)
-		who := a.Spec.Busy.Busy(ctx)
-		cancel()
-		if who != "" {
+		if who := a.Spec.Busy.Busy(context.WithoutCancel(a.told)); who != "" {
 			return fmt.Errorf("%w (%s)", err, who)
 		}
 	}

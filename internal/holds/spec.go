@@ -25,14 +25,11 @@ type Spec struct {
 }
 
 // Busy describes who holds a lock now ("held by ..."), in one read of
-// it; "" when it cannot tell.
+// it, which it bounds itself, short: the wait it explains has ended, and
+// its caller waits for the answer. "" when it cannot tell in time.
 type Busy interface {
 	Busy(ctx context.Context) string
 }
-
-// BusyReadTimeout bounds the read of a busy lock's holders after its wait
-// ended (the caller's context or wait bound has ended already).
-const BusyReadTimeout = 500 * time.Millisecond
 
 // LeaseText describes a lease for an error message.
 func LeaseText(d time.Duration, renewed bool) string {
