@@ -17,8 +17,8 @@ type wrongTypeCall struct {
 }
 
 func ctxErr(_ context.Context, err error) error { return err }
-func boolErr(_ bool, err error) error          { return err }
-func intErr[T any](_ T, err error) error       { return err }
+func boolErr(_ bool, err error) error           { return err }
+func intErr[T any](_ T, err error) error        { return err }
 
 // mutexCalls are the calls of a Mutex (or, with fair, a FairMutex) on name.
 func lockCalls(c *Client, name string) []wrongTypeCall {
