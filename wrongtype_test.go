@@ -20,7 +20,7 @@ func ctxErr(_ context.Context, err error) error { return err }
 func boolErr(_ bool, err error) error           { return err }
 func intErr[T any](_ T, err error) error        { return err }
 
-// mutexCalls are the calls of a Mutex (or, with fair, a FairMutex) on name.
+// lockCalls are the calls of a Mutex, a FairMutex and an RWMutex on name.
 func lockCalls(c *Client, name string) []wrongTypeCall {
 	m, f, r := c.Mutex(name), c.FairMutex(name), c.RWMutex(name)
 	return []wrongTypeCall{
