@@ -824,14 +824,16 @@ func TestAPIRefusalErrorText(t *testing.T) {
 
 var scriptSHA = regexp.MustCompile(`[0-9a-f]{40}`)
 
-// assertWrongType checks an error about a key of another type: it names the
-// key and says WRONGTYPE, without Redis's script details.
+// assertWrongType checks an error about a key of another type: it matches
+// ErrWrongType, names the key and says WRONGTYPE, without Redis's script
+// details.
 func assertWrongType(t *testing.T, err error, key, what string) {
 	t.Helper()
 	if !assert.Error(t, err, what) {
 		return
 	}
 	msg := err.Error()
+	assert.ErrorIs(t, err, ErrWrongType, what)
 	assert.Contains(t, msg, "WRONGTYPE", what)
 	assert.Contains(t, msg, fmt.Sprintf("%q", key), what)
 	assert.NotContains(t, msg, "user_script", what)

@@ -55,6 +55,10 @@ type Client struct {
 	// memory, for tests of the handoff script (which a run's last
 	// handoff, a fenced lock, WithReplicaAck and WithLease use).
 	scriptHandoff bool
+	// busyRead bounds the read that names a busy lock's holder in the
+	// error of a wait that ended (busy.go); 0: busyReadTimeout. Tests
+	// on a loaded machine widen it.
+	busyRead time.Duration
 }
 
 // Option configures a Client.

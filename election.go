@@ -91,6 +91,7 @@ func (c *Client) Election(name string, opts ...ElectionOption) *Election {
 	}
 	e.err = e.spec.Wrap(err)
 	e.spec.Ref = lease.Ref{Owner: c, Kind: string(KindElection), Name: name}
+	e.spec.Busy = (*electionBusy)(e)
 	e.spec.Fenced = true // terms are its tokens
 	e.spec.Lease, e.spec.Renewed = lc.leaseOf(c)
 	return e

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redisync-go/redisync/internal/errs"
 	"github.com/redisync-go/redisync/internal/lease"
 )
@@ -44,6 +46,13 @@ var (
 	// took) or was still on its way when the call's context ended. It
 	// also matches the error a renewal logs when it was not acknowledged.
 	ErrNotReplicated = errs.NotReplicated
+
+	// ErrWrongType is wrapped by the error of a call on a lock whose key
+	// holds a value of another type, or another kind of lock (Redis's
+	// WRONGTYPE): a string a peer library such as redislock wrote, a
+	// Semaphore's hash under a Mutex's name. The value is left as it was;
+	// the error names the key, and also wraps Redis's reply.
+	ErrWrongType = errs.WrongType
 )
 
 // lockError is an error about one named lock, latch or semaphore.
@@ -85,7 +94,7 @@ func wrapLabelled(c *Client, what, name, label string, layout ...keyType) func(e
 		if errors.As(err, &le) && le.name == name {
 			return err
 		}
-		if lease.IsGone(err) && c != nil {
+		if isWrongType(err) && c != nil {
 			err = wrongType(c, err, layout)
 		}
 		return &lockError{what: what, name: name, label: label, err: err}
@@ -94,8 +103,8 @@ func wrapLabelled(c *Client, what, name, label string, layout ...keyType) func(e
 
 // wrongTypeError replaces Redis's WRONGTYPE reply to a script, whose text
 // carries the script's SHA and line, with one that says which keys the
-// lock uses: one of them holds a value of another type. It unwraps to
-// Redis's reply.
+// lock uses: one of them holds a value of another type. It matches
+// ErrWrongType and unwraps to Redis's reply.
 type wrongTypeError struct {
 	keys []string
 	err  error
@@ -108,7 +117,19 @@ func (e *wrongTypeError) Error() string {
 	return fmt.Sprintf("one of its keys %q holds a value of another type, or another kind of lock (WRONGTYPE)", e.keys)
 }
 
-func (e *wrongTypeError) Unwrap() error { return e.err }
+func (e *wrongTypeError) Unwrap() []error { return []error{errs.WrongType, e.err} }
+
+// isWrongType reports whether err is Redis's WRONGTYPE reply: a command's,
+// a script's (redis.call's error, or one of redisync's scripts refusing
+// another kind of lock), or miniredis's words for a script's ("ERR Error
+// compiling script ...: WRONGTYPE ...").
+func isWrongType(err error) bool {
+	if lease.IsGone(err) {
+		return true
+	}
+	var re redis.Error
+	return errors.As(err, &re) && strings.HasPrefix(err.Error(), "ERR ") && strings.Contains(err.Error(), ": WRONGTYPE ")
+}
 
 // wrongType finds which of layout's keys hold a value of another type (an
 // error path, so a few TYPE commands are affordable).

@@ -51,3 +51,22 @@ func ExampleMultiLock_ForceUnlock() {
 	// holds: 1 - lease left within 30s: true
 	// freed: true - locked: false - the hold's context: context canceled
 }
+
+// A MultiLock's Holders says who holds each of its names: here a Mutex of
+// another process holds one of them, so the MultiLock waits.
+func ExampleMultiLock_Holders() {
+	c, done := exampleClient()
+	defer done()
+	ctx := context.Background()
+	lctx, _ := c.Mutex("account:2").Lock(ctx) // another part of the program
+	defer c.Mutex("account:2").Unlock(lctx)
+
+	transfer := c.MultiLock([]string{"account:1", "account:2"})
+	byName, _ := transfer.Holders(ctx)
+	for _, name := range transfer.Names() {
+		fmt.Printf("%s: %d holder(s)\n", name, len(byName[name]))
+	}
+	// Output:
+	// account:1: 0 holder(s)
+	// account:2: 1 holder(s)
+}

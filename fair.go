@@ -94,6 +94,7 @@ func (c *Client) FairMutex(name string, opts ...FairOption) *FairMutex {
 	}
 	f.err = f.spec.Wrap(err)
 	f.spec.Ref = lease.Ref{Owner: c, Kind: string(KindFairMutex), Name: name}
+	f.spec.Busy = (*fairBusy)(f)
 	f.spec.Lease, f.spec.Renewed = lc.leaseOf(c)
 	if lc.waiter > 0 {
 		f.waiter = lc.waiter

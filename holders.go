@@ -65,6 +65,11 @@ func hashHolders(ctx context.Context, c *Client, key string) ([]Holder, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseHashHolders(v)
+}
+
+// parseHashHolders reads lua.Holders's reply.
+func parseHashHolders(v []any) ([]Holder, error) {
 	if len(v)%2 != 1 {
 		return nil, fmt.Errorf("redisync: unexpected reply %v", v)
 	}
@@ -127,6 +132,42 @@ func (r *RWMutex) Holders(ctx context.Context) ([]Holder, error) {
 		hs = append(hs, h)
 	}
 	return sortHolders(hs), nil
+}
+
+// Holders lists who holds each of the MultiLock's names, as Redis has it:
+// every name maps to its holders as Mutex.Holders lists them (none when
+// that name is free), read in one batch, each name's in one read. A hold
+// of the MultiLock is listed under each name, with the same owner; a
+// Mutex (or a Redisson RLock) that holds one of the names is listed under
+// it. A name whose key holds another type (another kind of lock) is
+// refused, naming it (ErrWrongType).
+func (m *MultiLock) Holders(ctx context.Context) (map[string][]Holder, error) {
+	if err := m.check(ctx); err != nil {
+		return nil, err
+	}
+	hs, err := m.holders(ctx)
+	return hs, m.wrap(err)
+}
+
+// holders reads the holders of every name.
+func (m *MultiLock) holders(ctx context.Context) (map[string][]Holder, error) {
+	calls := make([]call, len(m.names))
+	for i, n := range m.names {
+		calls[i] = script(lua.Holders, []string{n})
+	}
+	out := make(map[string][]Holder, len(m.names))
+	for i, r := range m.c.tr.DoAll(ctx, calls) {
+		v, err := r.Slice()
+		if err != nil {
+			return nil, err
+		}
+		hs, err := parseHashHolders(v)
+		if err != nil {
+			return nil, err
+		}
+		out[m.names[i]] = hs
+	}
+	return out, nil
 }
 
 // Holders lists the owners of the semaphore's permits, as Redis has them:

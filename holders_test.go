@@ -294,3 +294,64 @@ func TestMultiLockStateOnCluster(t *testing.T) {
 	names := clusterMultiNames(t, cc, 3)
 	multiStateChecks(t, func(opts ...Option) *Client { return newClient(t, cl.Client(t), opts...) }, names)
 }
+
+// MultiLock.Holders maps each name to its holders as Mutex.Holders lists
+// them: none while free; the MultiLock's hold under every name, with its
+// re-entries; a Mutex holding one name under that name only. A name of
+// another type is refused (ErrWrongType), and a bad handle says so.
+func TestMultiLockHolders(t *testing.T) {
+	forEachEnv(t, func(t *testing.T, e *testEnv) {
+		bg := context.Background()
+		c, other := e.client(t), e.client(t)
+		names := []string{"mh:b", "mh:a", "mh:c"}
+		ml := c.MultiLock(names)
+
+		hs, err := ml.Holders(bg)
+		require.NoError(t, err)
+		assert.Equal(t, map[string][]Holder{"mh:a": {}, "mh:b": {}, "mh:c": {}}, hs, "free")
+
+		lctx, err := ml.Lock(bg)
+		require.NoError(t, err)
+		lctx, err = ml.Lock(lctx) // re-entered
+		require.NoError(t, err)
+		hs, err = ml.Holders(bg)
+		require.NoError(t, err)
+		require.Len(t, hs, 3)
+		owner := ""
+		for _, n := range names {
+			require.Len(t, hs[n], 1, n)
+			h := hs[n][0]
+			assert.Equal(t, c.ID(), h.ClientID, n)
+			assert.Equal(t, 2, h.Count, n)
+			assert.False(t, h.Write)
+			assert.Greater(t, h.Lease, time.Duration(0), n)
+			assert.LessOrEqual(t, h.Lease, DefaultWatchdogTimeout, n)
+			if owner == "" {
+				owner = h.Owner
+			}
+			assert.Equal(t, owner, h.Owner, "one owner under every name")
+		}
+		require.NoError(t, ml.Unlock(lctx))
+		require.NoError(t, ml.Unlock(lctx))
+
+		mctx, err := other.Mutex("mh:c").Lock(bg)
+		require.NoError(t, err)
+		hs, err = ml.Holders(bg)
+		require.NoError(t, err)
+		assert.Empty(t, hs["mh:a"])
+		assert.Empty(t, hs["mh:b"])
+		require.Len(t, hs["mh:c"], 1)
+		assert.Equal(t, other.ID(), hs["mh:c"][0].ClientID)
+		assert.Equal(t, 1, hs["mh:c"][0].Count)
+		require.NoError(t, other.Mutex("mh:c").Unlock(mctx))
+
+		require.NoError(t, e.rdb(t).Set(bg, "mh:b", "x", 0).Err())
+		_, err = ml.Holders(bg)
+		assert.ErrorIs(t, err, ErrWrongType)
+		assert.ErrorContains(t, err, `"mh:b"`)
+		_, err = c.MultiLock(nil).Holders(bg)
+		assert.ErrorIs(t, err, ErrInvalid)
+		_, err = (*MultiLock)(nil).Holders(bg)
+		assert.ErrorIs(t, err, ErrInvalid)
+	})
+}

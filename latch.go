@@ -94,7 +94,8 @@ func (l *CountDownLatch) wrap(err error) error { return wrapOr(l.wrapf, err) }
 // TrySetCount starts the latch counting down from n (n > 0), a new round,
 // unless it is already counting, reporting whether it did. A latch whose
 // round ended may be set again at once: the waiters of the ended round are
-// released all the same.
+// released all the same. A name that holds a value of another type is
+// refused (ErrWrongType) and kept.
 func (l *CountDownLatch) TrySetCount(ctx context.Context, n int64) (bool, error) {
 	if err := l.check(ctx); err != nil {
 		return false, err

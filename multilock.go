@@ -94,6 +94,7 @@ func (c *Client) MultiLock(names []string, opts ...MultiLockOption) *MultiLock {
 	}
 	m.err = m.spec.Wrap(err)
 	m.spec.Ref = lease.Ref{Owner: c, Kind: string(KindMultiLock), Name: ref}
+	m.spec.Busy = (*multiBusy)(m)
 	m.spec.Parts = true
 	for _, n := range sorted {
 		m.spec.Covers = append(m.spec.Covers, lease.Ref{Owner: c, Kind: string(KindMutex), Name: n})

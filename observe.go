@@ -58,10 +58,16 @@ type Observer struct {
 	// a context that had already ended).
 	AcquireFailed func(ctx context.Context, e HoldEvent)
 	// Released is called when a hold ends without losing its lease: its
-	// last release, the end of the context it was taken with, Close.
+	// last release, the end of the context it was taken with, Close. A
+	// last release is told once Redis has answered it (before the call
+	// returns), so that what is told agrees with what it returns.
 	Released func(ctx context.Context, e HoldEvent)
 	// LeaseLost is called when a hold ends because its lease was lost, or
-	// could no longer be trusted, or was taken by ForceUnlock.
+	// could no longer be trusted, or was taken by ForceUnlock; and
+	// whenever a release (Unlock, RUnlock, Release, Resign, a MultiLock's
+	// Unlock) returns ErrLeaseLost because it found the hold gone in
+	// Redis (a restart without persistence, a ForceUnlock elsewhere, a
+	// deleted key); Cause matches ErrLeaseLost.
 	LeaseLost func(ctx context.Context, e HoldEvent)
 	// Renewed is called after each round of the watchdog. Rounds of
 	// different leases can run at once: it may be called from two
@@ -154,7 +160,7 @@ type HoldEvent struct {
 type RenewalEvent struct {
 	Holds      int           // leases the round renewed or tried to
 	RoundTrips int           // pipelines it sent
-	Lost       int           // holds Redis no longer had
+	Lost       int           // holds Redis no longer had while they were live (not those released while the round was in flight)
 	Failed     int           // renewals that failed otherwise (retried until the deadline)
 	Took       time.Duration // how long the round took
 }

@@ -70,6 +70,7 @@ func (c *Client) Mutex(name string, opts ...MutexOption) *Mutex {
 	}
 	m.err = m.spec.Wrap(err)
 	m.spec.Ref = lease.Ref{Owner: c, Kind: string(KindMutex), Name: name}
+	m.spec.Busy = (*mutexBusy)(m)
 	m.spec.Lease, m.spec.Renewed = lc.leaseOf(c)
 	m.keys = []string{name}
 	m.fkeys = m.keys
@@ -95,7 +96,11 @@ func (m *Mutex) wrap(err error) error { return wrapOr(m.spec.Wrap, err) }
 // Lock acquires the lock, waiting until it is free or ctx ends (then it
 // returns an error that wraps ctx's error and names the lock, and, when
 // Redis had not answered the wait's latest attempts, wraps the last error
-// they met and says how long the last one had no reply).
+// they met and says how long the last one had no reply; when Redis
+// answered them, the lock was busy, and the error says who holds it: the
+// holder's Client.ID and the lease left, read once more then). Every wait
+// of the package ends so (TryLockFor's, an RLock's, an Acquire's, a
+// Campaign's, ...); TryLock, which does not wait, reads nothing more.
 //
 // It returns the hold's context, derived from ctx: pass it down, and a
 // nested Lock of this lock with it (or with a context derived from it)

@@ -100,6 +100,7 @@ func (c *Client) RWMutex(name string, opts ...RWOption) *RWMutex {
 	}
 	r.rspec = holds.Spec{Ref: lease.Ref{Owner: c, Kind: string(KindRWRead), Name: name}, Lease: d, Renewed: renewed, Wrap: wrap}
 	r.wspec = holds.Spec{Ref: lease.Ref{Owner: c, Kind: string(KindRWWrite), Name: name}, Lease: d, Renewed: renewed, Fenced: r.fence != "", Wrap: wrap}
+	r.rspec.Busy, r.wspec.Busy = (*rwBusy)(r), (*rwBusy)(r)
 	return r
 }
 

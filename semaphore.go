@@ -96,6 +96,7 @@ func (c *Client) Semaphore(name string, opts ...SemaphoreOption) *Semaphore {
 	}
 	s.err = s.spec.Wrap(err)
 	s.spec.Ref = lease.Ref{Owner: c, Kind: string(KindSemaphore), Name: name}
+	s.spec.Busy = (*semBusy)(s)
 	s.spec.Lease, s.spec.Renewed = lc.leaseOf(c)
 	s.permits = lc.permits
 	return s

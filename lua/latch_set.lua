@@ -5,11 +5,13 @@
 -- ARGV[1]  the count, > 0
 -- ARGV[2]  the new round's identity, unique to this call
 --
--- Returns 1 when the round began, 0 when the latch was already counting (or
--- its name holds another key: nothing changed). A round key of another type
--- fails with WRONGTYPE and is kept.
-if redis.call('exists', KEYS[1]) == 1 then
+-- Returns 1 when the round began, 0 when the latch was already counting. A
+-- count or round key of another type fails with WRONGTYPE and is kept.
+local c = redis.call('type', KEYS[1])['ok']
+if c == 'string' then
   return 0
+elseif c ~= 'none' then
+  return redis.error_reply('WRONGTYPE key is not a latch')
 end
 local t = redis.call('type', KEYS[2])['ok']
 if t ~= 'none' and t ~= 'string' then

@@ -49,6 +49,12 @@ for mod in extra/*/; do
 	step "test $mod" go -C "$mod" test -race -count=1 -timeout 5m "$@" ./...
 done
 
+# Every module resolves for a user with no replace (the extras' requirement
+# of the core is a commit of HEAD's history), from the repository itself: a
+# clone served by git (url.insteadOf, GOPRIVATE), the other dependencies from
+# the module proxy; a program importing the core and every extra builds.
+step "modules resolve with no replace" bash scripts/check-modules.sh
+
 # The migration guides' code for the peer libraries (```go before blocks)
 # compiles only in the bench module, which requires them: run there, skipped
 # with a note when that module's dependencies cannot be downloaded.

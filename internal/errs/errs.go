@@ -20,6 +20,7 @@ var (
 	Closed        = errors.New("redisync: client closed")
 	Invalid       = errors.New("redisync: invalid argument")
 	NotReplicated = errors.New("redisync: not replicated")
+	WrongType     = errors.New("redisync: wrong type")
 )
 
 // Multi has its own text and matches each of Errs.

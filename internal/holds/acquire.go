@@ -320,9 +320,10 @@ func (a *Acquisition) Finish(err error) error {
 // one that failed (a refused or reset connection, a Redis loading its
 // data), and how long the one the wait ended in had waited for its reply.
 // A wait on an unreachable Redis then reads differently from a wait for a
-// lock that stayed busy, whose attempts Redis answered. The result matches
-// what err matched (the context's error, errs.NotAcquired), and that
-// attempt's error.
+// lock that stayed busy, whose attempts Redis answered: that one says who
+// holds the lock and the lease left (Spec.Busy, one more read, only then).
+// The result matches what err matched (the context's error,
+// errs.NotAcquired), and that attempt's error.
 func (a *Acquisition) explain(err error) error {
 	if err == nil || a.WaitCtx.Err() == nil {
 		return err
@@ -335,6 +336,11 @@ func (a *Acquisition) explain(err error) error {
 		return fmt.Errorf("%w (the last attempt failed: %w)", err, a.last)
 	case noReply:
 		return fmt.Errorf("%w (the last attempt had no reply within %v)", err, a.unsent.Round(time.Millisecond))
+	}
+	if a.wait && a.Spec.Busy != nil && (errors.Is(err, errs.NotAcquired) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		if who := a.Spec.Busy.Busy(context.WithoutCancel(a.told)); who != "" {
+			return fmt.Errorf("%w (%s)", err, who)
+		}
 	}
 	return err
 }

@@ -71,13 +71,24 @@ func (m *Machine) Release(ctx context.Context, s *Spec, n int, send func(ctx con
 		return s.Wrap(fmt.Errorf("%w (release %d, %d held)", errs.NotHeld, n, count))
 	}
 	last := n == count
+	lost := false // a last release that found the hold lost in Redis
 	if last {
 		// Tell everyone sharing the hold before the lock can be free;
 		// renewals stop before the script is sent, so none follows it.
 		// A context that the hold's own end ends (a downgrade's, in
 		// the root's rwlock.go) does not end its release.
 		b.unwatch()
-		m.wd.End(h, lease.EndUnlocked, nil)
+		// The end is told once the reply says how it ended: a hold
+		// Redis had lost is told lost, as the release returns
+		// ErrLeaseLost (see lost below).
+		m.wd.EndUntold(h, lease.EndUnlocked)
+		defer func() {
+			if lost {
+				m.wd.Told(h, lease.EndLost, errs.LeaseLost)
+			} else {
+				m.wd.Told(h, lease.EndUnlocked, nil)
+			}
+		}()
 		if h.Parent.Err() == nil {
 			b.watch(h)
 		}
@@ -110,12 +121,14 @@ func (m *Machine) Release(ctx context.Context, s *Spec, n int, send func(ctx con
 		return s.Wrap(err)
 	case reply == 0:
 		m.Lose(h, true)
+		lost = last
 		return s.Wrap(errs.Lost)
 	case reply == GoneAt && GoneInTime(h):
 		// Redis lost the hold before its deadline (forced elsewhere, its
 		// data lost, a key deleted): the hold has ended, and its owner
 		// learns here that it was not protected until now.
 		m.Lose(h, true)
+		lost = last
 		return s.Wrap(errs.Lost)
 	case reply == 1 && !last:
 		h.Count = count - n

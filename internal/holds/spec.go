@@ -1,6 +1,7 @@
 package holds
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -17,6 +18,17 @@ type Spec struct {
 
 	Parts  bool        // a hold is on several locks (see lease.Hold.Parts)
 	Covers []lease.Ref // those locks (see lease.Hold.Covers)
+
+	// Busy, when set, says who holds the lock, for the error of a wait
+	// that ended while it was busy (see Acquisition.explain).
+	Busy Busy
+}
+
+// Busy describes who holds a lock now ("held by ..."), in one read of
+// it, which it bounds itself, short: the wait it explains has ended, and
+// its caller waits for the answer. "" when it cannot tell in time.
+type Busy interface {
+	Busy(ctx context.Context) string
 }
 
 // LeaseText describes a lease for an error message.

@@ -212,6 +212,24 @@ func (w *Keeper) Extend(h *Hold, sent time.Time) {
 // context is cancelled with cause, before anything else happens. It reports
 // whether this call ended it; only one caller ever gets true.
 func (w *Keeper) End(h *Hold, why EndReason, cause error) bool {
+	if !w.end(h, why, cause) {
+		return false
+	}
+	w.cfg.Ended(h, why, cause)
+	return true
+}
+
+// EndUntold is End without the report of the end (Config.Ended), which the
+// caller makes with Told once it knows how the hold ended: a last release
+// ends its hold before its script is sent, and learns from the reply
+// whether Redis had lost the hold meanwhile.
+func (w *Keeper) EndUntold(h *Hold, why EndReason) bool { return w.end(h, why, nil) }
+
+// Told reports the end of h, which EndUntold ended, as why, with cause.
+func (w *Keeper) Told(h *Hold, why EndReason, cause error) { w.cfg.Ended(h, why, cause) }
+
+// end is End without the report.
+func (w *Keeper) end(h *Hold, why EndReason, cause error) bool {
 	w.mu.Lock()
 	delete(w.holds, h)
 	w.mu.Unlock()
@@ -241,7 +259,6 @@ func (w *Keeper) End(h *Hold, why EndReason, cause error) bool {
 	for _, stop := range stops {
 		stop()
 	}
-	w.cfg.Ended(h, why, cause)
 	return true
 }
 

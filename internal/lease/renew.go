@@ -296,9 +296,16 @@ func (w *Keeper) renewBatch(hs []*Hold, r *Round, failed map[time.Duration]bool)
 		}
 		switch {
 		case gone:
-			r.Lost++
-			if w.End(h, EndLost, w.cfg.Errors.Lost) && h.Parts {
-				w.cfg.GiveBack(h) // a MultiLock: what Redis still keeps of it
+			// Lost counts a hold that was live until now, or ended lost
+			// meanwhile; not one released while the round was in flight
+			// (its release ended it first, and removed it from Redis).
+			if w.End(h, EndLost, w.cfg.Errors.Lost) {
+				r.Lost++
+				if h.Parts {
+					w.cfg.GiveBack(h) // a MultiLock: what Redis still keeps of it
+				}
+			} else if why := h.Reason(); why == EndLost || why == EndForced {
+				r.Lost++
 			}
 		case err == nil:
 			w.Extend(h, sent)
