@@ -297,7 +297,7 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 		if held+n > maxPermits {
 			return false, 0, fmt.Errorf("%w: would hold more than %d permits", ErrInvalid, maxPermits)
 		}
-		r, err := s.c.holds.UnderHold(wctx, wait, h, func(count int) []call { return []call{acquire(h.Field, count)} }, func(r []int64) {
+		r, err := s.c.holds.UnderHold(wctx, wait, h, false, func(count int) []call { return []call{acquire(h.Field, count)} }, func(r []int64) {
 			if r[0] == 1 {
 				_ = s.c.holds.UndoNow(context.Background(), nil, giveBack(h.Field, r[1]))
 			}

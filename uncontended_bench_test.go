@@ -103,11 +103,11 @@ func benchRawPair(b *testing.B, rdb redis.UniversalClient) {
 		}
 	}
 	for b.Loop() {
-		r, err := lua.Lock.EvalSha(ctx, rdb, keys, 30000, "owner:1", 0).Slice()
-		if err != nil || r[0] != int64(1) {
+		r, err := lua.Lock.EvalSha(ctx, rdb, keys, 30000, "owner:1", 0).Int()
+		if err != nil || r != 1 {
 			b.Fatal(r, err)
 		}
-		n, err := lua.Unlock.EvalSha(ctx, rdb, keys, "owner:1", 1, 30000, "publish", "0", "redisync_lock__channel:{bench:pair}:raw").Int()
+		n, err := lua.Unlock.EvalSha(ctx, rdb, keys, "owner:1", 1, 30000, "publish", "0", "redisync_lock__channel:{bench:pair}:raw", "").Int()
 		if err != nil || n != 2 {
 			b.Fatal(n, err)
 		}
@@ -142,11 +142,11 @@ func benchRawAPPair(b *testing.B, rdb *redis.Client, opt *redis.AutoPipelineOpti
 	}
 	const key = "{bench:pair}:fd"
 	for b.Loop() {
-		r, err := do("evalsha", lua.Lock.Hash(), 1, key, 30000, "owner:1", 0).Slice()
-		if err != nil || r[0] != int64(1) {
+		r, err := do("evalsha", lua.Lock.Hash(), 1, key, 30000, "owner:1", 0).Int()
+		if err != nil || r != 1 {
 			b.Fatal(r, err)
 		}
-		n, err := do("evalsha", lua.Unlock.Hash(), 1, key, "owner:1", 1, 30000, "publish", "0", "redisync_lock__channel:{bench:pair}:fd").Int()
+		n, err := do("evalsha", lua.Unlock.Hash(), 1, key, "owner:1", 1, 30000, "publish", "0", "redisync_lock__channel:{bench:pair}:fd", "").Int()
 		if err != nil || n != 2 {
 			b.Fatal(n, err)
 		}
@@ -181,11 +181,11 @@ func benchRawAsidePair(b *testing.B, rdb redis.UniversalClient) {
 		return cmd
 	}
 	for b.Loop() {
-		r, err := do("evalsha", lua.Lock.Hash(), 1, keys[0], 30000, "owner:1", 0).Slice()
-		if err != nil || r[0] != int64(1) {
+		r, err := do("evalsha", lua.Lock.Hash(), 1, keys[0], 30000, "owner:1", 0).Int()
+		if err != nil || r != 1 {
 			b.Fatal(r, err)
 		}
-		n, err := do("evalsha", lua.Unlock.Hash(), 1, keys[0], "owner:1", 1, 30000, "publish", "0", "redisync_lock__channel:{bench:pair}:aside").Int()
+		n, err := do("evalsha", lua.Unlock.Hash(), 1, keys[0], "owner:1", 1, 30000, "publish", "0", "redisync_lock__channel:{bench:pair}:aside", "").Int()
 		if err != nil || n != 2 {
 			b.Fatal(n, err)
 		}

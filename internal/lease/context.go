@@ -63,29 +63,38 @@ func (c *holdCtx) Done() <-chan struct{} {
 }
 
 // Value also serves context.Cause, which reads the cancellation's cause
-// through it. It answers the hold's Ref with the hold itself (a hold's
-// context carries its hold: see HoldIn).
+// through it. It answers holdsKey with itself (a hold's context carries
+// its hold: see HoldIn).
 func (c *holdCtx) Value(key any) any {
 	c.h.Overdue()
-	if r, ok := key.(Ref); ok && r == c.h.Ref {
-		return c.h
+	if _, ok := key.(holdsKey); ok {
+		return c
 	}
 	return c.Context.Value(key)
 }
 
-// HoldIn returns the hold of ref that ctx carries, or nil: ctx's value
-// for ref. A hold's own context (and a re-entry's) answers at once,
-// without boxing ref, as Unlock's lookup of its hold does every time.
+// holdsKey is the key under which a context carries holds: each hold's
+// context answers it with itself, the nearest first (HoldIn goes on below
+// it). One key for every hold, boxed without an allocation, where a key
+// naming the lock (its Ref) would be boxed by every lookup.
+type holdsKey struct{}
+
+// HoldIn returns the hold of ref that ctx carries, or nil: the nearest of
+// the holds' contexts ctx's values lead to whose hold is of ref.
 func HoldIn(ctx context.Context, ref Ref) *Hold {
-	if c, ok := ctx.(*holdCtx); ok {
+	for {
+		c, ok := ctx.(*holdCtx)
+		if !ok {
+			if c, _ = ctx.Value(holdsKey{}).(*holdCtx); c == nil {
+				return nil
+			}
+		}
 		c.h.Overdue()
 		if c.h.Ref == ref {
 			return c.h
 		}
 		ctx = c.Context
 	}
-	h, _ := ctx.Value(ref).(*Hold)
-	return h
 }
 
 func (c *holdCtx) String() string {

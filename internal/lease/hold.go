@@ -26,11 +26,12 @@ const (
 // whatever reason, its context is cancelled first, and then redisync makes
 // sure Redis does not keep it either.
 type Hold struct {
-	Ref     Ref
-	Field   string // the owner's Redis field
-	Scope   any    // the owner's scope it was taken in (redisync's WithOwner); compared only
-	Lease   time.Duration
-	Renewed bool // renewed by the watchdog; false for a fixed lease
+	Ref      Ref
+	Field    string // the owner's Redis field
+	FieldArg any    // Field as a call's argument, boxed once for all the hold's calls
+	Scope    any    // the owner's scope it was taken in (redisync's WithOwner); compared only
+	Lease    time.Duration
+	Renewed  bool // renewed by the watchdog; false for a fixed lease
 	// Renew and release hold one call per Redis slot the hold is on (one
 	// for every primitive but a MultiLock across slots). Each Renew call
 	// returns 1 while held there, 0 once gone: the hold is renewed when
@@ -67,7 +68,8 @@ type Hold struct {
 
 	tmu   sync.Mutex // guards the fields below
 	sent  time.Time  // when the newest script that set the lease was sent
-	at    *clockAt   // the deadline that script set, on the holds' clock (kept after the end)
+	at    int64      // the deadline that script set, on the holds' clock (clockAt.pos; kept after the end)
+	atSet bool       // at is set
 	timer *time.Timer
 	why   EndReason
 	stops []func() bool                      // undone when the hold ends
@@ -83,6 +85,40 @@ type Hold struct {
 	Obs *Observed
 
 	k *Keeper // set by Add
+
+	// args is room for the arguments of the hold's calls (Args).
+	args  [argRoom]any
+	nargs int
+}
+
+// argRoom is how many arguments of its calls a hold keeps in itself: a
+// Mutex's lock attempt, renewal, give-back and release (15), and then
+// some.
+const argRoom = 16
+
+// Arg returns h's field as a call's argument: FieldArg, boxed once, when
+// it has been set.
+func (h *Hold) Arg() any {
+	if h.FieldArg != nil {
+		return h.FieldArg
+	}
+	return h.Field
+}
+
+// Args returns vals as the arguments of a call of h, copied to h's own
+// room while it lasts (no allocation: made once with the hold), else to a
+// new slice. What it returns is never written again: a call that may be
+// sent again keeps it. It is called by whoever owns h's calls: its
+// acquisition before the grant, then whoever holds h.Mu.
+func (h *Hold) Args(vals ...any) []any {
+	n := len(vals)
+	if h.nargs+n > argRoom {
+		return append([]any(nil), vals...)
+	}
+	a := h.args[h.nargs : h.nargs+n : h.nargs+n]
+	copy(a, vals)
+	h.nargs += n
+	return a
 }
 
 // Live reports whether h is Live; a hold whose local deadline has passed is
@@ -162,9 +198,9 @@ func (h *Hold) Ended() (why EndReason, sent time.Time) {
 // held.
 func (h *Hold) InTime() bool {
 	h.tmu.Lock()
-	at := h.at
+	at, set := h.at, h.atSet
 	h.tmu.Unlock()
-	return at != nil && at.since(now()) < 0
+	return set && now().pos()-at < 0
 }
 
 // Left returns how long until h's local deadline passes (0 once it has,

@@ -148,7 +148,7 @@ func (w *Keeper) Add(h *Hold, st Stamp) error {
 	}
 	h.tmu.Lock()
 	h.sent = sent
-	h.at = h.dl.set(Deadline(sent, h.Lease))
+	h.at, h.atSet = h.dl.set(Deadline(sent, h.Lease)), true
 	h.timer = time.AfterFunc(h.dl.left(), func() {
 		if w.End(h, EndLost, w.cfg.Errors.Lost) {
 			w.cfg.GiveBack(h) // Redis may keep it a little longer: give it back
@@ -204,7 +204,7 @@ func (w *Keeper) Extend(h *Hold, sent time.Time) {
 		return
 	}
 	h.sent = sent
-	h.at = h.dl.set(Deadline(sent, h.Lease))
+	h.at, h.atSet = h.dl.set(Deadline(sent, h.Lease)), true
 	h.timer.Reset(h.dl.left())
 }
 

@@ -91,7 +91,7 @@ func (e *env) holdSent(t *testing.T, key string, d time.Duration, renewed bool, 
 	require.NoError(t, e.rdb.HSet(bg, key, "owner", 1).Err())
 	require.NoError(t, e.rdb.PExpire(bg, key, d).Err())
 	h := &Hold{Ref: Ref{Owner: e, Kind: "test", Name: key}, Field: "owner", Lease: d, Renewed: renewed,
-		Parent: bg, Count: 1, Taken: time.Now(), Mu: NewHoldLock()}
+		Parent: bg, Count: 1, Taken: time.Now()}
 	h.One = [2]transport.Call{
 		{Script: lua.Renew, Keys: []string{key}, Args: []any{"owner", d.Milliseconds()}},
 		{Script: lua.Drop, Keys: []string{key}, Args: []any{"owner", transport.Publish, "0", key + ":ch"}},
@@ -286,7 +286,7 @@ func TestForceMakesEarlierGrantsUntrusted(t *testing.T) {
 	_, ok, err := e.k.Unforced(bg, ref, nil, false)
 	require.NoError(t, err)
 	assert.False(t, ok, "a grant is trusted while the ForceUnlock is in flight")
-	h := &Hold{Ref: ref, Field: "other", Lease: time.Second, Parent: bg, Mu: NewHoldLock()}
+	h := &Hold{Ref: ref, Field: "other", Lease: time.Second, Parent: bg}
 	assert.ErrorIs(t, e.k.Add(h, Stamp{Sent: time.Now(), Epoch: before}), errUntrusted)
 	assert.Error(t, h.Ctx.Err(), "a refused hold's context is live")
 	done()
@@ -294,9 +294,9 @@ func TestForceMakesEarlierGrantsUntrusted(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	assert.NotEqual(t, before, epoch)
-	h2 := &Hold{Ref: ref, Field: "other", Lease: time.Second, Parent: bg, Mu: NewHoldLock()}
+	h2 := &Hold{Ref: ref, Field: "other", Lease: time.Second, Parent: bg}
 	assert.ErrorIs(t, e.k.Add(h2, Stamp{Sent: time.Now(), Epoch: before}), errUntrusted, "stamped before, answered after")
-	h3 := &Hold{Ref: ref, Field: "other", Lease: time.Second, Parent: bg, Mu: NewHoldLock()}
+	h3 := &Hold{Ref: ref, Field: "other", Lease: time.Second, Parent: bg}
 	require.NoError(t, e.k.Add(h3, Stamp{Sent: time.Now(), Epoch: epoch}))
 	e.k.End(h3, EndUnlocked, nil)
 }
@@ -309,7 +309,7 @@ func TestCloseEndsAndReleases(t *testing.T) {
 	e.close()
 	assert.ErrorIs(t, context.Cause(h.Ctx), errClosedHold)
 	assert.EqualValues(t, 0, e.rdb.Exists(bg, "l:close").Val(), "Close left the hold in Redis")
-	h2 := &Hold{Ref: Ref{Owner: e, Kind: "test", Name: "x"}, Lease: time.Second, Parent: bg, Mu: NewHoldLock()}
+	h2 := &Hold{Ref: Ref{Owner: e, Kind: "test", Name: "x"}, Lease: time.Second, Parent: bg}
 	assert.ErrorIs(t, e.k.Add(h2, Stamp{Sent: time.Now()}), errClosed)
 }
 
@@ -399,10 +399,11 @@ func TestHoldCtxErrWhileAnotherGoroutineEndsIt(t *testing.T) {
 	assert.ErrorIs(t, context.Cause(lctx), errLost)
 }
 
-// A hold's context carries its hold under its Ref, for the contexts
-// derived from it too (a nested Lock re-enters with them); a re-entry's
-// context carries the hold as well. The hold's own context answers
-// HoldIn without an allocation (an Unlock looks its hold up every time).
+// A hold's context carries its hold, for the contexts derived from it too
+// (a nested Lock re-enters with them); a re-entry's context carries the
+// hold as well. HoldIn finds it, or finds none, without an allocation (an
+// Unlock looks its hold up every time, and a Lock looks for one to
+// re-enter, in a context that most often carries none).
 func TestHoldContextCarriesItsHold(t *testing.T) {
 	e := newEnv(t, 30*time.Second)
 	h := e.hold(t, "l:carry", 30*time.Second, true)
@@ -413,11 +414,16 @@ func TestHoldContextCarriesItsHold(t *testing.T) {
 	defer cancel()
 	assert.Same(t, h, HoldIn(h.Ctx, h.Ref))
 	assert.Same(t, h, HoldIn(derived, h.Ref))
-	assert.Same(t, h, derived.Value(h.Ref))
 	assert.Nil(t, HoldIn(h.Ctx, other.Ref), "another lock's hold")
 	assert.Nil(t, HoldIn(bg, h.Ref))
 	assert.Same(t, h, HoldIn(h.ContextFor(other.Ctx), h.Ref), "a re-entry's context")
 	assert.Same(t, other, HoldIn(h.ContextFor(other.Ctx), other.Ref), "a re-entry's context keeps its parent's values")
 
+	assert.Same(t, h, HoldIn(context.WithValue(h.ContextFor(other.Ctx), key{}, 2), h.Ref), "a context derived from a re-entry's")
+	assert.Same(t, other, HoldIn(context.WithValue(h.ContextFor(other.Ctx), key{}, 2), other.Ref), "below it")
+
 	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = HoldIn(h.Ctx, h.Ref) }))
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = HoldIn(derived, h.Ref) }))
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = HoldIn(bg, h.Ref) }))
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = HoldIn(derived, other.Ref) }))
 }
