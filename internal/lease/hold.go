@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redisync-go/redisync/internal/transport"
@@ -41,8 +42,13 @@ type Hold struct {
 	Release []transport.Call
 	One     [2]transport.Call // backs renew and release for one call each: no allocation
 	Parent  context.Context   // the hold ends with it
-	Ctx     context.Context   // carries the hold (and its Values); ends with it
-	cancel  context.CancelCauseFunc
+	Ctx     context.Context   // carries the hold (and its Values); ends with it: &own
+
+	own     ownCtx        // the hold's own context (context.go)
+	cstate  atomic.Uint32 // own's state: ctxLive, ctxCanceled, ctxDeadline
+	done    atomic.Value  // own's Done (a chan struct{}), made when first asked
+	causeCC any           // once own is cancelled: what it answers causeKey with
+	call    callCtx       // a release's context, under Mu (CallCtx)
 
 	// Parts: the hold is on several locks, and can be lost from some of
 	// them only (a MultiLock): a loss gives back the others. covers are
@@ -63,17 +69,18 @@ type Hold struct {
 	Token  int64            // fencing token (WithFencing); 0: none, and re-entries share it
 	Tokens map[string]int64 // a fenced MultiLock's: each name's token (token is one of them)
 
-	dl   dlStore       // the local deadline while live, for the hold's contexts (context.go)
-	over chan struct{} // closed once the hold has ended and its contexts are cancelled
+	dl     dlStore        // the local deadline while live, for the hold's contexts (context.go)
+	ending sync.WaitGroup // counts the hold's end while it is under way (Reason waits for it)
+	dlPos  int64          // the local deadline, in the keeper's heap (under its dmu)
+	heapAt int            // its place in the keeper's heap, plus one; 0: not in it (under its dmu)
 
 	tmu   sync.Mutex // guards the fields below
 	sent  time.Time  // when the newest script that set the lease was sent
 	at    int64      // the deadline that script set, on the holds' clock (clockAt.pos; kept after the end)
 	atSet bool       // at is set
-	timer *time.Timer
 	why   EndReason
-	stops []func() bool                      // undone when the hold ends
-	ties  map[uint64]context.CancelCauseFunc // re-entries' contexts, cancelled when it ends
+	stops []func() bool          // undone when the hold ends
+	ties  map[uint64]func(error) // re-entries' contexts and those derived from own, cancelled when it ends
 	nties uint64
 	// firsts run when the hold ends, before its context is cancelled:
 	// what they see of other contexts was not caused by its end.
@@ -86,9 +93,10 @@ type Hold struct {
 
 	k *Keeper // set by Add
 
-	// args is room for the arguments of the hold's calls (Args).
+	// args is room for the arguments of the hold's calls (Args), of
+	// which nargs are taken.
 	args  [argRoom]any
-	nargs int
+	nargs atomic.Int32
 }
 
 // argRoom is how many arguments of its calls a hold keeps in itself: a
@@ -108,16 +116,19 @@ func (h *Hold) Arg() any {
 // Args returns vals as the arguments of a call of h, copied to h's own
 // room while it lasts (no allocation: made once with the hold), else to a
 // new slice. What it returns is never written again: a call that may be
-// sent again keeps it. It is called by whoever owns h's calls: its
-// acquisition before the grant, then whoever holds h.Mu.
+// sent again keeps it. It is safe for concurrent use (a late reply's
+// give-back makes its calls beside its acquisition's).
 func (h *Hold) Args(vals ...any) []any {
-	n := len(vals)
-	if h.nargs+n > argRoom {
+	n := int32(len(vals))
+	if h.nargs.Load() >= argRoom {
 		return append([]any(nil), vals...)
 	}
-	a := h.args[h.nargs : h.nargs+n : h.nargs+n]
+	end := h.nargs.Add(n)
+	if end > argRoom { // full: what it took is not given back, so that no two calls share it
+		return append([]any(nil), vals...)
+	}
+	a := h.args[end-n : end : end]
 	copy(a, vals)
-	h.nargs += n
 	return a
 }
 
@@ -136,7 +147,7 @@ func (h *Hold) Reason() EndReason {
 	if why != NotEnded {
 		// Ended: once every context of the hold is cancelled, so that a
 		// caller told it ended finds its context done too.
-		<-h.over
+		h.ending.Wait()
 	}
 	return why
 }

@@ -358,7 +358,9 @@ func loseNow(e *env, h *Hold) { e.k.End(h, EndLost, errLost) }
 func TestHoldCtxErrSeesAnEndDuringTheCall(t *testing.T) {
 	e := newEnv(t, 30*time.Second)
 	h := e.hold(t, "holdctx:end", 30*time.Second, true)
-	inner := h.Ctx.(*holdCtx).Context
+	other, cancel := context.WithCancel(bg)
+	defer cancel()
+	inner := h.ContextFor(other).(*holdCtx).Context // a re-entry's
 	tctx := &holdCtx{Context: &endingCtx{Context: inner, end: func() { loseNow(e, h) }}, h: h}
 	assert.Error(t, tctx.Err(), "the hold ended during Err: it is not live")
 	assert.ErrorIs(t, context.Cause(h.Ctx), errLost)
