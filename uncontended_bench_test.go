@@ -191,3 +191,44 @@ func benchRawAsidePair(b *testing.B, rdb redis.UniversalClient) {
 		}
 	}
 }
+
+// The uncontended pair of every lock that shares the Mutex's path
+// (issue 45): a first hold and its last release, one goroutine, on one
+// node, no Observer.
+//
+//	go test -run '^$' -bench UncontendedPrimitives -benchmem .
+func BenchmarkUncontendedPrimitives(b *testing.B) {
+	addr := redistestStart(b)
+	bg := context.Background()
+	pair := func(b *testing.B, lock func(context.Context) (context.Context, error), unlock func(context.Context) error) {
+		for b.Loop() {
+			hctx, err := lock(bg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := unlock(hctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.Run("fair", func(b *testing.B) {
+		f := newClient(b, newRDB(b, addr)).FairMutex("bench:fair")
+		pair(b, f.Lock, f.Unlock)
+	})
+	b.Run("rw-write", func(b *testing.B) {
+		rw := newClient(b, newRDB(b, addr)).RWMutex("bench:rw-w")
+		pair(b, rw.Lock, rw.Unlock)
+	})
+	b.Run("rw-read", func(b *testing.B) {
+		rw := newClient(b, newRDB(b, addr)).RWMutex("bench:rw-r")
+		pair(b, rw.RLock, rw.RUnlock)
+	})
+	b.Run("semaphore", func(b *testing.B) {
+		s := newClient(b, newRDB(b, addr)).Semaphore("bench:sem")
+		if err := s.SetPermits(bg, 1); err != nil {
+			b.Fatal(err)
+		}
+		pair(b, func(ctx context.Context) (context.Context, error) { return s.Acquire(ctx, 1) },
+			func(ctx context.Context) error { return s.Release(ctx, 1) })
+	})
+}

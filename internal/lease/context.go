@@ -20,12 +20,17 @@ import (
 // them are cancelled by that, as soon as it happens.
 //
 // The hold's own context is part of the hold (no allocation): it answers
-// Done, Err, Deadline and Value itself, and ends with the hold, which ends
-// with the context it was taken with (the parent): in the background when
-// the parent ends (holds.Machine.grant watches it), and at once when a
-// method of the hold's context finds it ended first. Its cause is the
-// hold's (context.Cause reads it through Value, under the context
-// package's own key: see causeKey).
+// Err, Deadline and Value itself, and ends with the hold, which ends with
+// the context it was taken with (the parent): in the background when the
+// parent ends (holds.Machine.grant watches it), and at once when a method
+// of the hold's context finds it ended first. Its cause is the hold's
+// (context.Cause reads it through Value, under the context package's own
+// key: see causeKey). Only once it is asked for its Done, or a context is
+// derived from it, is a real context made beside it (Hold.cc: a child of
+// the parent, cancelled with the hold's cause at its end), whose Done is
+// its Done: the contexts derived from the hold's then end with it
+// synchronously, without a goroutine, as children of a context.WithCancel
+// would, and with the parent as they would.
 
 // Overdue ends h as lost if its local deadline has passed and it is still
 // live, as its timer would (the timer may not have run yet: the process
@@ -75,20 +80,10 @@ func (c *ownCtx) Deadline() (time.Time, bool) { return c.h.Parent.Deadline() }
 func (c *ownCtx) Done() <-chan struct{} {
 	h := c.h
 	h.check()
-	if d, ok := h.done.Load().(chan struct{}); ok {
-		return d
+	if cc := h.realCtx(); cc != nil {
+		return cc.Done()
 	}
-	h.tmu.Lock()
-	defer h.tmu.Unlock()
-	d, ok := h.done.Load().(chan struct{})
-	if !ok {
-		d = closedChan
-		if h.cstate.Load() == ctxLive {
-			d = make(chan struct{}) // asked for: made once
-		}
-		h.done.Store(d)
-	}
-	return d
+	return closedChan
 }
 
 func (c *ownCtx) Err() error {
@@ -112,8 +107,10 @@ func (c *ownCtx) Value(key any) any {
 		return c
 	case *int:
 		if key == causeKey {
-			if h.cstate.Load() == ctxLive {
-				return nil
+			// The context package asks for it to derive a context (live:
+			// the real one, its parent), and context.Cause (ended).
+			if cc := h.realCtx(); cc != nil {
+				return cc.Value(key)
 			}
 			return h.causeCC
 		}
@@ -159,17 +156,27 @@ func (h *Hold) cancelOwn(why EndReason, cause error) {
 	if why == EndParent && h.Parent.Err() == context.DeadlineExceeded {
 		state = ctxDeadline // as a child of the parent's would say
 	}
-	h.causeCC = causeOf(h.k, cause)
 	h.tmu.Lock()
+	cancel := h.ccCancel
+	if cancel == nil {
+		h.causeCC = causeOf(h.k, cause)
+	}
 	h.cstate.Store(state)
-	d, ok := h.done.Load().(chan struct{})
-	if !ok {
-		h.done.Store(closedChan)
-	}
 	h.tmu.Unlock()
-	if ok && d != closedChan {
-		close(d)
+	if cancel != nil {
+		cancel(cause) // and the contexts derived from it, at once
 	}
+}
+
+// realCtx returns the real context beside h's own (see above), made now if
+// h lives; nil once h has ended without one.
+func (h *Hold) realCtx() context.Context {
+	h.tmu.Lock()
+	defer h.tmu.Unlock()
+	if h.cc == nil && h.cstate.Load() == ctxLive {
+		h.cc, h.ccCancel = context.WithCancelCause(h.Parent)
+	}
+	return h.cc
 }
 
 // valuesBase is the context whose values h's own context carries: the

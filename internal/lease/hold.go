@@ -46,8 +46,7 @@ type Hold struct {
 
 	own     ownCtx        // the hold's own context (context.go)
 	cstate  atomic.Uint32 // own's state: ctxLive, ctxCanceled, ctxDeadline
-	done    atomic.Value  // own's Done (a chan struct{}), made when first asked
-	causeCC any           // once own is cancelled: what it answers causeKey with
+	causeCC any           // once own is cancelled without cc: what it answers causeKey with
 	call    callCtx       // a release's context, under Mu (CallCtx)
 
 	// Parts: the hold is on several locks, and can be lost from some of
@@ -74,14 +73,16 @@ type Hold struct {
 	dlPos  int64          // the local deadline, in the keeper's heap (under its dmu)
 	heapAt int            // its place in the keeper's heap, plus one; 0: not in it (under its dmu)
 
-	tmu   sync.Mutex // guards the fields below
-	sent  time.Time  // when the newest script that set the lease was sent
-	at    int64      // the deadline that script set, on the holds' clock (clockAt.pos; kept after the end)
-	atSet bool       // at is set
-	why   EndReason
-	stops []func() bool          // undone when the hold ends
-	ties  map[uint64]func(error) // re-entries' contexts and those derived from own, cancelled when it ends
-	nties uint64
+	tmu      sync.Mutex              // guards the fields below
+	cc       context.Context         // the real context beside own, once asked for (context.go)
+	ccCancel context.CancelCauseFunc // cancels cc
+	sent     time.Time               // when the newest script that set the lease was sent
+	at       int64                   // the deadline that script set, on the holds' clock (clockAt.pos; kept after the end)
+	atSet    bool                    // at is set
+	why      EndReason
+	stops    []func() bool          // undone when the hold ends
+	ties     map[uint64]func(error) // re-entries' contexts and those derived from own, cancelled when it ends
+	nties    uint64
 	// firsts run when the hold ends, before its context is cancelled:
 	// what they see of other contexts was not caused by its end.
 	firsts []func()

@@ -429,3 +429,101 @@ func TestHoldContextCarriesItsHold(t *testing.T) {
 	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = HoldIn(bg, h.Ref) }))
 	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = HoldIn(derived, other.Ref) }))
 }
+
+// holdOn registers a hold of key taken with parent, without Redis: what
+// its context does is the keeper's alone.
+func (e *env) holdOn(t *testing.T, key string, parent context.Context) *Hold {
+	t.Helper()
+	ref := Ref{Owner: e, Kind: "test", Name: key}
+	h := &Hold{Ref: ref, Field: "owner", Lease: 30 * time.Second, Renewed: true, Parent: parent, Count: 1, Taken: time.Now()}
+	h.Renew, h.Release = h.One[:1:1], h.One[1:2:2]
+	require.NoError(t, e.k.Add(h, Stamp{Sent: time.Now(), Epoch: e.k.Epoch(ref, nil)}))
+	return h
+}
+
+// A hold's own context is part of the hold: it carries the parent's
+// values and deadline, and ends with the parent as a child of it would,
+// at once when one of its methods finds the parent ended (the parent's
+// cause, and DeadlineExceeded when its deadline passed); what is derived
+// from it ends with it, with its cause; a lost hold's cause is the loss.
+func TestOwnContextEndsWithItsParent(t *testing.T) {
+	e := newEnv(t, 30*time.Second)
+	type key struct{}
+	errStop := errors.New("test: the request ended")
+
+	parent, cancel := context.WithCancelCause(context.WithValue(bg, key{}, "v"))
+	h := e.holdOn(t, "own:parent", parent)
+	assert.Equal(t, "v", h.Ctx.Value(key{}), "the caller's values")
+	_, ok := h.Ctx.Deadline()
+	assert.False(t, ok)
+	derived, dcancel := context.WithCancel(context.WithValue(h.Ctx, key{}, "w"))
+	defer dcancel()
+	ran := make(chan struct{})
+	context.AfterFunc(h.Ctx, func() { close(ran) })
+	require.NoError(t, h.Ctx.Err())
+	select {
+	case <-h.Ctx.Done():
+		t.Fatal("done while its parent lives")
+	default:
+	}
+	cancel(errStop)
+	assert.ErrorIs(t, h.Ctx.Err(), context.Canceled, "at once: no watcher has run")
+	assert.ErrorIs(t, context.Cause(h.Ctx), errStop)
+	<-h.Ctx.Done()
+	why, _ := e.endOf(h)
+	assert.Equal(t, EndParent, why)
+	assert.Contains(t, e.given, h, "given back")
+	assert.ErrorIs(t, derived.Err(), context.Canceled, "derived from it")
+	assert.ErrorIs(t, context.Cause(derived), errStop)
+	<-ran
+
+	dctx, dcancel2 := context.WithTimeout(bg, 20*time.Millisecond)
+	defer dcancel2()
+	h2 := e.holdOn(t, "own:deadline", dctx)
+	dl, ok := h2.Ctx.Deadline()
+	assert.True(t, ok)
+	want, _ := dctx.Deadline()
+	assert.Equal(t, want, dl, "the parent's deadline")
+	<-dctx.Done()
+	assert.ErrorIs(t, h2.Ctx.Err(), context.DeadlineExceeded, "as a child of its parent would say")
+
+	h3 := e.holdOn(t, "own:lost", bg)
+	derived3, dcancel3 := context.WithCancel(h3.Ctx)
+	defer dcancel3()
+	assert.NotNil(t, h3.Ctx.Done(), "a Done to wait on")
+	loseNow(e, h3)
+	<-h3.Ctx.Done()
+	assert.ErrorIs(t, h3.Ctx.Err(), context.Canceled)
+	assert.ErrorIs(t, context.Cause(h3.Ctx), errLost)
+	assert.ErrorIs(t, context.Cause(derived3), errLost, "derived from it: the loss too")
+	assert.NotNil(t, causeKey, "context.Cause asks for its key (a Go release that stops would lose the causes)")
+
+	h4 := e.holdOn(t, "own:released", bg)
+	e.k.End(h4, EndUnlocked, nil)
+	assert.ErrorIs(t, context.Cause(h4.Ctx), context.Canceled, "released: no cause but the cancel")
+}
+
+// A hold's context and its place in the keeper cost no allocation: Add
+// and End of a hold whose parent never ends allocate nothing once the
+// keeper's table and heap have grown.
+func TestAddAndEndAllocateNothing(t *testing.T) {
+	e := newEnv(t, 30*time.Second)
+	ref := Ref{Owner: e, Kind: "test", Name: "own:allocs"}
+	hs := make([]Hold, 300)
+	i := 0
+	add := func() {
+		h := &hs[i]
+		i++
+		h.Ref, h.Field, h.Lease, h.Renewed, h.Parent, h.Count = ref, "owner", 30*time.Second, true, bg, 1
+		h.Renew, h.Release = h.One[:1:1], h.One[1:2:2]
+		if err := e.k.Add(h, Stamp{Sent: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		_ = h.Ctx.Err()
+		e.k.EndUntold(h, EndUnlocked)
+	}
+	for range 100 {
+		add()
+	}
+	assert.Zero(t, testing.AllocsPerRun(100, add))
+}
