@@ -2,6 +2,7 @@ package redisync
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -16,7 +17,9 @@ import (
 // of every hold in the process.
 
 // lapseOrderKinds are the holds of these tests: every primitive of
-// apiKinds, and an Election's leadership, each taken with ctx and released.
+// apiKinds, an Election's leadership, and an RWMutex's downgrade (a read
+// hold taken with the write hold's context, released with it), each
+// taken with ctx and released.
 func lapseOrderKinds(t *testing.T, c *Client) map[string]func(ctx context.Context) (context.Context, func(context.Context) error) {
 	t.Helper()
 	kinds := map[string]func(ctx context.Context) (context.Context, func(context.Context) error){}
@@ -35,6 +38,16 @@ func lapseOrderKinds(t *testing.T, c *Client) map[string]func(ctx context.Contex
 		hctx, err := el.Campaign(ctx, "me")
 		require.NoError(t, err, "Election")
 		return hctx, el.Resign
+	}
+	rw := c.RWMutex("lapse:Downgrade")
+	kinds["RWMutexDowngrade"] = func(ctx context.Context) (context.Context, func(context.Context) error) {
+		wctx, err := rw.Lock(ctx)
+		require.NoError(t, err, "RWMutexDowngrade")
+		dctx, err := rw.RLock(wctx)
+		require.NoError(t, err, "RWMutexDowngrade")
+		return dctx, func(dctx context.Context) error {
+			return errors.Join(rw.RUnlock(dctx), rw.Unlock(wctx))
+		}
 	}
 	return kinds
 }

@@ -137,7 +137,7 @@ func (w *Keeper) Add(h *Hold, st Stamp) error {
 		h.pdlAt = stamp(d)
 		h.pdl = &h.pdlAt
 	}
-	ends := h.gate.done != nil
+	ends := h.gate.ends
 	cctx, cancel := context.WithCancelCause(&h.gate)
 	h.Ctx, h.cancel = &holdCtx{Context: cctx, h: h}, cancel // it carries h (holdCtx.Value)
 	w.mu.Lock()

@@ -2,7 +2,6 @@ package lease
 
 import (
 	"context"
-	"slices"
 	"sync"
 )
 
@@ -67,34 +66,41 @@ func (h *Hold) Settle() bool {
 
 // gate is the base of a hold's own context: the context the hold was
 // taken with for its values and deadline, ended only by close (Settle's
-// decision that that context's end came first). It is the parent of the
-// hold's cancelCtx only, which the context package has follow it through
-// AfterFunc (the gate's values lead to another cancelCtx, whose Done is
-// not the gate's): so close cancels the hold's context, with the gate's
+// decision that that context's end came first). It is no general context:
+// its one user is the hold's cancelCtx, which the context package has
+// follow it through AfterFunc (the gate's values lead to another
+// cancelCtx, whose Done is not the gate's), and which reads its Done once,
+// when it is made. So close cancels the hold's context, with the gate's
 // error (h.Parent's: context.DeadlineExceeded stays what it was) and
-// h.Parent's cause, before it returns.
+// h.Parent's cause, before it returns. It allocates nothing.
 type gate struct {
-	context.Context               // the base: h.Parent, or the observer's values on it
-	done            chan struct{} // nil when the base never ends
+	context.Context // the base: h.Parent, or the observer's values on it
+	ends            bool
 
 	mu  sync.Mutex
 	err error
-	fs  []*func()
+	f   func()   // what the hold's cancelCtx registered
+	fs  []func() // any other registrations
 }
 
 // init makes g the gate of a hold's context on base.
 func (g *gate) init(base context.Context) {
-	*g = gate{Context: base}
-	if base.Done() != nil {
-		g.done = make(chan struct{})
-	}
+	*g = gate{Context: base, ends: base.Done() != nil}
 }
 
+// gateOpen and gateClosed are a gate's Done, before and after close.
+var gateOpen, gateClosed = make(chan struct{}), make(chan struct{})
+
+func init() { close(gateClosed) }
+
 func (g *gate) Done() <-chan struct{} {
-	if g.done == nil {
+	if !g.ends {
 		return nil // never ends: the hold's context does not follow it
 	}
-	return g.done
+	if g.Err() != nil {
+		return gateClosed
+	}
+	return gateOpen
 }
 
 func (g *gate) Err() error {
@@ -103,45 +109,42 @@ func (g *gate) Err() error {
 	return g.err
 }
 
-// AfterFunc calls f when the gate closes, in close's goroutine: its one
-// caller is the context package, for the hold's cancelCtx, whose f
-// cancels it.
+// AfterFunc calls f when the gate closes, in close's goroutine. Its stop
+// does nothing: what stays registered goes with the hold.
 func (g *gate) AfterFunc(f func()) (stop func() bool) {
 	g.mu.Lock()
-	if g.err != nil {
+	switch {
+	case g.err != nil:
 		g.mu.Unlock()
 		f()
-		return func() bool { return false }
+		return noStop
+	case g.f == nil:
+		g.f = f
+	default:
+		g.fs = append(g.fs, f)
 	}
-	p := &f
-	g.fs = append(g.fs, p)
 	g.mu.Unlock()
-	return func() bool {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		i := slices.Index(g.fs, p)
-		if i < 0 {
-			return false
-		}
-		g.fs = slices.Delete(g.fs, i, i+1)
-		return true
-	}
+	return noStop
 }
+
+func noStop() bool { return false }
 
 // close ends the gate with err, and with it the hold's context.
 func (g *gate) close(err error) {
 	g.mu.Lock()
-	if g.err != nil || g.done == nil {
+	if g.err != nil || !g.ends {
 		g.mu.Unlock()
 		return
 	}
 	g.err = err
-	close(g.done)
-	fs := g.fs
-	g.fs = nil
+	f, fs := g.f, g.fs
+	g.f, g.fs = nil, nil
 	g.mu.Unlock()
+	if f != nil {
+		f()
+	}
 	for _, f := range fs {
-		(*f)()
+		f()
 	}
 }
 
