@@ -22,7 +22,7 @@ import (
 type Proxy struct {
 	target    atomic.Pointer[string] // where new connections go (Retarget)
 	addr      string                 // the address it listens on, kept while it refuses
-	ctx       context.Context // cancelled by Close
+	ctx       context.Context        // cancelled by Close
 	cancel    context.CancelFunc
 	blackhole atomic.Bool
 	wg        sync.WaitGroup
@@ -31,8 +31,8 @@ type Proxy struct {
 	ln       net.Listener // nil while it refuses (Refuse)
 	closed   bool
 	refusing bool
-	conns  map[net.Conn]struct{} // both ends of every live proxied connection
-	active int                   // live proxied (client, target) pairs
+	conns    map[net.Conn]struct{} // both ends of every live proxied connection
+	active   int                   // live proxied (client, target) pairs
 }
 
 // New starts a proxy to target on a free loopback port and closes it when
