@@ -30,6 +30,11 @@ import (
 // holds.KeptEvery.
 const backBound = 2 * time.Second
 
+// keptFollow is how soon after a failover's switch (+switch-master) a
+// lock whose release was kept during the outage must be taken by another
+// Client (issue 46's bound).
+const keptFollow = 1500 * time.Millisecond
+
 // outageRelease is what a test of a kept release sets up: A holds a
 // Mutex, an RWMutex's write lock, a Semaphore's one permit and an
 // Election's leadership, through a proxy.
@@ -285,4 +290,130 @@ func TestCloseSendsKeptReleasesWithinItsBound(t *testing.T) {
 	assert.Less(t, took1, holds.ReleaseTimeout, "A1's Close returns once its release is answered")
 	assert.Less(t, took2, holds.ReleaseTimeout+500*time.Millisecond+lag.Slack(), "A2's Close returns at its bound")
 	eventually(t, time.Second, "goroutines to stop", func() bool { return redisyncGoroutines() <= base })
+}
+
+// switchMaster subscribes to s's +switch-master and returns when it comes
+// (the zero time: not within a minute).
+func switchMaster(t *testing.T, s *redistest.Sentinel) <-chan time.Time {
+	t.Helper()
+	ctx := context.Background()
+	sc := redis.NewSentinelClient(&redis.Options{Addr: s.Addr()})
+	sub := sc.Subscribe(ctx, "+switch-master")
+	_, err := sub.Receive(ctx)
+	require.NoError(t, err)
+	at := make(chan time.Time, 1)
+	go func() {
+		defer sc.Close()
+		defer sub.Close()
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		_, err := sub.ReceiveMessage(rctx)
+		if err != nil {
+			at <- time.Time{}
+			return
+		}
+		at <- time.Now()
+	}()
+	return at
+}
+
+// A Sentinel primary killed while A holds a lock that B waits for; A
+// releases it during the outage, before the Sentinel promotes the replica
+// (A's redis client fails at the first refused dial, so its release and
+// its give-back are refused at once: under load, go-redis's pool fails
+// every dial at once after as many failures as it has connections). B
+// must have the lock within keptFollow of +switch-master, not at the
+// lease's end (30s).
+func TestKeptReleaseAfterSentinelPrimaryKilled(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
+	g := startSentinelGroup(t)
+	ra := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: g.s.MasterName, SentinelAddrs: []string{g.s.Addr()},
+		DialTimeout: 300 * time.Millisecond, ReadTimeout: time.Second, MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { _ = ra.Close() })
+	logs := newRecHandler()
+	a, b := newClient(t, ra, WithLogger(slog.New(logs))), newClient(t, g.client(t))
+	ctx := context.Background()
+	const name = "kept:killed"
+	held, err := a.Mutex(name).Lock(ctx)
+	require.NoError(t, err)
+	got := waitFor(t, b, b.Mutex(name), time.Minute)
+	waitReplicated(t, g.master.Client(t), "killed")
+	switched := switchMaster(t, g.s)
+	g.master.Kill()
+	killed := time.Now()
+	err = a.Mutex(name).Unlock(held)
+	t.Logf("A's Unlock returned %v after the kill: %v", time.Since(killed), err)
+	givenUp(t, logs, name)
+	select {
+	case at := <-switched:
+		t.Fatalf("the replica was promoted (%v after the kill) before A's release was refused", at.Sub(killed))
+	default:
+	}
+	t.Logf("A's release refused %v after the kill", time.Since(killed))
+	at := <-switched
+	require.False(t, at.IsZero(), "no +switch-master")
+	lag := watchLag(t)
+	var r timedLock
+	select {
+	case r = <-got:
+	case <-time.After(45 * time.Second):
+		t.Fatal("the waiter never got the lock")
+	}
+	require.NoError(t, r.err)
+	took := r.at.Sub(at)
+	t.Logf("+switch-master %v after the kill; B had the lock %v after it; the machine's worst delay: %v", at.Sub(killed), took, lag.Worst())
+	require.LessOrEqual(t, took, keptFollow+lag.Slack(), "B had the lock %v after +switch-master", took)
+	require.NoError(t, b.Mutex(name).Unlock(r.ctx))
+}
+
+// A Cluster master killed while A holds a lock on it that B waits for; A
+// releases it during the outage, before the replica is promoted (A's
+// redis client fails at the first refused dial, as in
+// TestKeptReleaseAfterSentinelPrimaryKilled). B must
+// have the lock within keptFollow of the promotion, not at the lease's
+// end (30s).
+func TestKeptReleaseAfterClusterMasterKilled(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
+	cl := redistest.StartClusterWithReplicas(t, 3, 1)
+	ra := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { _ = ra.Close() })
+	logs := newRecHandler()
+	a, b := newClient(t, ra, WithLogger(slog.New(logs))), newClient(t, cl.Client(t))
+	ctx := context.Background()
+	name := "{kept}killed"
+	shard := shardOf(t, cl, name)
+	held, err := a.Mutex(name).Lock(ctx)
+	require.NoError(t, err)
+	got := waitFor(t, b, b.Mutex(name), time.Minute)
+	waitReplicated(t, cl.Masters[shard].Client(t), "kept")
+	promoted := promotedAt(t, cl.Replicas[shard][0])
+	cl.Masters[shard].Kill()
+	killed := time.Now()
+	err = a.Mutex(name).Unlock(held)
+	t.Logf("A's Unlock returned %v after the kill: %v", time.Since(killed), err)
+	givenUp(t, logs, name)
+	select {
+	case at := <-promoted:
+		t.Fatalf("the replica was promoted (%v after the kill) before A's release was refused", at.Sub(killed))
+	default:
+	}
+	t.Logf("A's release refused %v after the kill", time.Since(killed))
+	at := <-promoted
+	lag := watchLag(t)
+	var r timedLock
+	select {
+	case r = <-got:
+	case <-time.After(45 * time.Second):
+		t.Fatal("the waiter never got the lock")
+	}
+	require.NoError(t, r.err)
+	took := r.at.Sub(at)
+	if took > keptFollow {
+		for _, rec := range logs.records() {
+			t.Logf("A's log, %v after the promotion: %s", rec.Time.Sub(at), recordText(rec))
+		}
+	}
+	t.Logf("promoted %v after the kill; B had the lock %v after it; the machine's worst delay: %v", at.Sub(killed), took, lag.Worst())
+	require.LessOrEqual(t, took, keptFollow+lag.Slack(), "B had the lock %v after the promotion", took)
+	require.NoError(t, b.Mutex(name).Unlock(r.ctx))
 }

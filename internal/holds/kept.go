@@ -115,15 +115,31 @@ func (m *Machine) stopKept() {
 
 // sendKept is the loop that sends the kept releases again, started by the
 // first kept; it ends when none is left, or with the Client (once Close's
-// bound has passed, or Machine.Close stopped it).
+// bound has passed, or Machine.Close stopped it). While it runs it wants
+// the primary's switches learned (transport.WatchSwitches: one INFO per
+// primary every transport.SwitchEvery), so that a Cluster client's slot
+// map learns the replica promoted in place of a master that refuses
+// connections (nothing else tells it: a dial refused is no MOVED), and it
+// sends them at once on a switch.
 func (m *Machine) sendKept() {
 	t := time.NewTicker(KeptEvery)
 	defer t.Stop()
+	switched := make(chan struct{}, 1)
+	if m.tr != nil {
+		defer m.tr.WatchSwitches()()
+		defer m.tr.OnSwitch(func(transport.Switch) {
+			select {
+			case switched <- struct{}{}:
+			default:
+			}
+		})()
+	}
 	closed := m.closed
 	var by time.Time // once the Client closes: the bound
 	for {
 		select {
 		case <-t.C:
+		case <-switched:
 		case <-closed:
 			closed, by = nil, time.Now().Add(ReleaseTimeout)
 		case <-m.keptCtx.Done():
