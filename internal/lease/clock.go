@@ -100,6 +100,9 @@ func (a clockAt) pos() int64 { return posOrigin + a.mono + a.gain }
 // posOrigin puts every moment's pos above 0 (146 years of a clock's gain).
 const posOrigin = 1 << 62
 
+// before reports whether a comes before b on the holds' clock.
+func (a clockAt) before(b clockAt) bool { return a.mono+a.gain < b.mono+b.gain }
+
 // jumpEvery is how often the watchdog reads the clock, to record a wall
 // clock stepped back and to see whether the machine was suspended (the
 // meter jumped) and tell the holds whose deadlines passed meanwhile,

@@ -14,54 +14,33 @@ import (
 // (see clock.go). So each hold keeps its local deadline where a context
 // method can read it (an atomic load and a clock read), and the hold's
 // contexts (its own, ownCtx, and every re-entry's, holdCtx) look at it in
-// Err, Done and Value: the first of them to find it passed ends the hold
-// as lost, synchronously, which cancels the context with cause
-// ErrLeaseLost before that method returns. Contexts the user derives from
-// them are cancelled by that, as soon as it happens.
+// Err, Done and Value, and at the end of the context the hold was taken
+// with: the first of them to find either due ends the hold,
+// synchronously, with the end that came first (Settle, parent.go), which
+// cancels the context (with cause ErrLeaseLost for the lease's) before
+// that method returns. Contexts the user derives from them are cancelled
+// by that, as soon as it happens.
 //
 // The hold's own context is part of the hold (no allocation): it answers
 // Err, Deadline and Value itself, and ends with the hold, which ends with
-// the context it was taken with (the parent): in the background when the
-// parent ends (holds.Machine.grant watches it), and at once when a method
-// of the hold's context finds it ended first. Its cause is the hold's
-// (context.Cause reads it through Value, under the context package's own
-// key: see causeKey). Only once it is asked for its Done, or a context is
-// derived from it, is a real context made beside it (Hold.cc: a child of
-// the parent, cancelled with the hold's cause at its end), whose Done is
-// its Done: the contexts derived from the hold's then end with it
+// the context it was taken with (the parent) unless its lease ran out
+// first: in the background when the parent ends (the Keeper watches it),
+// and at once when a method of the hold's context finds it ended first.
+// Its cause is the hold's (context.Cause reads it through Value, under
+// the context package's own key: see causeKey). Only once it is asked for
+// its Done, or a context is derived from it, is a real context made
+// beside it (Hold.cc, on the hold's gate: parent.go), whose Done is its
+// Done: the contexts derived from the hold's then end with it
 // synchronously, without a goroutine, as children of a context.WithCancel
-// would, and with the parent as they would.
+// would, with the parent's error and cause when the parent's end came
+// first, else context.Canceled and the hold's cause.
 
-// Overdue ends h as lost if its local deadline has passed and it is still
-// live, as its timer would (the timer may not have run yet: the process
-// was stopped), and reports whether its deadline had passed. When it
-// returns true, every context of the hold is cancelled: if another
-// goroutine is ending the hold this instant, it waits for that (so the
-// hold's firsts must not call the methods of its contexts: see
-// hold.first). The give-back to Redis runs in the background: the caller
-// may hold h.mu.
-func (h *Hold) Overdue() bool {
-	if !h.dl.passed() {
-		return false
-	}
-	k := h.k
-	if k.End(h, EndLost, k.cfg.Errors.Lost) {
-		go k.cfg.GiveBack(h)
-	} else {
-		h.ending.Wait() // ended by another goroutine, which is cancelling its contexts
-	}
-	return true
-}
-
-// check ends h if its deadline has passed (Overdue) or if the context it
-// was taken with has ended, unless its own context has been cancelled
-// already: what a method of its contexts reports is true from then on.
+// check ends h if it is due to end (Settle), unless its own context has
+// been cancelled already: what a method of its contexts reports is true
+// from then on.
 func (h *Hold) check() {
-	if h.cstate.Load() != ctxLive || h.k == nil || h.Overdue() {
-		return
-	}
-	if h.Parent.Err() != nil {
-		h.k.EndWithParent(h)
+	if h.cstate.Load() == ctxLive {
+		h.Settle()
 	}
 }
 
@@ -150,11 +129,14 @@ func (h *Hold) ctxErr() error {
 }
 
 // cancelOwn cancels h's own context, which ends for why with cause (nil:
-// none): its Err, its cause, its Done.
-func (h *Hold) cancelOwn(why EndReason, cause error) {
+// none): its Err, its cause, its Done. err is, for an end with h.Parent
+// (EndParent), h.Parent's error, which the context ends with, as a child
+// of h.Parent would (context.DeadlineExceeded stays what it was).
+func (h *Hold) cancelOwn(why EndReason, err, cause error) {
 	state := uint32(ctxCanceled)
-	if why == EndParent && h.Parent.Err() == context.DeadlineExceeded {
-		state = ctxDeadline // as a child of the parent's would say
+	parent := why == EndParent && err != nil
+	if parent && err == context.DeadlineExceeded {
+		state = ctxDeadline
 	}
 	h.tmu.Lock()
 	cancel := h.ccCancel
@@ -163,9 +145,14 @@ func (h *Hold) cancelOwn(why EndReason, cause error) {
 	}
 	h.cstate.Store(state)
 	h.tmu.Unlock()
-	if cancel != nil {
-		cancel(cause) // and the contexts derived from it, at once
+	if cancel == nil {
+		return
 	}
+	// The real context, and the contexts derived from it, at once.
+	if parent {
+		h.gate.close(err) // with h.Parent's error and cause
+	}
+	cancel(cause) // a no-op once the gate has
 }
 
 // realCtx returns the real context beside h's own (see above), made now if
@@ -173,8 +160,8 @@ func (h *Hold) cancelOwn(why EndReason, cause error) {
 func (h *Hold) realCtx() context.Context {
 	h.tmu.Lock()
 	defer h.tmu.Unlock()
-	if h.cc == nil && h.cstate.Load() == ctxLive {
-		h.cc, h.ccCancel = context.WithCancelCause(h.Parent)
+	if h.cc == nil && h.cstate.Load() == ctxLive && h.k != nil {
+		h.cc, h.ccCancel = context.WithCancelCause(&h.gate)
 	}
 	return h.cc
 }
@@ -244,7 +231,7 @@ type cause struct {
 
 // holdCtx is the context of a re-entry: a context of the re-entry's
 // caller that also ends with the hold. Its Err, Done and Value first end
-// the hold if its local deadline has passed (see overdue), so what they
+// the hold if its local deadline has passed (see Settle), so what they
 // report is true from that moment on.
 type holdCtx struct {
 	context.Context
@@ -258,18 +245,18 @@ func (c *holdCtx) Err() error {
 	// Read again whatever overdue says: the hold may have ended since the
 	// read above (its end cancels the context, then clears the deadline
 	// that overdue looks at).
-	c.h.Overdue()
+	c.h.Settle()
 	return c.Context.Err()
 }
 
 func (c *holdCtx) Done() <-chan struct{} {
-	c.h.Overdue()
+	c.h.Settle()
 	return c.Context.Done()
 }
 
 // Value answers holdsKey with itself (see HoldIn).
 func (c *holdCtx) Value(key any) any {
-	c.h.Overdue()
+	c.h.Settle()
 	if _, ok := key.(holdsKey); ok {
 		return c
 	}
@@ -307,7 +294,7 @@ func HoldIn(ctx context.Context, ref Ref) *Hold {
 				return nil
 			}
 		}
-		h.Overdue()
+		h.Settle()
 		if h.Ref == ref {
 			return h
 		}

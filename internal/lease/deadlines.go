@@ -96,8 +96,9 @@ func (w *Keeper) rearm() {
 	w.arm()
 }
 
-// expire ends, as lost, the holds whose deadlines have passed, and gives
-// them back: Redis may keep them a little longer. It is the timer's.
+// expire ends the holds whose deadlines have passed, as lost unless their
+// context's end came first (Settle), and gives them back: Redis may keep
+// them a little longer. It is the timer's.
 func (w *Keeper) expire() {
 	var due []*Hold
 	w.dmu.Lock()
@@ -119,8 +120,6 @@ func (w *Keeper) expire() {
 			h.tmu.Unlock()
 			continue
 		}
-		if w.End(h, EndLost, w.cfg.Errors.Lost) {
-			w.cfg.GiveBack(h)
-		}
+		h.Settle()
 	}
 }

@@ -72,6 +72,8 @@ type Hold struct {
 	ending sync.WaitGroup // counts the hold's end while it is under way (Reason waits for it)
 	dlPos  int64          // the local deadline, in the keeper's heap (under its dmu)
 	heapAt int            // its place in the keeper's heap, plus one; 0: not in it (under its dmu)
+	gate   gate           // the base of the real context beside own, ended by Parent's end (parent.go)
+	pdl    int64          // Parent's deadline on the holds' clock (clockAt.pos), or 0: none
 
 	tmu      sync.Mutex              // guards the fields below
 	cc       context.Context         // the real context beside own, once asked for (context.go)
@@ -133,15 +135,16 @@ func (h *Hold) Args(vals ...any) []any {
 	return a
 }
 
-// Live reports whether h is Live; a hold whose local deadline has passed is
-// not, even before its timer has run (it is ended then, see overdue).
+// Live reports whether h is Live; a hold whose local deadline has passed,
+// or whose context ended, is not, even before their timers have run (it
+// is ended then, see Settle).
 func (h *Hold) Live() bool {
 	return h.Reason() == NotEnded
 }
 
 // Reason says why h ended, or live; see live.
 func (h *Hold) Reason() EndReason {
-	h.Overdue()
+	h.Settle()
 	h.tmu.Lock()
 	why := h.why
 	h.tmu.Unlock()

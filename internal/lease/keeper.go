@@ -133,27 +133,37 @@ func New(cfg Config) *Keeper {
 }
 
 // Add starts h, whose lease was set by a script stamped st: h gets its
-// context (h.Ctx: part of h, it carries h, ends with h.Parent and tells
-// from its deadline; its other values are h.Values()'s), and its lease is
-// kept from now on. It registers nothing and returns Errors.Closed once
-// the keeper is closed, and Errors.Untrusted when a ForceUnlock of the lock
-// came after st; h's context is then cancelled with that error.
+// context (h.Ctx: part of h, it carries h, tells from its deadline, and
+// ends with h.Parent unless the lease ran out first, see parent.go; its
+// other values are h.Values()'s), and its lease is kept from now on. It
+// registers nothing and returns Errors.Closed once the keeper is closed,
+// and Errors.Untrusted when a ForceUnlock of the lock came after st; h's
+// context is then cancelled with that error.
 func (w *Keeper) Add(h *Hold, st Stamp) error {
 	h.k = w
 	h.dl.clear() // until registered
 	if h.Obs != nil {
 		h.Obs.base = valuesCtx{Context: h.Parent, h: h}
 	}
+	// Read before w.mu: h.Parent may be another hold's context, whose
+	// methods may end that hold.
+	h.gate.init(h.valuesBase())
+	h.pdl = 0
+	if d, ok := h.Parent.Deadline(); ok {
+		h.pdl = stamp(d).pos()
+	}
+	ends := h.gate.ends
 	h.own.h = h
 	h.Ctx = &h.own // it carries h (ownCtx.Value)
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	if w.closed {
-		h.cancelOwn(EndClosed, w.cfg.Errors.Closed)
+		w.mu.Unlock()
+		h.cancelOwn(EndClosed, nil, w.cfg.Errors.Closed)
 		return w.cfg.Errors.Closed
 	}
 	if !w.trusted(st.Epoch, h.Ref, h.Covers) {
-		h.cancelOwn(EndLost, w.cfg.Errors.Untrusted)
+		w.mu.Unlock()
+		h.cancelOwn(EndLost, nil, w.cfg.Errors.Untrusted)
 		return w.cfg.Errors.Untrusted
 	}
 	sent := st.Sent
@@ -166,6 +176,10 @@ func (w *Keeper) Add(h *Hold, st Stamp) error {
 	h.at, h.atSet = h.dl.set(Deadline(sent, h.Lease)), true
 	w.watch(h, h.at)
 	h.tmu.Unlock()
+	w.mu.Unlock()
+	if ends { // a parent that can never end needs no watch
+		h.OnEnd(context.AfterFunc(h.Parent, func() { h.Settle() }))
+	}
 	return nil
 }
 
@@ -219,39 +233,37 @@ func (w *Keeper) Extend(h *Hold, sent time.Time) {
 	w.moved(h, h.at)
 }
 
-// EndWithParent ends h, and gives it back, when the context it was taken
-// with has ended (as EndParent, with that context's cause), and reports
-// whether this call ended it.
-func (w *Keeper) EndWithParent(h *Hold) bool {
-	if h.Parent.Err() == nil || !w.End(h, EndParent, context.Cause(h.Parent)) {
-		return false
-	}
-	w.cfg.GiveBack(h)
-	return true
-}
 
 // End ends h for why: it leaves the table, its deadline stops, and its
 // context is cancelled with cause, before anything else happens. It reports
 // whether this call ended it; only one caller ever gets true.
 func (w *Keeper) End(h *Hold, why EndReason, cause error) bool {
-	if !w.end(h, why, cause) {
-		return false
-	}
-	w.cfg.Ended(h, why, cause)
-	return true
+	return w.endFor(h, why, nil, cause, true)
 }
 
 // EndUntold is End without the report of the end (Config.Ended), which the
 // caller makes with Told once it knows how the hold ended: a last release
 // ends its hold before its script is sent, and learns from the reply
 // whether Redis had lost the hold meanwhile.
-func (w *Keeper) EndUntold(h *Hold, why EndReason) bool { return w.end(h, why, nil) }
+func (w *Keeper) EndUntold(h *Hold, why EndReason) bool { return w.endFor(h, why, nil, nil, false) }
 
 // Told reports the end of h, which EndUntold ended, as why, with cause.
 func (w *Keeper) Told(h *Hold, why EndReason, cause error) { w.cfg.Ended(h, why, cause) }
 
-// end is End without the report.
-func (w *Keeper) end(h *Hold, why EndReason, cause error) bool {
+// endFor is End, told when tell says so; err, for an end with h.Parent
+// (EndParent), is h.Parent's error, which the hold's own context ends with.
+func (w *Keeper) endFor(h *Hold, why EndReason, err, cause error, tell bool) bool {
+	if !w.end(h, why, err, cause) {
+		return false
+	}
+	if tell {
+		w.cfg.Ended(h, why, cause)
+	}
+	return true
+}
+
+// end is endFor without the report.
+func (w *Keeper) end(h *Hold, why EndReason, err, cause error) bool {
 	w.mu.Lock()
 	delete(w.holds, h)
 	w.mu.Unlock()
@@ -269,12 +281,12 @@ func (w *Keeper) end(h *Hold, why EndReason, cause error) bool {
 	for _, f := range firsts {
 		f()
 	}
-	h.cancelOwn(why, cause)
+	h.cancelOwn(why, err, cause)
 	for _, cancel := range ties {
 		cancel(cause)
 	}
 	// Only now that every context of the hold is cancelled: until then,
-	// one that finds the deadline passed waits for this (see overdue).
+	// one that finds the deadline passed waits for this (see Settle).
 	h.dl.clear()
 	h.ending.Done()
 	for _, stop := range stops {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -472,7 +473,11 @@ func TestOwnContextEndsWithItsParent(t *testing.T) {
 	<-h.Ctx.Done()
 	why, _ := e.endOf(h)
 	assert.Equal(t, EndParent, why)
-	assert.Contains(t, e.given, h, "given back")
+	eventually(t, time.Second, "given back", func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return slices.Contains(e.given, h)
+	})
 	assert.ErrorIs(t, derived.Err(), context.Canceled, "derived from it")
 	assert.ErrorIs(t, context.Cause(derived), errStop)
 	<-ran
