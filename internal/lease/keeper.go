@@ -233,7 +233,6 @@ func (w *Keeper) Extend(h *Hold, sent time.Time) {
 	w.moved(h, h.at)
 }
 
-
 // End ends h for why: it leaves the table, its deadline stops, and its
 // context is cancelled with cause, before anything else happens. It reports
 // whether this call ended it; only one caller ever gets true.
