@@ -164,8 +164,15 @@ type Scripts interface {
 	Release(a *Acquisition, field string) call
 }
 
-// BeginWith is Begin with scr making the give-back, and nothing left by
-// a refused attempt.
+// Leaves is implemented by the Scripts of a primitive whose attempts may
+// leave something in Redis even when refused (a queue entry): Left
+// returns what takes it out (Begin's left).
+type Leaves interface {
+	Left(a *Acquisition, field string) []call
+}
+
+// BeginWith is Begin with scr making the give-back, and what a refused
+// attempt leaves when it implements Leaves.
 func (m *Machine) BeginWith(s *Spec, parent, wctx context.Context, wait bool, scr Scripts) *Acquisition {
 	a := &Acquisition{m: m, Spec: s, Parent: parent, WaitCtx: wctx, told: parent, wait: wait, start: time.Now(), scr: scr}
 	a.newOwner()
@@ -195,6 +202,11 @@ func (a *Acquisition) Arg(field string) any {
 // room while it lasts (see lease.Hold.Args).
 func (a *Acquisition) Args(vals ...any) []any { return a.hold.Args(vals...) }
 
+// Room returns the hold whose room keeps the arguments of the
+// acquisition's calls (Args): a hold's Args are known to the compiler,
+// where a function value's would make every call's arguments escape.
+func (a *Acquisition) Room() *lease.Hold { return &a.hold }
+
 // All returns what gives back everything an attempt of field may have
 // left or taken.
 func (a *Acquisition) All(field string) []call { return append(a.leaves(field), a.gives(field)...) }
@@ -202,10 +214,13 @@ func (a *Acquisition) All(field string) []call { return append(a.leaves(field), 
 // leaves returns what an attempt of field may leave in Redis even when
 // refused.
 func (a *Acquisition) leaves(field string) []call {
-	if a.left == nil {
-		return nil
+	if a.left != nil {
+		return a.left(field)
 	}
-	return a.left(field)
+	if l, ok := a.scr.(Leaves); ok {
+		return l.Left(a, field)
+	}
+	return nil
 }
 
 // gives returns what gives back what a granted attempt of field took.

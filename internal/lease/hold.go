@@ -103,9 +103,9 @@ type Hold struct {
 }
 
 // argRoom is how many arguments of its calls a hold keeps in itself: a
-// Mutex's lock attempt, renewal, give-back and release (15), and then
-// some.
-const argRoom = 16
+// Semaphore's acquisition, renewal, give-back and release (23; a Mutex's
+// take 15).
+const argRoom = 24
 
 // Arg returns h's field as a call's argument: FieldArg, boxed once, when
 // it has been set.
