@@ -241,7 +241,10 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		// which outlives the write hold's context but not the context the
 		// write hold was taken with, nor ctx when ctx ends on its own.
 		writer = oh.Field
-		p, cancel := context.WithCancelCause(context.WithoutCancel(parent))
+		// p names the deadline it ends by (its hold tells by it which end
+		// came first: lease.Hold.Settle), though no timer of its own
+		// ends it.
+		p, cancel := context.WithCancelCause(namedDeadline{Context: context.WithoutCancel(parent), of: parent})
 		stopW := context.AfterFunc(oh.Parent, func() { cancel(context.Cause(oh.Parent)) })
 		// own follows parent (cancelled with it, in the same call when
 		// parent's chain is the standard library's), and its methods do
@@ -456,3 +459,13 @@ func (r *RWMutex) ForceUnlock(ctx context.Context) (bool, error) {
 	}
 	return n == 1, nil
 }
+
+// namedDeadline is its Context with the deadline of another (of): a
+// downgrade's context, which ends when the context of the write hold ends
+// (not by a timer of its own), names the deadline that one ends by.
+type namedDeadline struct {
+	context.Context
+	of context.Context
+}
+
+func (c namedDeadline) Deadline() (time.Time, bool) { return c.of.Deadline() }

@@ -265,9 +265,6 @@ func (m *Machine) grant(s *Spec, h *lease.Hold, told context.Context, start time
 	if err := m.wd.Add(h, st); err != nil {
 		return giveUp(err)
 	}
-	if parent.Done() != nil { // a parent that can never end needs no watch
-		h.OnEnd(context.AfterFunc(parent, func() { m.endWithParent(h) }))
-	}
 	var vals context.Context
 	if m.cfg.Acquired != nil {
 		vals = m.cfg.Acquired(told, parent, s.Ref, h.Taken.Sub(start), st.Handoff)

@@ -177,14 +177,10 @@ func (b *bound) done() {
 }
 
 // endWithParent ends h, and gives it back in the background, when the
-// context it was taken with has ended: grant has it called when that
-// context ends (in a goroutine of its own), and a release calls it too, so
-// that it never finds h live meanwhile.
-func (m *Machine) endWithParent(h *lease.Hold) {
-	if h.Parent.Err() != nil && m.wd.End(h, lease.EndParent, context.Cause(h.Parent)) {
-		m.GiveBack(h)
-	}
-}
+// context it was taken with has ended, unless its lease ran out first
+// (lease.Hold.Settle, which the Keeper has called when that context ends):
+// a release calls it, so that it never finds h live meanwhile.
+func (m *Machine) endWithParent(h *lease.Hold) { h.Settle() }
 
 // GoneInTime reports whether a last release of h whose reply found the
 // hold gone in Redis found it gone while its lease still stood there: its
@@ -240,7 +236,7 @@ func EndedError(h *lease.Hold) error {
 	case lease.EndUnlocked:
 		return fmt.Errorf("%w (already released)", errs.NotHeld)
 	case lease.EndParent:
-		return fmt.Errorf("%w (the hold ended with its context: %v)", errs.NotHeld, context.Cause(h.Parent))
+		return fmt.Errorf("%w (the hold ended with its context: %v)", errs.NotHeld, context.Cause(h.Ctx))
 	case lease.EndClosed:
 		return errs.Closed
 	default:

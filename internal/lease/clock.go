@@ -94,6 +94,9 @@ func (a clockAt) since(now clockAt) int64 {
 	return now.mono - a.mono + now.gain - a.gain
 }
 
+// before reports whether a comes before b on the holds' clock.
+func (a clockAt) before(b clockAt) bool { return a.mono+a.gain < b.mono+b.gain }
+
 // jumpEvery is how often the watchdog reads the clock, to record a wall
 // clock stepped back and to see whether the machine was suspended (the
 // meter jumped) and tell the holds whose deadlines passed meanwhile,

@@ -11,36 +11,18 @@ import (
 // and its code may run before any of them; a machine resumed from a
 // suspend, whose monotonic clock did not count it, has timers later still
 // (see clock.go). So each hold keeps its local deadline where a context
-// method can read it (an atomic load and a clock read), and the hold's contexts (holdCtx: the hold's own, and every
-// re-entry's) look at it in Err, Done and Value: the first of them to find
-// it passed ends the hold as lost, synchronously, which cancels the real
-// context with cause ErrLeaseLost before that method returns. Contexts the
-// user derives from them are cancelled by that, as soon as it happens.
-
-// Overdue ends h as lost if its local deadline has passed and it is still
-// live, as its timer would (the timer may not have run yet: the process
-// was stopped), and reports whether its deadline had passed. When it
-// returns true, every context of the hold is cancelled: if another
-// goroutine is ending the hold this instant, it waits for that (so the
-// hold's firsts must not call the methods of its contexts: see
-// hold.first). The give-back to Redis runs in the background: the caller
-// may hold h.mu.
-func (h *Hold) Overdue() bool {
-	if !h.dl.passed() {
-		return false
-	}
-	k := h.k
-	if k.End(h, EndLost, k.cfg.Errors.Lost) {
-		go k.cfg.GiveBack(h)
-	} else {
-		<-h.over // ended by another goroutine, which is cancelling its contexts
-	}
-	return true
-}
+// method can read it (an atomic load and a clock read), and the hold's
+// contexts (holdCtx: the hold's own, and every re-entry's) look at it in
+// Err, Done and Value, and at the end of the context the hold was taken
+// with: the first of them to find either due ends the hold, synchronously,
+// with the end that came first (Settle, parent.go), which cancels the real
+// context (with cause ErrLeaseLost for the lease's) before that method
+// returns. Contexts the user derives from them are cancelled by that, as
+// soon as it happens.
 
 // holdCtx is a context of a hold: the hold's own, or a re-entry's. Its
-// Err, Done and Value first end the hold if its local deadline has passed
-// (see overdue), so what they report is true from that moment on.
+// Err, Done and Value first end the hold if it is due to end (see
+// Settle), so what they report is true from that moment on.
 type holdCtx struct {
 	context.Context
 	h *Hold
@@ -50,15 +32,15 @@ func (c *holdCtx) Err() error {
 	if err := c.Context.Err(); err != nil {
 		return err
 	}
-	// Read again whatever overdue says: the hold may have ended since the
+	// Read again whatever Settle says: the hold may have ended since the
 	// read above (its end cancels the context, then clears the deadline
-	// that overdue looks at).
-	c.h.Overdue()
+	// that Settle looks at).
+	c.h.Settle()
 	return c.Context.Err()
 }
 
 func (c *holdCtx) Done() <-chan struct{} {
-	c.h.Overdue()
+	c.h.Settle()
 	return c.Context.Done()
 }
 
@@ -66,7 +48,7 @@ func (c *holdCtx) Done() <-chan struct{} {
 // through it. It answers the hold's Ref with the hold itself (a hold's
 // context carries its hold: see HoldIn).
 func (c *holdCtx) Value(key any) any {
-	c.h.Overdue()
+	c.h.Settle()
 	if r, ok := key.(Ref); ok && r == c.h.Ref {
 		return c.h
 	}
@@ -78,7 +60,7 @@ func (c *holdCtx) Value(key any) any {
 // without boxing ref, as Unlock's lookup of its hold does every time.
 func HoldIn(ctx context.Context, ref Ref) *Hold {
 	if c, ok := ctx.(*holdCtx); ok {
-		c.h.Overdue()
+		c.h.Settle()
 		if c.h.Ref == ref {
 			return c.h
 		}

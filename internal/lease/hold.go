@@ -62,8 +62,11 @@ type Hold struct {
 	Token  int64            // fencing token (WithFencing); 0: none, and re-entries share it
 	Tokens map[string]int64 // a fenced MultiLock's: each name's token (token is one of them)
 
-	dl   dlStore       // the local deadline while live, for the hold's contexts (context.go)
-	over chan struct{} // closed once the hold has ended and its contexts are cancelled
+	dl    dlStore       // the local deadline while live, for the hold's contexts (context.go)
+	over  chan struct{} // closed once the hold has ended and its contexts are cancelled
+	gate  gate          // the base of its own context, ended by Parent's end (parent.go)
+	pdl   *clockAt      // Parent's deadline on the holds' clock (at pdlAt), or nil: none
+	pdlAt clockAt
 
 	tmu   sync.Mutex // guards the fields below
 	sent  time.Time  // when the newest script that set the lease was sent
@@ -85,15 +88,16 @@ type Hold struct {
 	k *Keeper // set by Add
 }
 
-// Live reports whether h is Live; a hold whose local deadline has passed is
-// not, even before its timer has run (it is ended then, see overdue).
+// Live reports whether h is Live; a hold whose local deadline has passed,
+// or whose context ended, is not, even before their timers have run (it
+// is ended then, see Settle).
 func (h *Hold) Live() bool {
 	return h.Reason() == NotEnded
 }
 
 // Reason says why h ended, or live; see live.
 func (h *Hold) Reason() EndReason {
-	h.Overdue()
+	h.Settle()
 	h.tmu.Lock()
 	why := h.why
 	h.tmu.Unlock()

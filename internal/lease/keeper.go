@@ -115,11 +115,12 @@ func New(cfg Config) *Keeper {
 }
 
 // Add starts h, whose lease was set by a script stamped st: h gets its
-// context (h.Ctx: a child of h.Parent that carries h under h.Ref, and
-// tells from its deadline; its other values are h.Values()), and its lease
-// is kept from now on. It registers nothing and returns Errors.Closed once
-// the keeper is closed, and Errors.Untrusted when a ForceUnlock of the lock
-// came after st; h's context is then cancelled with that error.
+// context (h.Ctx: it carries h under h.Ref, tells from its deadline, and
+// ends with h.Parent unless the lease ran out first, see parent.go; its
+// other values are h.Values()), and its lease is kept from now on. It
+// registers nothing and returns Errors.Closed once the keeper is closed,
+// and Errors.Untrusted when a ForceUnlock of the lock came after st; h's
+// context is then cancelled with that error.
 func (w *Keeper) Add(h *Hold, st Stamp) error {
 	h.k = w
 	h.dl.clear() // until registered
@@ -129,15 +130,24 @@ func (w *Keeper) Add(h *Hold, st Stamp) error {
 		h.Obs.base = valuesCtx{Context: h.Parent, h: h}
 		base = &h.Obs.base
 	}
-	cctx, cancel := context.WithCancelCause(base)
+	// Read before w.mu: h.Parent may be another hold's context, whose
+	// methods may end that hold.
+	h.gate.init(base)
+	if d, ok := h.Parent.Deadline(); ok {
+		h.pdlAt = stamp(d)
+		h.pdl = &h.pdlAt
+	}
+	ends := h.gate.ends
+	cctx, cancel := context.WithCancelCause(&h.gate)
 	h.Ctx, h.cancel = &holdCtx{Context: cctx, h: h}, cancel // it carries h (holdCtx.Value)
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	if w.closed {
+		w.mu.Unlock()
 		cancel(w.cfg.Errors.Closed)
 		return w.cfg.Errors.Closed
 	}
 	if !w.trusted(st.Epoch, h.Ref, h.Covers) {
+		w.mu.Unlock()
 		cancel(w.cfg.Errors.Untrusted)
 		return w.cfg.Errors.Untrusted
 	}
@@ -149,12 +159,12 @@ func (w *Keeper) Add(h *Hold, st Stamp) error {
 	h.tmu.Lock()
 	h.sent = sent
 	h.at = h.dl.set(Deadline(sent, h.Lease))
-	h.timer = time.AfterFunc(h.dl.left(), func() {
-		if w.End(h, EndLost, w.cfg.Errors.Lost) {
-			w.cfg.GiveBack(h) // Redis may keep it a little longer: give it back
-		}
-	})
+	h.timer = time.AfterFunc(h.dl.left(), func() { h.Settle() })
 	h.tmu.Unlock()
+	w.mu.Unlock()
+	if ends { // a parent that can never end needs no watch
+		h.OnEnd(context.AfterFunc(h.Parent, func() { h.Settle() }))
+	}
 	return nil
 }
 
@@ -212,24 +222,32 @@ func (w *Keeper) Extend(h *Hold, sent time.Time) {
 // context is cancelled with cause, before anything else happens. It reports
 // whether this call ended it; only one caller ever gets true.
 func (w *Keeper) End(h *Hold, why EndReason, cause error) bool {
-	if !w.end(h, why, cause) {
-		return false
-	}
-	w.cfg.Ended(h, why, cause)
-	return true
+	return w.endFor(h, why, nil, cause, true)
 }
 
 // EndUntold is End without the report of the end (Config.Ended), which the
 // caller makes with Told once it knows how the hold ended: a last release
 // ends its hold before its script is sent, and learns from the reply
 // whether Redis had lost the hold meanwhile.
-func (w *Keeper) EndUntold(h *Hold, why EndReason) bool { return w.end(h, why, nil) }
+func (w *Keeper) EndUntold(h *Hold, why EndReason) bool { return w.endFor(h, why, nil, nil, false) }
 
 // Told reports the end of h, which EndUntold ended, as why, with cause.
 func (w *Keeper) Told(h *Hold, why EndReason, cause error) { w.cfg.Ended(h, why, cause) }
 
-// end is End without the report.
-func (w *Keeper) end(h *Hold, why EndReason, cause error) bool {
+// endFor is End, told when tell says so; err, for an end with h.Parent
+// (EndParent), is h.Parent's error, which the hold's own context ends with.
+func (w *Keeper) endFor(h *Hold, why EndReason, err, cause error, tell bool) bool {
+	if !w.end(h, why, err, cause) {
+		return false
+	}
+	if tell {
+		w.cfg.Ended(h, why, cause)
+	}
+	return true
+}
+
+// end is endFor without the report.
+func (w *Keeper) end(h *Hold, why EndReason, err, cause error) bool {
 	w.mu.Lock()
 	delete(w.holds, h)
 	w.mu.Unlock()
@@ -248,12 +266,15 @@ func (w *Keeper) end(h *Hold, why EndReason, cause error) bool {
 	for _, f := range firsts {
 		f()
 	}
-	h.cancel(cause)
+	if why == EndParent && err != nil {
+		h.gate.close(err) // cancels the hold's context with err
+	}
+	h.cancel(cause) // a no-op once the gate has
 	for _, cancel := range ties {
 		cancel(cause)
 	}
 	// Only now that every context of the hold is cancelled: until then,
-	// one that finds the deadline passed waits for this (see overdue).
+	// one that finds the deadline passed waits for this (see Settle).
 	h.dl.clear()
 	close(h.over)
 	for _, stop := range stops {
