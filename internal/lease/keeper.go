@@ -27,7 +27,8 @@ import (
 // that set its lease was sent, a margin before Redis could let the lease
 // expire. A timer fires it independently of the renewal loop, so a renewal
 // stuck on a silent connection cannot keep a holder from hearing that its
-// lease is gone before anyone else can take the lock.
+// lease is gone before anyone else can take the lock: one timer of the
+// keeper's for every hold, set for the earliest deadline (deadlines.go).
 type Keeper struct {
 	cfg      Config
 	interval time.Duration
@@ -43,6 +44,16 @@ type Keeper struct {
 	forcing map[Ref]int                 // ForceUnlocks in flight, per lock
 	calm    map[Ref]chan struct{}       // closed when a lock's last one in flight answers
 	closed  bool
+
+	// The holds' deadlines (deadlines.go), under dmu: a heap, the
+	// earliest first, and the one timer set for it (at dlAt, 0: none).
+	dmu     sync.Mutex
+	dls     dlHeap
+	dlAt    int64
+	dlTimer *time.Timer
+
+	causes []cause // what the contexts of holds ended with the keeper's errors answer causeKey with
+	slots  slots   // the bounds of calls (slots.go)
 
 	stop chan struct{}
 	done chan struct{}
@@ -110,45 +121,49 @@ func New(cfg Config) *Keeper {
 		done:     make(chan struct{}),
 	}
 	w.rounds, w.cancel = context.WithCancel(context.Background())
+	w.dlTimer = time.AfterFunc(time.Hour, w.expire)
+	w.dlTimer.Stop()
+	w.slots.timer = time.AfterFunc(time.Hour, w.slots.fire)
+	w.slots.timer.Stop()
+	for _, err := range []error{nil, cfg.Errors.Lost, cfg.Errors.Closed, cfg.Errors.ClosedHold, cfg.Errors.Untrusted} {
+		w.causes = append(w.causes, cause{err, newCause(err)})
+	}
 	go w.run()
 	return w
 }
 
 // Add starts h, whose lease was set by a script stamped st: h gets its
-// context (h.Ctx: it carries h under h.Ref, tells from its deadline, and
+// context (h.Ctx: part of h, it carries h, tells from its deadline, and
 // ends with h.Parent unless the lease ran out first, see parent.go; its
-// other values are h.Values()), and its lease is kept from now on. It
+// other values are h.Values()'s), and its lease is kept from now on. It
 // registers nothing and returns Errors.Closed once the keeper is closed,
 // and Errors.Untrusted when a ForceUnlock of the lock came after st; h's
 // context is then cancelled with that error.
 func (w *Keeper) Add(h *Hold, st Stamp) error {
 	h.k = w
 	h.dl.clear() // until registered
-	h.over = make(chan struct{})
-	base := h.Parent
 	if h.Obs != nil {
 		h.Obs.base = valuesCtx{Context: h.Parent, h: h}
-		base = &h.Obs.base
 	}
 	// Read before w.mu: h.Parent may be another hold's context, whose
 	// methods may end that hold.
-	h.gate.init(base)
+	h.gate.init(h.valuesBase())
+	h.pdl = 0
 	if d, ok := h.Parent.Deadline(); ok {
-		h.pdlAt = stamp(d)
-		h.pdl = &h.pdlAt
+		h.pdl = stamp(d).pos()
 	}
 	ends := h.gate.ends
-	cctx, cancel := context.WithCancelCause(&h.gate)
-	h.Ctx, h.cancel = &holdCtx{Context: cctx, h: h}, cancel // it carries h (holdCtx.Value)
+	h.own.h = h
+	h.Ctx = &h.own // it carries h (ownCtx.Value)
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
-		cancel(w.cfg.Errors.Closed)
+		h.cancelOwn(EndClosed, nil, w.cfg.Errors.Closed)
 		return w.cfg.Errors.Closed
 	}
 	if !w.trusted(st.Epoch, h.Ref, h.Covers) {
 		w.mu.Unlock()
-		cancel(w.cfg.Errors.Untrusted)
+		h.cancelOwn(EndLost, nil, w.cfg.Errors.Untrusted)
 		return w.cfg.Errors.Untrusted
 	}
 	sent := st.Sent
@@ -158,8 +173,8 @@ func (w *Keeper) Add(h *Hold, st Stamp) error {
 	}
 	h.tmu.Lock()
 	h.sent = sent
-	h.at = h.dl.set(Deadline(sent, h.Lease))
-	h.timer = time.AfterFunc(h.dl.left(), func() { h.Settle() })
+	h.at, h.atSet = h.dl.set(Deadline(sent, h.Lease)), true
+	w.watch(h, h.at)
 	h.tmu.Unlock()
 	w.mu.Unlock()
 	if ends { // a parent that can never end needs no watch
@@ -214,8 +229,8 @@ func (w *Keeper) Extend(h *Hold, sent time.Time) {
 		return
 	}
 	h.sent = sent
-	h.at = h.dl.set(Deadline(sent, h.Lease))
-	h.timer.Reset(h.dl.left())
+	h.at, h.atSet = h.dl.set(Deadline(sent, h.Lease)), true
+	w.moved(h, h.at)
 }
 
 // End ends h for why: it leaves the table, its deadline stops, and its
@@ -257,26 +272,22 @@ func (w *Keeper) end(h *Hold, why EndReason, err, cause error) bool {
 		return false
 	}
 	h.why = why
-	if h.timer != nil {
-		h.timer.Stop()
-	}
+	h.ending.Add(1)
 	stops, ties, firsts := h.stops, h.ties, h.firsts
 	h.stops, h.ties, h.firsts = nil, nil, nil
 	h.tmu.Unlock()
+	w.unwatch(h)
 	for _, f := range firsts {
 		f()
 	}
-	if why == EndParent && err != nil {
-		h.gate.close(err) // cancels the hold's context with err
-	}
-	h.cancel(cause) // a no-op once the gate has
+	h.cancelOwn(why, err, cause)
 	for _, cancel := range ties {
 		cancel(cause)
 	}
 	// Only now that every context of the hold is cancelled: until then,
 	// one that finds the deadline passed waits for this (see Settle).
 	h.dl.clear()
-	close(h.over)
+	h.ending.Done()
 	for _, stop := range stops {
 		stop()
 	}
@@ -368,26 +379,12 @@ func (w *Keeper) Force(ref Ref) (done func()) {
 	}
 }
 
-// resumed sets again the timers of every hold after the wall clock jumped
-// ahead of the monotonic one (the machine was suspended): the timers count
+// resumed sets again the deadlines' timer after the wall clock jumped
+// ahead of the monotonic one (the machine was suspended): the timer counts
 // monotonic time, and would tell the holders late. A hold whose deadline
 // passed meanwhile is told at once; so is one whose context is read first
 // (see dlStore).
-func (w *Keeper) resumed() {
-	w.mu.Lock()
-	hs := make([]*Hold, 0, len(w.holds))
-	for h := range w.holds {
-		hs = append(hs, h)
-	}
-	w.mu.Unlock()
-	for _, h := range hs {
-		h.tmu.Lock()
-		if h.why == NotEnded && h.timer != nil {
-			h.timer.Reset(h.dl.left())
-		}
-		h.tmu.Unlock()
-	}
-}
+func (w *Keeper) resumed() { w.rearm() }
 
 // Unforced returns the epoch of ref's lock (with those of covers, see
 // epoch) once no ForceUnlock of any of them is in flight in this process:

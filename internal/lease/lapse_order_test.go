@@ -21,16 +21,14 @@ func (e *env) holdIn(t *testing.T, parent context.Context, key string, d time.Du
 	require.NoError(t, e.rdb.HSet(bg, key, "owner", 1).Err())
 	require.NoError(t, e.rdb.PExpire(bg, key, d).Err())
 	h := &Hold{Ref: Ref{Owner: e, Kind: "test", Name: key}, Field: "owner", Lease: d,
-		Parent: parent, Count: 1, Taken: time.Now(), Mu: NewHoldLock()}
+		Parent: parent, Count: 1, Taken: time.Now()}
 	h.One = [2]transport.Call{
 		{Script: lua.Renew, Keys: []string{key}, Args: []any{"owner", d.Milliseconds()}},
 		{Script: lua.Drop, Keys: []string{key}, Args: []any{"owner", transport.Publish, "0", key + ":ch"}},
 	}
 	h.Renew, h.Release = h.One[:1:1], h.One[1:2:2]
 	require.NoError(t, e.k.Add(h, st))
-	h.tmu.Lock()
-	h.timer.Stop()
-	h.tmu.Unlock()
+	e.k.unwatch(h) // its deadline's timer held back
 	return h
 }
 

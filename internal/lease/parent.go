@@ -11,8 +11,9 @@ import (
 // both due, and the runtime runs their timers (and the goroutine that
 // looks first) in an order of its own. So the hold's context is not a
 // child of h.Parent that the context package would cancel at once with
-// h.Parent's error: its base is a gate, which ends only when Settle
-// decides that h.Parent's end came first. Settle compares the two ends on
+// h.Parent's error: it ends when Settle decides which end came first (and
+// the real context made beside it, when one is, has for its base a gate,
+// which ends only when Settle decides that h.Parent's end came first). Settle compares the two ends on
 // the holds' clock (clock.go), which counts a suspend: the lease's local
 // deadline, and h.Parent's deadline when it has one and has passed it; a
 // cancellation without a deadline counts from when the process sees it
@@ -28,13 +29,13 @@ import (
 // background: the caller may hold h.Mu.
 func (h *Hold) Settle() bool {
 	at := h.dl.at.Load()
-	if at == nil {
+	if at == 0 {
 		return false // not registered yet, or ended
 	}
-	n := now()
-	lapsed := at.since(n) >= 0
+	n := now().pos()
+	lapsed := n-at >= 0
 	perr := h.Parent.Err()
-	pdue := h.pdl != nil && h.pdl.since(n) >= 0
+	pdue := h.pdl != 0 && n-h.pdl >= 0
 	if !lapsed && perr == nil && !pdue {
 		return false
 	}
@@ -42,16 +43,16 @@ func (h *Hold) Settle() bool {
 	if perr != nil || pdue {
 		ended := n // a cancellation counts from now, when it is seen
 		if pdue {
-			ended = *h.pdl // it ended by its deadline at the latest
+			ended = h.pdl // it ended by its deadline at the latest
 			if perr == nil {
 				perr = context.DeadlineExceeded
 			}
 		}
-		if !lapsed || ended.before(*at) {
+		if !lapsed || ended < at {
 			if k.endParent(h, perr) {
 				go k.cfg.GiveBack(h)
 			} else {
-				<-h.over // ended by another goroutine, which is cancelling its contexts
+				h.ending.Wait() // ended by another goroutine, which is cancelling its contexts
 			}
 			return true
 		}
@@ -59,20 +60,21 @@ func (h *Hold) Settle() bool {
 	if k.End(h, EndLost, k.cfg.Errors.Lost) {
 		go k.cfg.GiveBack(h)
 	} else {
-		<-h.over
+		h.ending.Wait()
 	}
 	return true
 }
 
-// gate is the base of a hold's own context: the context the hold was
-// taken with for its values and deadline, ended only by close (Settle's
-// decision that that context's end came first). It is no general context:
-// its one user is the hold's cancelCtx, which the context package has
-// follow it through AfterFunc (the gate's values lead to another
-// cancelCtx, whose Done is not the gate's), and which reads its Done once,
-// when it is made. So close cancels the hold's context, with the gate's
-// error (h.Parent's: context.DeadlineExceeded stays what it was) and
-// h.Parent's cause, before it returns. It allocates nothing.
+// gate is the base of the real context beside a hold's own (context.go):
+// the context the hold was taken with for its values and deadline, ended
+// only by close (Settle's decision that that context's end came first).
+// It is no general context: its one user is the hold's cancelCtx, which
+// the context package has follow it through AfterFunc (the gate's values
+// lead to another cancelCtx, whose Done is not the gate's), and which
+// reads its Done once, when it is made. So close cancels the hold's real
+// context, with the gate's error (h.Parent's: context.DeadlineExceeded
+// stays what it was) and h.Parent's cause, before it returns. It
+// allocates nothing.
 type gate struct {
 	context.Context // the base: h.Parent, or the observer's values on it
 	ends            bool

@@ -347,6 +347,7 @@ func (w *Keeper) Close(deadline time.Time) {
 	close(w.stop)
 	w.cancel()
 	<-w.done
+	defer w.dlTimer.Stop()
 
 	var ended []*Hold
 	for _, h := range hs {
