@@ -280,6 +280,10 @@ func (c *Client) ended(h *lease.Hold, why lease.EndReason, cause error) {
 // own, so that ended does not move e to the heap when there is no one to
 // tell).
 func tellEnd(h *lease.Hold, tell func(context.Context, HoldEvent), e HoldEvent) {
+	if vals, ok := h.StartedValues(); ok {
+		tell(vals, e) // the common case: no report to hold back
+		return
+	}
 	h.AfterStarted(func(ctx context.Context) { tell(ctx, e) })
 }
 

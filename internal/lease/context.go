@@ -76,16 +76,18 @@ func (c *ownCtx) Err() error {
 
 // Value also serves context.Cause, which reads the cancellation's cause
 // through it (causeKey). It answers holdsKey with itself (a hold's context
-// carries its hold: see HoldIn); any other key with the parent's value,
-// or the observer's (see Values).
+// carries its hold: see HoldIn, which looks at the hold's end itself); any
+// other key with the parent's value, or the observer's (see Values), which
+// the hold's end does not change: it does not look at the hold (a hook
+// reading a command's values costs no clock read).
 func (c *ownCtx) Value(key any) any {
 	h := c.h
-	h.check()
 	switch key.(type) {
 	case holdsKey:
 		return c
 	case *int:
 		if key == causeKey {
+			h.check()
 			// The context package asks for it to derive a context (live:
 			// the real one, its parent), and context.Cause (ended).
 			if cc := h.realCtx(); cc != nil {

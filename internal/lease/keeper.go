@@ -178,7 +178,10 @@ func (w *Keeper) Add(h *Hold, st Stamp) error {
 	h.tmu.Unlock()
 	w.mu.Unlock()
 	if ends { // a parent that can never end needs no watch
-		h.OnEnd(context.AfterFunc(h.Parent, func() { h.Settle() }))
+		h.OnEnd(context.AfterFunc(h.Parent, func() {
+			h.Settle()
+			h.call.parentEnded() // a release under way ends with it
+		}))
 	}
 	return nil
 }
