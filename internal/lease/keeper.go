@@ -46,9 +46,9 @@ type Keeper struct {
 	// counts: until then every lock's epoch is 0 and none is in flight,
 	// which Unforced answers without mu.
 	everForced atomic.Bool
-	forcing map[Ref]int                 // ForceUnlocks in flight, per lock
-	calm    map[Ref]chan struct{}       // closed when a lock's last one in flight answers
-	closed  bool
+	forcing    map[Ref]int           // ForceUnlocks in flight, per lock
+	calm       map[Ref]chan struct{} // closed when a lock's last one in flight answers
+	closed     bool
 
 	// The holds' deadlines (deadlines.go), under dmu: a heap, the
 	// earliest first, and the one timer set for it (at dlAt, 0: none).
