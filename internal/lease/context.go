@@ -100,9 +100,11 @@ func (c *ownCtx) Value(key any) any {
 }
 
 // AfterFunc runs f once the context is cancelled (at once, in a goroutine
-// of its own, once it has been): the context package asks a context of its
-// own kind for it, for every context derived from it, so that they end
-// with it without a goroutine watching each.
+// of its own, once it has been). The context package asks for it to have
+// a context derived from this one end with it, when that context's Value
+// did not lead it to the real context beside it (Value's causeKey: should
+// a Go release stop asking for that key, the derived contexts still end
+// with the hold's, without a goroutine watching each).
 func (c *ownCtx) AfterFunc(f func()) (stop func() bool) {
 	h := c.h
 	if stop, ok := h.tie(func(error) { f() }); ok {
