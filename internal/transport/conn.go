@@ -1,0 +1,741 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// One connection of the engine's, to one primary.
+//
+// A call alone on it (nothing queued, nothing in flight) is written and
+// read by its caller, on its own goroutine (roundTrip), with the
+// connection's deadline tied to the caller's context: its context's
+// deadline, or a deadline in the past set when it is cancelled. When the
+// context ends during the write, the part of the call that is written is
+// finished by a writer goroutine (a command cut in two would corrupt the
+// stream), or, when none of it was, the call is taken back and never
+// written; when it ends during the read, the caller leaves at once and a
+// reader goroutine reads the reply and hands it to the call's gone.
+//
+// Under concurrency, calls queue (pend) while a write is under way, and the
+// next write takes all of them at once (one flush); a caller with a
+// deadline writes its batch itself, others leave it to a writer goroutine,
+// which runs while calls are queued. One reader goroutine, running while
+// calls are in flight, reads the replies and completes the calls in the
+// order they were written. A caller whose context ends while its call is
+// queued takes it back (it is never written: ErrNotSent); once it is
+// written, it leaves, and the reply goes to gone.
+//
+// When the connection fails (a read or a write fails, or Redis closes it),
+// the calls written whole are told so and not sent again (ErrNoReply: they
+// may have run), and the calls not written, or cut in their write, are told
+// that (ErrNotSent: they did not run), for their callers to send them on
+// another connection.
+type conn struct {
+	n      *node
+	nc     net.Conn
+	rd     *reader // the reading role's
+	wbuf   []byte  // the writing role's
+	tls    bool    // its deadlines cut reads only: a TLS write cut in two is lost
+	replID string  // its server's replication id when dialled ("": not known)
+	dead   atomic.Bool
+	load   atomic.Int32 // calls queued or in flight on it
+
+	mu      sync.Mutex
+	q       []*op // written or being written, unanswered, in order: q[qh:]
+	qh      int
+	pend    []*op // queued: pend[ph:]
+	ph      int
+	compact int // len(pend) at which dropped calls are taken out
+	writing bool
+	reading uint8
+	err     error // why it failed; nil while it works
+	retired bool  // takes no new calls, closes once idle
+	dlOwner *op   // the call whose cancellation cuts the deadline
+}
+
+// The reading role.
+const (
+	readNone   uint8 = iota
+	readCaller       // a caller alone on it reads its own reply
+	readLoop         // the reader goroutine
+)
+
+// window is how many calls a connection has in flight at most (a batch
+// goes whole): a stalled Redis holds at most that many calls per
+// connection, whether their callers stay or leave (room.go).
+const window = 1024
+
+// pastDeadline cuts a read or write at once.
+var pastDeadline = time.Unix(1, 0)
+
+// errRetired fails a connection that was retired (its server is no longer
+// the primary, or the transport closed).
+var errRetired = errors.New("redisync: the connection was retired")
+
+// newConn returns a connection on nc, dialled for n.
+func newConn(n *node, nc net.Conn, rd *reader, isTLS bool, replID string) *conn {
+	return &conn{n: n, nc: nc, rd: rd, tls: isTLS, replID: replID, compact: 4 * window}
+}
+
+// usable reports whether the connection takes calls.
+func (c *conn) usable() bool { return !c.dead.Load() }
+
+// inflight returns the calls written and unanswered. Called with c.mu held.
+func (c *conn) inflight() int { return len(c.q) - c.qh }
+
+// claim makes o, alone on c, its caller's to write and read (roundTrip),
+// and reports whether c was idle for it.
+func (c *conn) claim(o *op) bool {
+	c.mu.Lock()
+	if c.err != nil || c.retired || c.writing || c.reading != readNone || c.inflight() > 0 || c.ph < len(c.pend) {
+		c.mu.Unlock()
+		return false
+	}
+	c.writing, c.reading = true, readCaller
+	o.state.Store(opWritten)
+	c.q = append(c.q, o)
+	c.load.Add(1)
+	c.mu.Unlock()
+	return true
+}
+
+// unclaim takes back o, claimed and not written (its encoding failed).
+func (c *conn) unclaim(o *op) {
+	c.mu.Lock()
+	c.q = c.q[:len(c.q)-1]
+	c.writing, c.reading = false, readNone
+	o.state.Store(opDropped)
+	c.load.Add(-1)
+	c.kickLocked()
+	c.mu.Unlock()
+}
+
+// The outcomes of roundTrip for its caller.
+const (
+	rtDone    = iota // o's outcome is set
+	rtDropped        // the caller left before o was written: never written
+	rtGone           // the caller left after: o's outcome goes to o.gone
+)
+
+// roundTrip writes o's command, in c.wbuf, claimed by its caller (claim),
+// and reads its reply, within ctx: rtDone once o's outcome is set, or
+// rtDropped or rtGone when ctx ended first.
+func (c *conn) roundTrip(ctx context.Context, o *op) int {
+	armed := false
+	var stop func() bool
+	if ctx.Done() != nil {
+		armed = true
+		c.mu.Lock()
+		c.dlOwner = o
+		c.mu.Unlock()
+		stop = context.AfterFunc(ctx, func() {
+			c.mu.Lock()
+			if c.dlOwner == o {
+				if c.tls {
+					_ = c.nc.SetReadDeadline(pastDeadline)
+				} else {
+					_ = c.nc.SetDeadline(pastDeadline)
+				}
+			}
+			c.mu.Unlock()
+		})
+	} else if dl, ok := ctx.Deadline(); ok {
+		armed = true
+		_ = c.nc.SetDeadline(dl)
+	}
+	disarm := func() {
+		if !armed {
+			return
+		}
+		armed = false
+		if stop != nil {
+			stop()
+			c.mu.Lock()
+			c.dlOwner = nil
+			c.mu.Unlock()
+		}
+		_ = c.nc.SetDeadline(time.Time{})
+	}
+
+	c.mu.Lock()
+	o.sent, o.pipe, o.written, o.inWrite = time.Now(), c.n.t.pipes.Add(1), true, true
+	c.mu.Unlock()
+	n, err := c.nc.Write(c.wbuf)
+	if err != nil && isTimeout(err) && !c.tls {
+		disarm()
+		c.mu.Lock()
+		if c.err == nil && n == 0 {
+			// Nothing of it was written: taken back, never written.
+			c.q = c.q[:len(c.q)-1]
+			o.state.Store(opDropped)
+			o.written, o.inWrite = false, false
+			c.load.Add(-1)
+			c.reading, c.writing = readNone, false
+			c.kickLocked()
+			c.closeIfIdleLocked()
+			c.mu.Unlock()
+			return rtDropped
+		}
+		if c.err == nil {
+			// Cut in its write: a writer goroutine finishes it, and
+			// the caller leaves with its reply to come.
+			o.state.Store(opGone)
+			c.reading = readLoop
+			c.mu.Unlock()
+			c.n.t.workers.Add(2)
+			go func() {
+				defer c.n.t.workers.Add(-1)
+				m, err := c.writeBytes(c.wbuf[n:])
+				if c.wrote([]*op{o}, []int{len(c.wbuf)}, n+m, err) {
+					c.writeMore()
+				}
+			}()
+			go c.readLoop()
+			return rtGone
+		}
+		c.mu.Unlock()
+	}
+	if !c.wrote([]*op{o}, []int{len(c.wbuf)}, n, err) {
+		disarm()
+		waitDone(o)
+		return rtDone // failed: its outcome is set
+	}
+	// Written: calls queued meanwhile go out with a writer goroutine.
+	c.mu.Lock()
+	if c.ph < len(c.pend) && c.err == nil {
+		c.n.t.workers.Add(1)
+		go c.writeLoop()
+	} else {
+		c.writing = false
+	}
+	c.mu.Unlock()
+
+	for {
+		p, v, _, err := c.nextReply(false)
+		if err == nil && p == o {
+			o.v, o.answered = v, true
+			break
+		}
+		if err != nil {
+			if isTimeout(err) && armed {
+				disarm()
+				if _, gone := o.leave(); gone {
+					c.mu.Lock()
+					c.reading = readLoop
+					c.mu.Unlock()
+					c.n.t.workers.Add(1)
+					go c.readLoop()
+					return rtGone
+				}
+				waitDone(o)
+				return rtDone // failed meanwhile: its outcome is set
+			}
+			disarm()
+			c.fail(err)
+			waitDone(o)
+			return rtDone
+		}
+		// Not its reply: the stream is out of step (it cannot be, but
+		// a corrupt stream must not answer the wrong call).
+		disarm()
+		c.answer(p, v)
+		c.fail(errProtocol)
+		waitDone(o)
+		return rtDone
+	}
+	disarm()
+	c.load.Add(-1)
+	o.state.Store(opDone)
+	c.mu.Lock()
+	if c.inflight() > 0 && c.err == nil {
+		c.reading = readLoop
+		c.n.t.workers.Add(1)
+		go c.readLoop()
+	} else {
+		c.reading = readNone
+		c.kickLocked()
+		c.closeIfIdleLocked()
+	}
+	c.mu.Unlock()
+	return rtDone
+}
+
+// enqueue queues ops (a batch, in order) on c and reports whether the
+// caller is to write them (write): no write is under way. It fails when c
+// takes no calls.
+func (c *conn) enqueue(ops []*op) (write bool, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil || c.retired {
+		return false, false
+	}
+	if len(ops) > 1 {
+		ops[0].batch = len(ops)
+	}
+	for _, o := range ops {
+		if o.done == nil {
+			o.done = make(chan struct{}, 1)
+		}
+		o.state.Store(opPending)
+		c.pend = append(c.pend, o)
+	}
+	c.load.Add(int32(len(ops)))
+	if len(c.pend)-c.ph >= c.compact {
+		c.compactLocked()
+	}
+	if c.writing {
+		return false, true
+	}
+	c.writing = true
+	return true, true
+}
+
+// compactLocked takes the dropped calls out of pend.
+func (c *conn) compactLocked() {
+	live := c.pend[:0]
+	for _, o := range c.pend[c.ph:] {
+		if o.state.Load() == opPending {
+			live = append(live, o)
+		} else {
+			c.load.Add(-1)
+		}
+	}
+	clear(c.pend[len(live):])
+	c.pend, c.ph = live, 0
+	c.compact = max(2*len(live), 4*window)
+}
+
+// takeLocked moves the calls to write next from pend to q (the dropped
+// ones are left out), copies their bytes into wbuf, dates them, and
+// returns them with where each one's bytes end in wbuf.
+func (c *conn) takeLocked(ends []int) ([]*op, []int) {
+	var batch []*op
+	c.wbuf = c.wbuf[:0]
+	group := 0
+	now := time.Time{}
+	var pipe uint64
+	for c.ph < len(c.pend) {
+		o := c.pend[c.ph]
+		if group == 0 && c.inflight() >= window {
+			break
+		}
+		c.pend[c.ph] = nil
+		c.ph++
+		if group > 0 {
+			group--
+		} else if o.batch > 1 {
+			group = o.batch - 1
+		}
+		if !o.state.CompareAndSwap(opPending, opWritten) {
+			c.load.Add(-1) // dropped: its caller left
+			continue
+		}
+		if now.IsZero() {
+			now, pipe = time.Now(), c.n.t.pipes.Add(1)
+		}
+		o.sent, o.pipe, o.written = now, pipe, true
+		o.inWrite = true
+		c.wbuf = append(c.wbuf, o.buf...)
+		o.buf = nil
+		ends = append(ends, len(c.wbuf))
+		batch = append(batch, o)
+		c.q = append(c.q, o)
+	}
+	if c.ph == len(c.pend) {
+		clear(c.pend)
+		c.pend, c.ph = c.pend[:0], 0
+	}
+	return batch, ends
+}
+
+// write is the writing role of a caller (enqueue said so), with its
+// context's deadline dl (zero: none): one batch, then the role goes to a
+// writer goroutine if calls are still queued. When dl cuts the write, the
+// calls of the batch go back to the queue if none of it was written, and
+// a writer goroutine finishes it otherwise.
+func (c *conn) write(dl time.Time) {
+	c.mu.Lock()
+	batch, ends := c.takeLocked(nil)
+	if len(batch) == 0 {
+		c.writing = false
+		c.closeIfIdleLocked()
+		c.mu.Unlock()
+		return
+	}
+	c.startReaderLocked()
+	c.mu.Unlock()
+	cut := !dl.IsZero() && !c.tls
+	if cut {
+		_ = c.nc.SetWriteDeadline(dl)
+	}
+	n, err := c.nc.Write(c.wbuf)
+	if cut {
+		_ = c.nc.SetWriteDeadline(time.Time{})
+	}
+	if err != nil && cut && isTimeout(err) {
+		c.mu.Lock()
+		if c.err == nil && n == 0 {
+			// Nothing of the batch was written: back to the queue's
+			// head (its callers may take theirs back), each with its
+			// bytes, for a writer goroutine.
+			c.q = c.q[:len(c.q)-len(batch)]
+			back := make([]*op, 0, len(batch)+len(c.pend)-c.ph)
+			start := 0
+			for i, o := range batch {
+				o.inWrite, o.written = false, false
+				o.buf = append([]byte(nil), c.wbuf[start:ends[i]]...)
+				start = ends[i]
+				o.state.CompareAndSwap(opWritten, opPending)
+				back = append(back, o)
+			}
+			back = append(back, c.pend[c.ph:]...)
+			c.pend, c.ph = back, 0
+			c.n.t.workers.Add(1)
+			go c.writeLoop()
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		if c.err == nil {
+			c.n.t.workers.Add(1)
+			go func() {
+				defer c.n.t.workers.Add(-1)
+				m, err := c.writeBytes(c.wbuf[n:])
+				if c.wrote(batch, ends, n+m, err) {
+					c.writeMore()
+				}
+			}()
+			return
+		}
+	}
+	if !c.wrote(batch, ends, n, err) {
+		return
+	}
+	c.mu.Lock()
+	if c.ph < len(c.pend) && c.err == nil {
+		c.n.t.workers.Add(1)
+		go c.writeLoop()
+	} else {
+		c.writing = false
+		c.closeIfIdleLocked()
+	}
+	c.mu.Unlock()
+}
+
+// writeBytes writes b whole, with no deadline: a deadline a caller set
+// meanwhile (roundTrip's) is lifted, and the write goes on.
+func (c *conn) writeBytes(b []byte) (int, error) {
+	total := 0
+	for len(b) > 0 {
+		n, err := c.nc.Write(b)
+		total += n
+		b = b[n:]
+		if err != nil {
+			if isTimeout(err) && !c.tls && c.err == nil {
+				_ = c.nc.SetWriteDeadline(time.Time{})
+				continue
+			}
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// wrote ends the write of batch, n bytes of it written and err its error:
+// the calls not written whole are marked so, and when the write failed,
+// or the connection failed meanwhile, the calls of the batch nobody else
+// ends are ended here, and c fails. It reports whether c still works.
+func (c *conn) wrote(batch []*op, ends []int, n int, err error) bool {
+	c.mu.Lock()
+	for i, o := range batch {
+		o.inWrite = false
+		if ends[i] > n {
+			o.unwritten, o.written = true, false
+		}
+	}
+	failed := c.err
+	var mine []*op
+	if failed != nil {
+		for _, o := range batch {
+			if !o.taken {
+				o.taken = true
+				mine = append(mine, o)
+			}
+		}
+		c.writing = false
+	}
+	c.mu.Unlock()
+	if failed != nil {
+		c.failBatch(mine, failed)
+		return false
+	}
+	if err != nil {
+		c.fail(err)
+		c.mu.Lock()
+		c.writing = false
+		c.mu.Unlock()
+		return false
+	}
+	return true
+}
+
+// writeLoop is the writer goroutine: it writes what is queued, a batch a
+// write, until nothing is.
+func (c *conn) writeLoop() {
+	defer c.n.t.workers.Add(-1)
+	c.writeMore()
+}
+
+// writeMore writes what is queued, a batch a write, until nothing is (or
+// the connection's window is full: a reply makes room, and its reader
+// starts a writer again: kickLocked). The caller has the writing role.
+func (c *conn) writeMore() {
+	var ends []int
+	for {
+		c.mu.Lock()
+		if c.err != nil {
+			c.writing = false
+			c.mu.Unlock()
+			return
+		}
+		var batch []*op
+		batch, ends = c.takeLocked(ends[:0])
+		if len(batch) == 0 {
+			c.writing = false
+			c.closeIfIdleLocked()
+			c.mu.Unlock()
+			return
+		}
+		c.startReaderLocked()
+		c.mu.Unlock()
+		n, err := c.writeBytes(c.wbuf)
+		if !c.wrote(batch, ends, n, err) {
+			return
+		}
+	}
+}
+
+// startReaderLocked starts the reader goroutine if calls are in flight
+// and nobody reads. Called with c.mu held.
+func (c *conn) startReaderLocked() {
+	if c.reading == readNone && c.inflight() > 0 {
+		c.reading = readLoop
+		c.n.t.workers.Add(1)
+		go c.readLoop()
+	}
+}
+
+// kickLocked starts a writer goroutine for calls queued while nothing
+// writes (the window was full). Called with c.mu held.
+func (c *conn) kickLocked() {
+	if !c.writing && c.ph < len(c.pend) && c.err == nil && c.inflight() < window {
+		c.writing = true
+		c.n.t.workers.Add(1)
+		go c.writeLoop()
+	}
+}
+
+// readLoop is the reader goroutine: it reads the replies of the calls in
+// flight and completes them, in order, until none is in flight.
+func (c *conn) readLoop() {
+	defer c.n.t.workers.Add(-1)
+	for {
+		o, v, last, err := c.nextReply(true)
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		c.answer(o, v)
+		if last {
+			return
+		}
+	}
+}
+
+// nextReply reads the next reply and returns the call it answers, taken
+// off q. For the reader goroutine (loop), last says q is empty now, and
+// the reading role was given up.
+func (c *conn) nextReply(loop bool) (*op, value, bool, error) {
+	for {
+		v, err := c.rd.next()
+		if err != nil {
+			return nil, value{}, false, err
+		}
+		c.mu.Lock()
+		if c.inflight() == 0 {
+			c.mu.Unlock()
+			return nil, value{}, false, errProtocol // a reply nobody waits for
+		}
+		o := c.q[c.qh]
+		if o.skip > 0 {
+			o.skip--
+			c.mu.Unlock()
+			continue
+		}
+		c.q[c.qh] = nil
+		c.qh++
+		o.taken = true // the reader's to end
+		last := false
+		if c.qh == len(c.q) {
+			c.q, c.qh = c.q[:0], 0
+			if loop {
+				last = true
+				c.reading = readNone
+				c.closeIfIdleLocked()
+			}
+		}
+		c.kickLocked()
+		c.mu.Unlock()
+		return o, v, last, nil
+	}
+}
+
+// answer completes o with its reply v (WAIT's completes its group).
+func (c *conn) answer(o *op, v value) {
+	c.load.Add(-1)
+	if o.wait {
+		acked, werr := waitAnswer(v)
+		for _, m := range o.ack.members {
+			m.acked, m.waitErr = acked, werr
+			m.finish()
+		}
+		return
+	}
+	o.v, o.answered = v, true
+	if o.ack != nil {
+		return // with its group, once WAIT answers
+	}
+	o.finish()
+}
+
+// waitAnswer reads WAIT's reply.
+func waitAnswer(v value) (int64, error) {
+	switch v.kind {
+	case kindInt:
+		return v.n, nil
+	case kindErr:
+		return 0, RedisError(v.s)
+	}
+	return 0, errProtocol
+}
+
+// fail ends c, once, for err: it is closed, the calls in flight on it are
+// told (written whole: ErrNoReply; not: ErrNotSent), and so are those
+// queued (ErrNotSent); a write under way ends its own batch (failBatch).
+func (c *conn) fail(err error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err = err
+	c.dead.Store(true)
+	var flight []*op
+	for _, o := range c.q[c.qh:] {
+		if !o.inWrite {
+			o.taken = true
+			flight = append(flight, o)
+		}
+	}
+	pend := c.pend[c.ph:]
+	c.q, c.qh, c.pend, c.ph = nil, 0, nil, 0
+	c.mu.Unlock()
+	_ = c.nc.Close()
+	c.n.remove(c)
+	c.failBatch(flight, err)
+	for _, o := range pend {
+		if o.state.Load() == opPending {
+			o.err, o.again = notSent(err, "the connection failed before it was written"), true
+			c.load.Add(-1)
+			o.finish()
+		} else {
+			c.load.Add(-1)
+		}
+	}
+}
+
+// failBatch ends ops, taken off c when it failed with err.
+func (c *conn) failBatch(ops []*op, err error) {
+	for _, o := range ops {
+		c.load.Add(-1)
+		switch {
+		case o.wait:
+			for _, m := range o.ack.members {
+				if m.answered {
+					m.acked, m.waitErr = 0, noReply(err)
+					m.finish()
+				}
+			}
+			continue
+		case o.unwritten:
+			o.err, o.again = notSent(err, "the connection failed before it was written whole"), true
+		default:
+			o.err = noReply(err)
+		}
+		o.finish()
+	}
+}
+
+// retire has c take no new calls, and close once the calls in flight are
+// answered; the calls queued go back to their callers, not sent, for
+// another connection.
+func (c *conn) retire() {
+	c.mu.Lock()
+	if c.retired || c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.retired = true
+	c.dead.Store(true)
+	pend := c.pend[c.ph:]
+	c.pend, c.ph = nil, 0
+	c.closeIfIdleLocked()
+	c.mu.Unlock()
+	for _, o := range pend {
+		c.load.Add(-1)
+		if o.state.Load() == opPending {
+			o.err, o.again = notSent(errRetired, "its connection was retired"), true
+			o.finish()
+		}
+	}
+}
+
+// closeIfIdleLocked closes a retired c once nothing is in flight or being
+// written. Called with c.mu held.
+func (c *conn) closeIfIdleLocked() {
+	if !c.retired || c.err != nil || c.writing || c.reading != readNone || c.inflight() > 0 {
+		return
+	}
+	c.err = errRetired
+	c.n.t.workers.Add(1)
+	go func() {
+		defer c.n.t.workers.Add(-1)
+		_ = c.nc.Close()
+		c.n.remove(c)
+	}()
+}
+
+// waitDone waits until o, a caller's own call (roundTrip), has its
+// outcome set by the connection's failure, which took it: that failure
+// ends it without blocking, on another goroutine perhaps.
+func waitDone(o *op) {
+	for o.state.Load() != opDone {
+		runtime.Gosched()
+	}
+}
+
+// isTimeout reports whether err is a deadline that passed.
+func isTimeout(err error) bool {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
