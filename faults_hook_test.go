@@ -36,18 +36,16 @@ func faultRDB(t *testing.T, opt *redis.Options) (*redis.Client, *faultproxy.Hook
 	return rdb, h
 }
 
-// gated holds the redis clients with a fault hook that must gate the
-// commands it faults (hold one back before it is written, fail one that
-// was never sent): their Clients send every call in pipelines, where a
-// hook runs before the write; on the full-duplex path it runs after.
-// The full-duplex path's own behaviour under faults is tested in
-// internal/transport, with faults on the wire.
+// gated holds the redis clients with a fault hook, by client: the Clients
+// made on them with newClient run it on their own calls too (WithHooks),
+// as redisync's scripts no longer go through the redis client.
 var gated sync.Map
 
-// gate adds h to rdb, and makes rdb's Clients send in pipelines.
+// gate adds h to rdb (its subscriptions, its commands) and to the Clients
+// newClient makes on rdb (redisync's own calls).
 func gate(rdb *redis.Client, h redis.Hook) {
 	rdb.AddHook(h)
-	gated.Store(rdb, true)
+	gated.Store(rdb, h)
 }
 
 // faultMutexChannel is the channel a Mutex's unlocks are published on

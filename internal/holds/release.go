@@ -9,7 +9,6 @@ import (
 
 	"github.com/redisync-go/redisync/internal/errs"
 	"github.com/redisync-go/redisync/internal/lease"
-	"github.com/redisync-go/redisync/internal/transport"
 )
 
 // Release gives up n of the holds that ctx carries (all of them when n is
@@ -265,9 +264,8 @@ func (m *Machine) ReleaseAll(ctx context.Context, calls []call) error {
 }
 
 // ReleaseBy sends k, a release script, for Release's send; a last hold
-// found gone is lost unless go-redis wrote the call twice (see writes).
+// found gone is lost (see GoneAt).
 func (m *Machine) ReleaseBy(ctx context.Context, k call) (int64, time.Time, error) {
-	k, w := transport.Counted(k)
 	k.Direct = true
 	p, _ := ctx.Value(pendingKey{}).(*pending)
 	var late func(reply)
@@ -279,5 +277,5 @@ func (m *Machine) ReleaseBy(ctx context.Context, k call) (int64, time.Time, erro
 		p.left = true // late has h's lock now
 	}
 	n, err := r.Int64()
-	return LostOrResent(n, w), r.Sent, err
+	return n, r.Sent, err
 }
