@@ -77,8 +77,10 @@ func (e *testEnv) client(t testing.TB, opts ...Option) *Client {
 
 func newClient(t testing.TB, rdb redis.UniversalClient, opts ...Option) *Client {
 	if h, ok := gated.Load(rdb); ok {
-		// The fault hook gate added to rdb: on redisync's own calls too.
-		opts = append([]Option{WithHooks(h.(redis.Hook))}, opts...)
+		if h, ok := h.(redis.Hook); ok {
+			// The fault hook gate added to rdb: on redisync's own calls too.
+			opts = append([]Option{WithHooks(h)}, opts...)
+		}
 	}
 	c, err := New(rdb, opts...)
 	require.NoError(t, err)

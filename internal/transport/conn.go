@@ -67,11 +67,6 @@ const (
 	readLoop         // the reader goroutine
 )
 
-// window is how many calls a connection has in flight at most (a batch
-// goes whole): a stalled Redis holds at most that many calls per
-// connection, whether their callers stay or leave (room.go).
-const window = 1024
-
 // pastDeadline cuts a read or write at once.
 var pastDeadline = time.Unix(1, 0)
 
@@ -284,6 +279,7 @@ func (c *conn) enqueue(ops []*op) (write bool, ok bool) {
 			o.done = make(chan struct{}, 1)
 		}
 		o.state.Store(opPending)
+		o.c = c
 		c.pend = append(c.pend, o)
 	}
 	c.load.Add(int32(len(ops)))
@@ -303,8 +299,6 @@ func (c *conn) compactLocked() {
 	for _, o := range c.pend[c.ph:] {
 		if o.state.Load() == opPending {
 			live = append(live, o)
-		} else {
-			c.load.Add(-1)
 		}
 	}
 	clear(c.pend[len(live):])
@@ -334,8 +328,7 @@ func (c *conn) takeLocked(ends []int) ([]*op, []int) {
 			group = o.batch - 1
 		}
 		if !o.state.CompareAndSwap(opPending, opWritten) {
-			c.load.Add(-1) // dropped: its caller left
-			continue
+			continue // dropped: its caller left (and uncounted it)
 		}
 		if now.IsZero() {
 			now, pipe = time.Now(), c.n.t.pipes.Add(1)
@@ -388,18 +381,27 @@ func (c *conn) write(dl time.Time) {
 			c.q = c.q[:len(c.q)-len(batch)]
 			back := make([]*op, 0, len(batch)+len(c.pend)-c.ph)
 			start := 0
+			var left []*op
 			for i, o := range batch {
 				o.inWrite, o.written = false, false
 				o.buf = append([]byte(nil), c.wbuf[start:ends[i]]...)
 				start = ends[i]
-				o.state.CompareAndSwap(opWritten, opPending)
-				back = append(back, o)
+				if o.state.CompareAndSwap(opWritten, opPending) {
+					back = append(back, o)
+				} else {
+					left = append(left, o) // its caller left meanwhile
+				}
 			}
 			back = append(back, c.pend[c.ph:]...)
 			c.pend, c.ph = back, 0
 			c.n.t.workers.Add(1)
 			go c.writeLoop()
 			c.mu.Unlock()
+			for _, o := range left {
+				o.err, o.again = notSent(err, "its write was cut before any of it left"), true
+				c.load.Add(-1)
+				o.finish()
+			}
 			return
 		}
 		c.mu.Unlock()
@@ -651,11 +653,8 @@ func (c *conn) fail(err error) {
 	c.n.remove(c)
 	c.failBatch(flight, err)
 	for _, o := range pend {
-		if o.state.Load() == opPending {
-			o.err, o.again = notSent(err, "the connection failed before it was written"), true
-			c.load.Add(-1)
-			o.finish()
-		} else {
+		o.err, o.again = notSent(err, "the connection failed before it was written"), true
+		if o.finishPending() {
 			c.load.Add(-1)
 		}
 	}
@@ -699,10 +698,9 @@ func (c *conn) retire() {
 	c.closeIfIdleLocked()
 	c.mu.Unlock()
 	for _, o := range pend {
-		c.load.Add(-1)
-		if o.state.Load() == opPending {
-			o.err, o.again = notSent(errRetired, "its connection was retired"), true
-			o.finish()
+		o.err, o.again = notSent(errRetired, "its connection was retired"), true
+		if o.finishPending() {
+			c.load.Add(-1)
 		}
 	}
 }

@@ -46,9 +46,19 @@ func locked(t *testing.T, r Reply) {
 	assert.Equal(t, []int64{1, 1}, v)
 }
 
-// commandCalls returns how many times srv ran each of names since its
-// statistics were reset (INFO commandstats).
+// commandCalls returns how many times the server of rdb ran each of
+// names since its statistics were reset (INFO commandstats: calls).
 func commandCalls(t *testing.T, rdb *redis.Client, names ...string) int64 {
+	return commandStat(t, rdb, "calls", names...)
+}
+
+// commandFailed returns how many of those calls failed (failed_calls: a
+// script's error, NOSCRIPT).
+func commandFailed(t *testing.T, rdb *redis.Client, names ...string) int64 {
+	return commandStat(t, rdb, "failed_calls", names...)
+}
+
+func commandStat(t *testing.T, rdb *redis.Client, stat string, names ...string) int64 {
 	t.Helper()
 	info, err := rdb.Info(context.Background(), "commandstats").Result()
 	require.NoError(t, err)
@@ -59,14 +69,69 @@ func commandCalls(t *testing.T, rdb *redis.Client, names ...string) int64 {
 			continue
 		}
 		for _, want := range names {
-			if name == "cmdstat_"+want {
-				f := strings.SplitN(strings.TrimPrefix(stats, "calls="), ",", 2)
-				v, _ := strconv.ParseInt(f[0], 10, 64)
-				n += v
+			if name != "cmdstat_"+want {
+				continue
+			}
+			for _, f := range strings.Split(stats, ",") {
+				if k, v, _ := strings.Cut(f, "="); k == stat {
+					x, _ := strconv.ParseInt(v, 10, 64)
+					n += x
+				}
 			}
 		}
 	}
 	return n
+}
+
+// onKey matches the script commands whose first key is key.
+func onKey(key string) func([]any) bool {
+	return func(args []any) bool { return len(args) > 3 && args[3] == key }
+}
+
+// release holds back replies (faultproxy.HoldReply(ch)) until free.
+type release struct {
+	t    *testing.T
+	ch   chan struct{}
+	once sync.Once
+}
+
+// newRelease returns a release, freed when the test ends.
+func newRelease(t *testing.T) *release {
+	r := &release{t: t, ch: make(chan struct{})}
+	t.Cleanup(r.free)
+	return r
+}
+
+func (r *release) free() { r.once.Do(func() { close(r.ch) }) }
+
+// heldLiveness is how long whileHeld waits for a call that must not wait
+// for a held reply: far past what such a call takes even on a busy
+// machine, and finite only so that a broken one fails rather than hangs.
+const heldLiveness = 10 * time.Second
+
+// whileHeld runs f, which must return while the replies r holds back are
+// still held (it must not wait for them), and fails the test with what
+// if it did not: an order, not a bound in milliseconds.
+func (r *release) whileHeld(what string, f func()) {
+	r.t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	select {
+	case <-done:
+		select {
+		case <-r.ch:
+			r.t.Errorf("%s: it returned after the held reply was released", what)
+		default:
+		}
+		return
+	case <-time.After(heldLiveness):
+	}
+	r.free()
+	<-done
+	r.t.Errorf("%s: it waited for the held reply (%v)", what, heldLiveness)
 }
 
 // A call alone is written and read by its caller: its reply, written and
@@ -329,8 +394,6 @@ func TestEngineConnectionReset(t *testing.T) {
 	require.NoError(t, err)
 	assert.EqualValues(t, 1, n, "the first INCR never reached Redis (blackholed), and was not sent again")
 }
-
-var _ = atomic.Int32{}
 
 // nameOn returns a key whose slot the master s serves.
 func nameOn(t *testing.T, cc *redis.ClusterClient, s *redistest.Server, prefix string) string {

@@ -45,6 +45,9 @@ type op struct {
 	// connection fails meanwhile; taken: ended, or being ended, by the
 	// reader or the connection's failure. Both under the conn's mu.
 	inWrite, taken bool
+	// c is the connection it is queued on (its caller leaving before the
+	// write uncounts it there).
+	c *conn
 	// leaveFn, when set, is what its caller leaving does (a proxy of a
 	// call the hooks run for: hooks.go).
 	leaveFn func() int
@@ -99,12 +102,28 @@ func (o *op) finish() {
 	}
 }
 
+// finishPending ends o, queued and not written, with its outcome set, and
+// reports whether it did (not when its caller took it back first).
+func (o *op) finishPending() bool {
+	if !o.state.CompareAndSwap(opPending, opDone) {
+		return false
+	}
+	if o.done != nil {
+		o.done <- struct{}{}
+	}
+	return true
+}
+
 // leave is o's caller leaving (its context ended with cause): it reports
 // whether o was not written yet (dropped: it never will be) or was (gone:
 // its outcome goes to gone), or neither (its outcome was set meanwhile:
 // done has it).
 func (o *op) leave() (dropped, gone bool) {
-	if o.state.CompareAndSwap(opPending, opDropped) || o.state.CompareAndSwap(opNew, opDropped) {
+	if o.state.CompareAndSwap(opPending, opDropped) {
+		o.c.load.Add(-1)
+		return true, false
+	}
+	if o.state.CompareAndSwap(opNew, opDropped) {
 		return true, false
 	}
 	if o.state.CompareAndSwap(opWritten, opGone) {
