@@ -34,6 +34,7 @@ func (t *Transport) doAll(ctx context.Context, calls []Call, until time.Time) []
 	for len(todo) > 0 {
 		ops := t.sendBatch(ctx, ss, todo)
 		var again, paused []int
+		last := map[int]*op{}
 		for j, i := range todo {
 			o := ops[j]
 			st := rtDone
@@ -55,14 +56,18 @@ func (t *Transport) doAll(ctx context.Context, calls []Call, until time.Time) []
 				again = append(again, i)
 			case stepPause:
 				paused = append(paused, i)
+				last[i] = o
 			}
 		}
 		if len(paused) > 0 {
-			if err := t.pause(ctx, &ss[paused[0]]); err != nil {
+			if err := t.pause(ctx, &ss[paused[0]], last[paused[0]]); err != nil {
 				for _, i := range paused {
-					rs[i] = Reply{err: notSent(err, "refused by Redis, not sent again"), Acked: -1}
+					rs[i] = Reply{err: err, Acked: -1}
 				}
 				paused = nil
+			}
+			for _, i := range paused[1:] {
+				ss[i].tries++
 			}
 		}
 		todo = append(again, paused...)

@@ -72,8 +72,8 @@ func (t *Transport) Do(ctx context.Context, k Call, late func(Reply)) Reply {
 		case stepDone:
 			return s.reply(o)
 		case stepPause:
-			if err := t.pause(ctx, s); err != nil {
-				return Reply{err: notSent(err, "refused by Redis, not sent again"), Acked: -1}
+			if err := t.pause(ctx, s, o); err != nil {
+				return Reply{err: err, Acked: -1}
 			}
 		}
 	}

@@ -77,12 +77,14 @@ func (h *hookRun) begin() bool {
 	return true
 }
 
-// end ends an engine send, ops having been sent for the calls at js.
-func (h *hookRun) end(js []int, ops []*op) {
+// end ends an engine send, ops having been sent for the calls at js, with
+// the outcomes sts (rtDone: the op's outcome is set; rtGone: it was
+// written, its caller left).
+func (h *hookRun) end(js []int, ops []*op, sts []int) {
 	h.mu.Lock()
 	for i, j := range js {
 		o := ops[i]
-		if o.written || o.state.Load() == opGone {
+		if sts[i] == rtGone || sts[i] == rtDone && o.written {
 			h.wrote[j] = true
 		}
 		h.last[j] = o
@@ -123,7 +125,7 @@ func (t *Transport) attemptHooked(ctx context.Context, n *node, s *sendState, la
 		}
 		got := make(chan *op, 1)
 		o, st := t.send(ctx, n, s, func(o *op) { got <- o })
-		h.end([]int{0}, []*op{o})
+		h.end([]int{0}, []*op{o}, []int{st})
 		switch st {
 		case rtDropped:
 			o.err = notSent(context.Cause(ctx), "its caller left before it was written")
@@ -251,7 +253,7 @@ func (t *Transport) pipelineHooked(ctx context.Context, g *batchGroup, ss []send
 				sts[y] = await(ctx, o)
 			}
 		}
-		h.end(xs, sent)
+		h.end(xs, sent, sts)
 		var first error
 		for y, x := range xs {
 			o := sent[y]

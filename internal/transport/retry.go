@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -100,7 +101,12 @@ func (t *Transport) next(s *sendState, o *op, n *node, gone bool) int {
 		s.tries++
 		return stepAgain // another connection, at once
 	}
-	return t.later(s)
+	// Not written: tried again until its bound, the last pause cut
+	// short by it.
+	if s.k.Once || !time.Now().Before(s.until) {
+		return stepDone
+	}
+	return stepPause
 }
 
 // later returns stepPause when s's call may be sent again after its next
@@ -116,10 +122,11 @@ func pauseOf(tries int) time.Duration {
 	return min(notNowPause<<min(tries, 8), notNowMaxPause)
 }
 
-// pause waits before s's call is sent again, or until ctx ends (its
-// error).
-func (t *Transport) pause(ctx context.Context, s *sendState) error {
-	d := pauseOf(s.tries)
+// pause waits before s's call is sent again (at most until its bound), or
+// until ctx ends: then its error says so, with last, the last attempt's
+// outcome.
+func (t *Transport) pause(ctx context.Context, s *sendState, last *op) error {
+	d := min(pauseOf(s.tries), time.Until(s.until))
 	s.tries++
 	tm := time.NewTimer(d)
 	defer tm.Stop()
@@ -127,8 +134,13 @@ func (t *Transport) pause(ctx context.Context, s *sendState) error {
 	case <-tm.C:
 		return nil
 	case <-ctx.Done():
-		return context.Cause(ctx)
 	}
+	err := last.err
+	why := "Redis could not be reached"
+	if err == nil {
+		err, why = RedisError(last.v.s), "refused by Redis"
+	}
+	return fmt.Errorf("redisync: %w (its caller left; %s, the last attempt: %w): %w", ErrNotSent, why, err, context.Cause(ctx))
 }
 
 // notNow reports a reply by which Redis refused a command before running

@@ -64,8 +64,11 @@ func TestRoomBoundsABurstOnAStall(t *testing.T) {
 	}
 	wg.Wait()
 	t.Logf("a burst of %d on a stalled Redis: %v; in flight %d", burst, counts, tr.load())
-	assert.LessOrEqual(t, counts["gone"], nodeConns*window, "written: at most a window per connection")
-	assert.LessOrEqual(t, tr.load(), nodeConns*window)
+	assert.LessOrEqual(t, tr.load(), nodeConns*window, "in flight: at most a window per connection")
+	// (A caller may leave while its call is in a write its deadline cuts
+	// before any byte of it left: told gone, its give-back then told it
+	// was not sent.)
+	assert.LessOrEqual(t, counts["gone"], nodeConns*window+64)
 	assert.Positive(t, counts["not sent"])
 	runtime.GC()
 	runtime.ReadMemStats(&ms)
