@@ -407,3 +407,20 @@ func nameOn(t *testing.T, cc *redis.ClusterClient, s *redistest.Server, prefix s
 		}
 	}
 }
+
+// The user's client closed: redisync's calls fail (not sent, wrapping
+// redis.ErrClosed) within closedEvery, and its connections close.
+func TestEngineFollowsTheClientsClose(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	tr := newT(t, rdb, Options{})
+	bg := context.Background()
+	locked(t, tr.Do(bg, lockCall("cl:1"), nil))
+	require.NoError(t, rdb.Close())
+	time.Sleep(2 * closedEvery)
+	r := tr.Do(bg, lockCall("cl:2"), nil)
+	require.ErrorIs(t, r.Err(), redis.ErrClosed)
+	require.ErrorIs(t, r.Err(), ErrNotSent)
+	assert.Zero(t, srv.Client(t).Exists(bg, "cl:2").Val())
+	assert.Eventually(t, func() bool { return len(tr.single.all()) == 0 }, time.Second, time.Millisecond, "its connections closed")
+}
