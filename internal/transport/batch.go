@@ -145,7 +145,7 @@ func (t *Transport) sendGroup(ctx context.Context, g *batchGroup, ss []sendState
 			if o.gone == nil {
 				o.gone = func(o *op) { t.afterGone(s, o, nil) }
 			}
-			buf, err := s.encode(nil, o, pub)
+			buf, err := s.encode(make([]byte, 0, encodeSize), o, pub)
 			if err != nil {
 				o.err = notSent(err, "it cannot be encoded")
 				o.state.Store(opDone)

@@ -43,6 +43,8 @@ type conn struct {
 	nc     net.Conn
 	rd     *reader // the reading role's
 	wbuf   []byte  // the writing role's
+	wbatch []*op   // the writing role's: the calls of its write
+	wends  []int   // the writing role's: where each one's bytes end
 	tls    bool    // its deadlines cut reads only: a TLS write cut in two is lost
 	replID string  // its server's replication id when dialled ("": not known)
 	dead   atomic.Bool
@@ -285,6 +287,12 @@ func (c *conn) roundTrip(ctx context.Context, o *op) int {
 	disarm()
 	c.load.Add(-1)
 	o.state.Store(opDone)
+	// The replies of the calls written after it that are read already
+	// are handed on here, without a reader goroutine's hop.
+	if err := c.drainBuffered(); err != nil {
+		c.fail(err)
+		return rtDone
+	}
 	c.mu.Lock()
 	if c.inflight() > 0 && c.err == nil {
 		c.reading = readLoop
@@ -330,6 +338,30 @@ func (c *conn) enqueue(ops []*op) (write bool, ok bool) {
 	return true, true
 }
 
+// enqueue1 is enqueue for one call.
+func (c *conn) enqueue1(o *op) (write bool, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil || c.retired {
+		return false, false
+	}
+	if o.done == nil {
+		o.done = make(chan struct{}, 1)
+	}
+	o.state.Store(opPending)
+	o.c = c
+	c.pend = append(c.pend, o)
+	c.load.Add(1)
+	if len(c.pend)-c.ph >= c.compact {
+		c.compactLocked()
+	}
+	if c.writing {
+		return false, true
+	}
+	c.writing = true
+	return true, true
+}
+
 // compactLocked takes the dropped calls out of pend.
 func (c *conn) compactLocked() {
 	live := c.pend[:0]
@@ -347,7 +379,7 @@ func (c *conn) compactLocked() {
 // ones are left out), copies their bytes into wbuf, dates them, and
 // returns them with where each one's bytes end in wbuf.
 func (c *conn) takeLocked(ends []int) ([]*op, []int) {
-	var batch []*op
+	batch := c.wbatch[:0] // the writing role's, reused
 	c.wbuf = c.wbuf[:0]
 	group := 0
 	now := time.Time{}
@@ -392,7 +424,8 @@ func (c *conn) takeLocked(ends []int) ([]*op, []int) {
 // a writer goroutine finishes it otherwise.
 func (c *conn) write(dl time.Time) {
 	c.mu.Lock()
-	batch, ends := c.takeLocked(nil)
+	batch, ends := c.takeLocked(c.wends[:0])
+	c.wbatch, c.wends = batch, ends
 	if len(batch) == 0 {
 		c.writing = false
 		c.closeIfIdleLocked()
@@ -545,7 +578,8 @@ func (c *conn) writeMore() {
 			return
 		}
 		var batch []*op
-		batch, ends = c.takeLocked(ends[:0])
+		batch, ends = c.takeLocked(c.wends[:0])
+		c.wbatch, c.wends = batch, ends
 		if len(batch) == 0 {
 			c.writing = false
 			c.closeIfIdleLocked()
@@ -634,6 +668,38 @@ func (c *conn) nextReply(loop bool) (*op, value, bool, error) {
 		c.mu.Unlock()
 		return o, v, last, nil
 	}
+}
+
+// drainBuffered completes, for the holder of the reading role, the calls
+// whose replies are read whole already, reading nothing more.
+func (c *conn) drainBuffered() error {
+	for c.rd.buffered() {
+		v, ok, err := c.rd.tryNext()
+		if err != nil || !ok {
+			return err
+		}
+		c.mu.Lock()
+		if c.inflight() == 0 {
+			c.mu.Unlock()
+			return errProtocol
+		}
+		o := c.q[c.qh]
+		if o.skip > 0 {
+			o.skip--
+			c.mu.Unlock()
+			continue
+		}
+		c.q[c.qh] = nil
+		c.qh++
+		o.taken = true
+		if c.qh == len(c.q) {
+			c.q, c.qh = c.q[:0], 0
+		}
+		c.kickLocked()
+		c.mu.Unlock()
+		c.answer(o, v)
+	}
+	return nil
 }
 
 // answer completes o with its reply v (WAIT's completes its group).

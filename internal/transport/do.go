@@ -17,12 +17,14 @@ import (
 // sendState is one call's way: how it is to be sent next, and its bounds.
 type sendState struct {
 	k         *Call
-	eval      bool      // send the script whole (NOSCRIPT, or no digest)
-	askAddr   string    // ASK: the node to send it to, after ASKING
-	tries     int       // sends again after a pause
-	redirects int       // MOVED, ASK and READONLY followed
-	until     time.Time // sends again after a refusal end before
-	waitUntil time.Time // WithReplicaAck: WAIT's timeout runs to then, once begun
+	eval      bool        // send the script whole (NOSCRIPT, or no digest)
+	askAddr   string      // ASK: the node to send it to, after ASKING
+	tries     int         // sends again after a pause
+	redirects int         // MOVED, ASK and READONLY followed
+	until     time.Time   // sends again after a refusal end before
+	waitUntil time.Time   // WithReplicaAck: WAIT's timeout runs to then, once begun
+	late      func(Reply) // its give-back, once its caller left (Do)
+	first     *op         // the op its first attempt uses (Do's, allocated with it)
 }
 
 // reply returns o's outcome as a Reply.
@@ -60,7 +62,11 @@ func (t *Transport) Do(ctx context.Context, k Call, late func(Reply)) Reply {
 	if k.Script != nil && k.Script.Hash() == "" {
 		t.learn(&k)
 	}
-	s := &sendState{k: &k, until: t.retryBound(ctx)}
+	// The call's state, its Call and its first attempt's op in one
+	// allocation.
+	d := &doCall{k: k}
+	s := &d.s
+	*s = sendState{k: &d.k, until: t.retryBound(ctx), late: late, first: &d.o}
 	for {
 		n, err := t.route(s)
 		if err != nil {
@@ -100,11 +106,23 @@ func (t *Transport) attempt(ctx context.Context, n *node, s *sendState, late fun
 	if len(t.opt.Hooks) > 0 {
 		return t.attemptHooked(ctx, n, s, late)
 	}
-	return t.send(ctx, n, s, func(o *op) { t.afterGone(s, o, late) })
+	return t.send(ctx, n, s, nil)
 }
 
+// doCall is what one Do allocates: its Call, its state, and its first
+// attempt's op.
+type doCall struct {
+	k Call
+	s sendState
+	o op
+}
+
+// onGone hands o's outcome, its caller gone, to afterGone with o's state
+// and give-back (o.gone when send was given none).
+func (t *Transport) onGone(o *op) { t.afterGone(o.ds, o, o.ds.late) }
+
 // send is attempt without hooks, gone getting the op's outcome if its
-// caller leaves after its write.
+// caller leaves after its write (nil: afterGone, then s.late).
 func (t *Transport) send(ctx context.Context, n *node, s *sendState, gone func(*op)) (*op, int) {
 	wait := t.opt.acks() && s.k.Takes
 	if wait && s.waitUntil.IsZero() {
@@ -112,8 +130,17 @@ func (t *Transport) send(ctx context.Context, n *node, s *sendState, gone func(*
 	}
 	pub := t.opt.publish()
 	for {
-		o := newOp()
-		o.gone = gone
+		var o *op
+		if s.first != nil {
+			o, s.first = s.first, nil
+			o.acked = -1
+		} else {
+			o = newOp()
+		}
+		o.ds = s
+		if o.gone = gone; gone == nil {
+			o.gone = t.goneFn
+		}
 		c, err := n.pick(ctx, wait)
 		if err != nil {
 			o.err, o.again = err, true
@@ -129,17 +156,18 @@ func (t *Transport) send(ctx context.Context, n *node, s *sendState, gone func(*
 			}
 			return o, c.roundTrip(ctx, o)
 		}
-		buf, err := s.encode(nil, o, pub)
+		buf, err := s.encode(make([]byte, 0, encodeSize), o, pub)
 		if err != nil {
 			o.err = notSent(err, "it cannot be encoded")
 			return o, rtDone
 		}
 		o.buf = buf
-		ops := []*op{o}
+		var write, ok bool
 		if wait {
-			ops = append(ops, t.waitOp(s.waitTimeout(), o))
+			write, ok = c.enqueue([]*op{o, t.waitOp(s.waitTimeout(), o)})
+		} else {
+			write, ok = c.enqueue1(o)
 		}
-		write, ok := c.enqueue(ops)
 		if !ok {
 			continue // it failed or was retired meanwhile: another one
 		}

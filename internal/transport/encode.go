@@ -182,3 +182,7 @@ func cmdArgs(k *Call, eval bool, pub string) []any {
 	}
 	return args
 }
+
+// encodeSize is what a queued call's bytes are allocated for: most of
+// redisync's calls fit (a script's digest, its keys and arguments).
+const encodeSize = 256

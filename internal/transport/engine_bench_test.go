@@ -101,3 +101,40 @@ func BenchmarkEngine(b *testing.B) {
 		bench(b, cc)
 	})
 }
+
+// BenchmarkEngineConns measures the engine's lock script under 4, 16 and
+// 64 goroutines with 1, 2 and 4 shared connections per node.
+func BenchmarkEngineConns(b *testing.B) {
+	srv := redistest.Start(b)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	b.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	_ = lua.Lock.Load(ctx, rdb).Err()
+	for _, conns := range []int{1, 2, 4} {
+		for _, g := range []int{4, 16, 64} {
+			b.Run("conns"+strconv.Itoa(conns)+"/g"+strconv.Itoa(g), func(b *testing.B) {
+				nodeConns = conns
+				defer func() { nodeConns = nodeConnsDefault }()
+				tr := New(rdb, Options{})
+				defer func() { tr.Close(); tr.Drain(5e9) }()
+				var next atomic.Int64
+				var wg sync.WaitGroup
+				b.ResetTimer()
+				for i := range g {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						key := "b:" + strconv.Itoa(i)
+						for next.Add(1) <= int64(b.N) {
+							if err := tr.Do(ctx, Call{Script: lua.Lock, Keys: []string{key}, Args: []any{30000, "b:owner", 0}}, nil).Err(); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+			})
+		}
+	}
+}

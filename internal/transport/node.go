@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -21,9 +23,18 @@ import (
 
 // How many connections a node keeps: shared, and for WAIT.
 const (
-	nodeConns = 2
-	waitConns = 8
+	nodeConnsDefault = 2
+	waitConns        = 8
 )
+
+// nodeConns is nodeConnsDefault; a variable for the benchmarks that
+// compare counts.
+var nodeConns = func() int {
+	if n, err := strconv.Atoi(os.Getenv("REDISYNC_ENGINE_CONNS")); err == nil && n > 0 {
+		return n
+	}
+	return nodeConnsDefault
+}()
 
 // errClosed fails the calls sent after the transport was drained.
 var errClosed = errors.New("redisync: the Client is closed")

@@ -45,6 +45,8 @@ type op struct {
 	// connection fails meanwhile; taken: ended, or being ended, by the
 	// reader or the connection's failure. Both under the conn's mu.
 	inWrite, taken bool
+	// ds is the state of the call it is an attempt of (send's).
+	ds *sendState
 	// c is the connection it is queued on (its caller leaving before the
 	// write uncounts it there).
 	c *conn

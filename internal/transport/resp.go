@@ -302,6 +302,26 @@ func (rr *reader) next() (value, error) {
 	}
 }
 
+// tryNext returns the next reply if it is read whole already, without
+// reading more (ok false otherwise).
+func (rr *reader) tryNext() (v value, ok bool, err error) {
+	if rr.r == rr.w {
+		return value{}, false, nil
+	}
+	v, n, err := parse(rr.buf[rr.r:rr.w])
+	switch {
+	case err == errIncomplete:
+		return value{}, false, nil
+	case err != nil:
+		return value{}, false, err
+	}
+	rr.r += n
+	if rr.r == rr.w {
+		rr.r, rr.w = 0, 0
+	}
+	return v, true, nil
+}
+
 // buffered reports whether bytes are read and not parsed yet.
 func (rr *reader) buffered() bool { return rr.r < rr.w }
 

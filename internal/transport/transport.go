@@ -60,6 +60,8 @@ type Transport struct {
 	watching sync.Once       // Sentinel: the watcher wanted while the engine runs (follow.go)
 	unwatch  func()
 
+	goneFn func(*op) // t.onGone, made once
+
 	sw switches // the primary's switches: listeners, what was told, the watcher (switch.go)
 }
 
@@ -173,6 +175,7 @@ func New(rdb redis.UniversalClient, opt Options) *Transport {
 	t.life, t.end = context.WithCancel(context.Background())
 	t.dialer = newDialer(rdb, opt.Hooks)
 	t.dialer.onChange = t.credentialsChanged
+	t.goneFn = t.onGone
 	if t.cc == nil {
 		t.single = &node{t: t}
 	}
