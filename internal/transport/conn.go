@@ -49,6 +49,7 @@ type conn struct {
 	replID string  // its server's replication id when dialled ("": not known)
 	dead   atomic.Bool
 	load   atomic.Int32 // calls queued or in flight on it
+	last   atomic.Int64 // UnixNano of its last write
 
 	mu      sync.Mutex
 	q       []*op // written or being written, unanswered, in order: q[qh:]
@@ -81,6 +82,13 @@ var errRetired = errors.New("redisync: the connection was retired")
 func newConn(n *node, nc net.Conn, rd *reader, isTLS bool, replID string) *conn {
 	return &conn{n: n, nc: nc, rd: rd, tls: isTLS, replID: replID, compact: 4 * window}
 }
+
+// idleCheck is how long a connection stays unwritten before a call looks
+// whether Redis closed it meanwhile (peerClosed).
+const idleCheck = 5 * time.Millisecond
+
+// idle reports whether c has not been written to for idleCheck.
+func (c *conn) idle() bool { return time.Now().UnixNano()-c.last.Load() >= int64(idleCheck) }
 
 // usable reports whether the connection takes calls.
 func (c *conn) usable() bool { return !c.dead.Load() }
@@ -193,6 +201,7 @@ func (c *conn) roundTrip(ctx context.Context, o *op) int {
 	c.mu.Lock()
 	o.sent, o.pipe, o.written, o.inWrite = time.Now(), c.n.t.pipes.Add(1), true, true
 	c.mu.Unlock()
+	c.last.Store(o.sent.UnixNano())
 	n, err := c.nc.Write(c.wbuf)
 	for err != nil && poll && isTimeout(err) && !ended() {
 		var m int
@@ -401,6 +410,7 @@ func (c *conn) takeLocked(ends []int) ([]*op, []int) {
 		}
 		if now.IsZero() {
 			now, pipe = time.Now(), c.n.t.pipes.Add(1)
+			c.last.Store(now.UnixNano())
 		}
 		o.sent, o.pipe, o.written = now, pipe, true
 		o.inWrite = true

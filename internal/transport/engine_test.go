@@ -424,3 +424,25 @@ func TestEngineFollowsTheClientsClose(t *testing.T) {
 	assert.Zero(t, srv.Client(t).Exists(bg, "cl:2").Val())
 	assert.Eventually(t, func() bool { return len(tr.single.all()) == 0 }, time.Second, time.Millisecond, "its connections closed")
 }
+
+// Redis restarts while the engine's connections are idle: the calls after
+// it do not go on a connection the old process closed (its bytes would
+// never reach the new one, and it would be told written without a reply):
+// each idle connection is looked at before it is written to.
+func TestEngineCallAfterRestartOnIdleConnections(t *testing.T) {
+	srv := redistest.Start(t)
+	tr := newT(t, srv.Client(t), Options{})
+	bg := context.Background()
+	var wg sync.WaitGroup
+	for i := range 8 { // both connections dialled
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = tr.Do(bg, lockCall("rs:"+strconv.Itoa(i)), nil).Err() }()
+	}
+	wg.Wait()
+	require.NotEmpty(t, tr.single.all())
+	srv.Restart(t)
+	for i := range 2 * nodeConns {
+		r := tr.Do(bg, lockCall("rs:after:"+strconv.Itoa(i)), nil)
+		locked(t, r)
+	}
+}

@@ -44,11 +44,13 @@ type hookRun struct {
 // run's end hands its outcome on), rtDropped when none was (none will be).
 func (h *hookRun) leave(p *op, j int) int {
 	h.mu.Lock()
-	if h.finished {
+	if h.finished && !h.left {
 		h.mu.Unlock()
-		<-p.done
+		<-p.done // the run's end finished p
 		return rtDone
 	}
+	// (Finished after the caller left another call of the run: its end
+	// handed the outcomes on, as for this one.)
 	h.left = true
 	for h.inSend {
 		ch := h.sendDone

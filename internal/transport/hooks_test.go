@@ -258,3 +258,40 @@ func TestHooksKnowTheWire(t *testing.T) {
 		assert.EqualValues(t, 1, n)
 	}
 }
+
+// A batch sent through the hooks whose caller leaves while the engine's
+// send is written and unanswered, its connection then cut: DoAll returns
+// once the caller's context ended. (The run's end, after the caller had
+// left the batch's first call, gave the others no outcome, and their
+// leave waited for one: found porting the root suite, TestSweepAbandon.)
+func TestHooksBatchLeftThenCutReturns(t *testing.T) {
+	srv := redistest.Start(t)
+	p := faultproxy.New(t, srv.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	tr := newT(t, rdb, Options{Hooks: []redis.Hook{faultproxy.NewHook()}})
+	calls := []Call{lockCall("cut:a"), lockCall("cut:b"), lockCall("cut:c")}
+	bg := context.Background()
+	for _, r := range tr.DoAll(bg, calls) { // connected, scripts loaded
+		_ = r.Err()
+	}
+	for i := range 100 {
+		p.Blackhole(true)
+		ctx, cancel := context.WithTimeout(bg, 20*time.Millisecond)
+		cut := time.AfterFunc(20*time.Millisecond, p.CutAll)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			tr.DoAll(ctx, calls)
+		}()
+		select {
+		case <-done:
+		case <-time.After(3 * time.Second):
+			t.Fatalf("run %d: DoAll still blocked 3s after its context ended", i)
+		}
+		cut.Stop()
+		cancel()
+		p.Blackhole(false)
+		p.CutAll()
+	}
+}

@@ -87,6 +87,19 @@ func (n *node) pick(ctx context.Context, wait bool) (*conn, error) {
 			}
 			live++
 			l := c.load.Load()
+			if l == 0 && c.idle() {
+				// Idle a while: Redis may have closed it meanwhile (a
+				// restart), and a call written to it would be told it
+				// had no reply although it never reached Redis.
+				n.mu.Unlock()
+				if err := peerClosed(c.nc); err != nil {
+					c.fail(err)
+					n.mu.Lock()
+					live--
+					continue
+				}
+				n.mu.Lock()
+			}
 			if l == 0 {
 				n.mu.Unlock()
 				return c, nil
@@ -105,6 +118,9 @@ func (n *node) pick(ctx context.Context, wait bool) (*conn, error) {
 		n.mu.Unlock()
 		if best != nil {
 			return best, nil
+		}
+		if d == nil {
+			continue // a connection failed meanwhile: look again
 		}
 		select {
 		case <-d.done:
