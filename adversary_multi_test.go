@@ -108,8 +108,7 @@ func TestAdvMultiLockLostReplyThenWaitHoldsNothing(t *testing.T) {
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
 	t.Cleanup(func() { _ = cc.Close() })
 	hook := faultproxy.NewHook()
-	cc.OnNewNode(func(n *redis.Client) { n.AddHook(hook) })
-	gated.Store(cc, true) // the hook holds a script back before it is written: pipelines
+	gate(cc, hook)
 	admin := cl.Client(t)
 	c1, c2 := newClient(t, cc), newClient(t, cl.Client(t))
 	names := namesOnEveryShard(t, admin, 1)

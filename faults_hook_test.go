@@ -41,10 +41,16 @@ func faultRDB(t *testing.T, opt *redis.Options) (*redis.Client, *faultproxy.Hook
 // as redisync's scripts no longer go through the redis client.
 var gated sync.Map
 
-// gate adds h to rdb (its subscriptions, its commands) and to the Clients
-// newClient makes on rdb (redisync's own calls).
-func gate(rdb *redis.Client, h redis.Hook) {
-	rdb.AddHook(h)
+// gate adds h to rdb (its subscriptions, its commands; on a Cluster, to
+// each node's client) and to the Clients newClient makes on rdb
+// (redisync's own calls: WithHooks).
+func gate(rdb redis.UniversalClient, h redis.Hook) {
+	switch r := rdb.(type) {
+	case *redis.ClusterClient:
+		r.OnNewNode(func(n *redis.Client) { n.AddHook(h) })
+	default:
+		rdb.AddHook(h)
+	}
 	gated.Store(rdb, h)
 }
 

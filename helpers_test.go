@@ -77,10 +77,8 @@ func (e *testEnv) client(t testing.TB, opts ...Option) *Client {
 
 func newClient(t testing.TB, rdb redis.UniversalClient, opts ...Option) *Client {
 	if h, ok := gated.Load(rdb); ok {
-		if h, ok := h.(redis.Hook); ok {
-			// The fault hook gate added to rdb: on redisync's own calls too.
-			opts = append([]Option{WithHooks(h)}, opts...)
-		}
+		// The fault hook gate added to rdb: on redisync's own calls too.
+		opts = append([]Option{WithHooks(h.(redis.Hook))}, opts...)
 	}
 	c, err := New(rdb, opts...)
 	require.NoError(t, err)
