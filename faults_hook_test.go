@@ -36,14 +36,18 @@ func faultRDB(t *testing.T, opt *redis.Options) (*redis.Client, *faultproxy.Hook
 	return rdb, h
 }
 
-// gated holds the redis clients with a fault hook, by client: the Clients
-// made on them with newClient run it on their own calls too (WithHooks),
-// as redisync's scripts no longer go through the redis client.
-var gated sync.Map
+// gated holds the fault hooks of redis clients, by client, in the order
+// gate added them: the Clients made on them with newClient run them on
+// their own calls too (WithHooks), as redisync's scripts no longer go
+// through the redis client.
+var gated struct {
+	sync.Mutex
+	by map[redis.UniversalClient][]redis.Hook
+}
 
 // gate adds h to rdb (its subscriptions, its commands; on a Cluster, to
 // each node's client) and to the Clients newClient makes on rdb
-// (redisync's own calls: WithHooks).
+// (redisync's own calls: WithHooks), inside the hooks gate added before.
 func gate(rdb redis.UniversalClient, h redis.Hook) {
 	switch r := rdb.(type) {
 	case *redis.ClusterClient:
@@ -51,7 +55,19 @@ func gate(rdb redis.UniversalClient, h redis.Hook) {
 	default:
 		rdb.AddHook(h)
 	}
-	gated.Store(rdb, h)
+	gated.Lock()
+	defer gated.Unlock()
+	if gated.by == nil {
+		gated.by = map[redis.UniversalClient][]redis.Hook{}
+	}
+	gated.by[rdb] = append(gated.by[rdb], h)
+}
+
+// gatedHooks returns the hooks gate added to rdb.
+func gatedHooks(rdb redis.UniversalClient) []redis.Hook {
+	gated.Lock()
+	defer gated.Unlock()
+	return append([]redis.Hook(nil), gated.by[rdb]...)
 }
 
 // faultMutexChannel is the channel a Mutex's unlocks are published on
@@ -1084,4 +1100,73 @@ func TestLostAcquireReplyGivenBackOrAdopted(t *testing.T) {
 			})
 		})
 	})
+}
+
+// lateHooks is a hook whose hooks are added later (add), as a test once
+// added them to a go-redis client after its Client was made: gated into a
+// redis client before newClient, it runs, from then on, what was added to
+// it around the Client's own calls.
+type lateHooks struct {
+	mu sync.Mutex
+	hs []redis.Hook
+}
+
+// hookLater gates a lateHooks into rdb (see gate) and returns it.
+func hookLater(rdb redis.UniversalClient) *lateHooks {
+	l := &lateHooks{}
+	gate(rdb, l)
+	return l
+}
+
+// add has l run h (inside the hooks added before) around the calls
+// that start from now.
+func (l *lateHooks) add(h redis.Hook) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.hs = append(l.hs, h)
+}
+
+func (l *lateHooks) now() []redis.Hook {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.hs
+}
+
+func (l *lateHooks) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		d := next
+		hs := l.now()
+		for i := len(hs) - 1; i >= 0; i-- {
+			if w := hs[i].DialHook(d); w != nil {
+				d = w
+			}
+		}
+		return d(ctx, network, addr)
+	}
+}
+
+func (l *lateHooks) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		p := next
+		hs := l.now()
+		for i := len(hs) - 1; i >= 0; i-- {
+			if w := hs[i].ProcessHook(p); w != nil {
+				p = w
+			}
+		}
+		return p(ctx, cmd)
+	}
+}
+
+func (l *lateHooks) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		p := next
+		hs := l.now()
+		for i := len(hs) - 1; i >= 0; i-- {
+			if w := hs[i].ProcessPipelineHook(p); w != nil {
+				p = w
+			}
+		}
+		return p(ctx, cmds)
+	}
 }

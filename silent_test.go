@@ -200,7 +200,7 @@ func TestSilentQueueWaitsEndAtTheirContext(t *testing.T) {
 			require.NoError(t, err)
 			rdb, p := silentRDB(t, e.addr, func(o *redis.Options) { o.MaxRetries = -1 })
 			var done atomic.Int64 // scripts the waiter's client has finished
-			rdb.AddHook(doneHook{&done})
+			gate(rdb, doneHook{&done})
 			c := newClient(t, rdb)
 
 			for range 3 {

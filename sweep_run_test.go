@@ -354,7 +354,7 @@ func newSweepRun(t *testing.T, row *swRow, m swMode) *swRun {
 	t.Cleanup(r.endCallNow)
 	rdbA := redis.NewClient(&redis.Options{Addr: p.Addr()})
 	t.Cleanup(func() { _ = rdbA.Close() })
-	rdbA.AddHook(r.flight) // outside the fault hook: it sees every attempt
+	gate(rdbA, r.flight) // outside the fault hook: it sees every attempt
 	gate(rdbA, r.hook)
 	r.a = newClient(t, rdbA, WithWatchdogTimeout(swLease))
 	r.b = e.client(t, WithWatchdogTimeout(swLease))
