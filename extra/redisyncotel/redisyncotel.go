@@ -7,9 +7,10 @@
 //
 // A wait's span ("redisync.wait") starts when the call (Lock, TryLock,
 // TryLockFor, RLock, Acquire, Campaign, ...) starts its acquisition and
-// ends at its grant or its failure; the Redis commands the wait sends are
-// its children when go-redis's own tracing (redisotel.InstrumentTracing)
-// is installed on the go-redis client, since they carry its context. A
+// ends at its grant or its failure; the Redis calls the wait sends are
+// its children when NewHook is given to redisync.WithHooks (redisync's
+// calls do not go through the go-redis client, whose own tracing,
+// redisotel's, sees its subscriptions only). A
 // hold's span ("redisync.hold") starts at the grant and ends with the
 // hold: its last release, the end of the context it was taken with, a
 // lost lease. The hold's context carries it, so work done under the hold

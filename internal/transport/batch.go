@@ -65,9 +65,10 @@ func (t *Transport) doAll(ctx context.Context, calls []Call, until time.Time) []
 					rs[i] = Reply{err: err, Acked: -1}
 				}
 				paused = nil
-			}
-			for _, i := range paused[1:] {
-				ss[i].tries++
+			} else {
+				for _, i := range paused[1:] {
+					ss[i].tries++
+				}
 			}
 		}
 		todo = append(again, paused...)

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisync-go/redisync/lua"
 )
 
 // Do, DoAll and Async on the engine: a call goes to the node of its key's
@@ -54,6 +56,9 @@ func (t *Transport) Do(ctx context.Context, k Call, late func(Reply)) Reply {
 	}
 	if err := t.awaitSlotMap(ctx, &k); err != nil {
 		return Reply{err: err, Acked: -1}
+	}
+	if k.Script != nil && k.Script.Hash() == "" {
+		t.learn(&k)
 	}
 	s := &sendState{k: &k, until: t.retryBound(ctx)}
 	for {
@@ -276,6 +281,27 @@ func (t *Transport) Async(then func(Call, Reply), calls ...Call) {
 			for i, r := range rs {
 				then(calls[i], r)
 			}
+		}
+	}()
+}
+
+// learn has the scripts learn their digests from the primary that serves
+// k's key, in the background (FIPS 140-only mode; see lua.Learn): until
+// then they are sent whole. lua.Learn runs one attempt at a time, and
+// none for a second after one failed.
+func (t *Transport) learn(k *Call) {
+	t.workers.Add(1)
+	go func() {
+		defer t.workers.Add(-1)
+		ctx, cancel := context.WithTimeout(context.Background(), t.opt.ReleaseTimeout)
+		defer cancel()
+		node, ok := t.rdb.(*redis.Client)
+		if t.cc != nil && len(k.Keys) > 0 {
+			m, err := t.cc.MasterForKey(ctx, k.Keys[0])
+			node, ok = m, err == nil
+		}
+		if ok {
+			lua.Learn(ctx, node)
 		}
 	}()
 }

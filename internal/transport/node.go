@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 )
 
 // A node is the engine's side of one primary: a few shared connections,
@@ -32,12 +31,12 @@ type node struct {
 	t    *Transport
 	addr string // as dialled; "": the client's own (single node, Sentinel)
 
-	mu         sync.Mutex
-	conns      []*conn
-	waits      []*conn
-	dialing    [2]*dialing
-	closed     bool
-	notPrimary time.Time // when a new connection found a replica (follow.go)
+	mu      sync.Mutex
+	conns   []*conn
+	waits   []*conn
+	dialing [2]*dialing
+	closed  bool
+	dialErr error // the last dial's error; nil once one worked
 }
 
 // dialing is a dial under way: done is closed when it ends, with err.
@@ -97,6 +96,12 @@ func (n *node) pick(ctx context.Context, wait bool) (*conn, error) {
 				return nil, d.err
 			}
 		case <-ctx.Done():
+			n.mu.Lock()
+			last := n.dialErr
+			n.mu.Unlock()
+			if last != nil {
+				return nil, fmt.Errorf("redisync: %w (no connection to Redis; the last dial: %w): %w", ErrNotSent, last, context.Cause(ctx))
+			}
 			return nil, notSent(context.Cause(ctx), "no connection to Redis yet")
 		}
 	}
@@ -108,6 +113,7 @@ func (n *node) dial(kind int, d *dialing) {
 	c, err := n.t.open(n)
 	n.mu.Lock()
 	n.dialing[kind] = nil
+	n.dialErr = err
 	switch {
 	case err != nil:
 		d.err = notSent(err, "could not connect")
