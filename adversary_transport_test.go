@@ -37,9 +37,11 @@ func TestAdvReplicaAckHandoffUndoneBeforeReturn(t *testing.T) {
 
 	replica.Pause()
 	t.Cleanup(replica.Resume)
+	var slow []*faultproxy.Rule
 	for _, s := range []*lua.Script{lua.Drop, lua.Unlock} {
-		hook.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(s.Script), Action: faultproxy.DelayBefore(500 * time.Millisecond)})
+		slow = append(slow, hook.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(s.Script), Action: faultproxy.DelayBefore(500 * time.Millisecond)}))
 	}
+	defer func() { assert.Positive(t, fired(slow), "the undo held back") }()
 	require.NoError(t, m.Unlock(hctx))
 	var got faultLockResult
 	select {
@@ -118,7 +120,7 @@ func TestAdvLaneOneSlowReplyAmongMany(t *testing.T) {
 		t.Run(how, func(t *testing.T) {
 			e := realEnv(t)
 			rdb, hook := faultRDB(t, &redis.Options{Addr: e.addr, DialTimeout: time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: time.Second})
-			c, err := New(rdb)
+			c, err := New(rdb, WithHooks(gatedHooks(rdb)...))
 			require.NoError(t, err)
 			bg := context.Background()
 			require.NoError(t, c.tr.Do(bg, trLock("adv:warm"), nil).Err())
@@ -213,9 +215,11 @@ func TestAdvReplicaAckUndoneBeforeReturnMore(t *testing.T) {
 
 	replica.Pause()
 	t.Cleanup(replica.Resume)
+	var slow []*faultproxy.Rule
 	for _, s := range []*lua.Script{lua.Drop, lua.ElectResign, lua.Unlock, lua.FairUnlock, lua.RWUnlock, lua.RWRUnlock} {
-		hook.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(s.Script), Action: faultproxy.DelayBefore(400 * time.Millisecond)})
+		slow = append(slow, hook.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(s.Script), Action: faultproxy.DelayBefore(400 * time.Millisecond)}))
 	}
+	defer func() { assert.Positive(t, fired(slow), "the undos held back") }()
 	gone := func(t *testing.T, key string) {
 		n, err := admin.Exists(bg, key).Result()
 		require.NoError(t, err)
@@ -266,9 +270,11 @@ func TestAdvReplicaAckContextEndsDuringUndo(t *testing.T) {
 	// (Slowed twice when Redis answers NOSCRIPT: the EVAL too.) 3s: a call
 	// that waited for the undo would return past 3.2s, well apart from
 	// its context's 700ms (with 1.5s it was within the old 2s bound).
+	var slow []*faultproxy.Rule
 	for _, s := range []*lua.Script{lua.Drop, lua.Unlock} {
-		hook.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(s.Script), Action: faultproxy.DelayBefore(3 * time.Second)})
+		slow = append(slow, hook.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(s.Script), Action: faultproxy.DelayBefore(3 * time.Second)}))
 	}
+	defer func() { assert.Positive(t, fired(slow), "the undos held back") }()
 	for _, tc := range []struct {
 		name    string
 		key     string
@@ -408,10 +414,11 @@ func TestAdvSemaphoreLateGiveBackRacesSharedHold(t *testing.T) {
 	sctx, err = sem.Acquire(bg, 1)
 	require.NoError(t, err)
 
-	hook.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.SemAcquire.Script), Times: 1, Action: faultproxy.DelayReply(300 * time.Millisecond)})
+	late := hook.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.SemAcquire.Script), Times: 1, Action: faultproxy.DelayReply(300 * time.Millisecond)})
 	slow := hook.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.SemRelease.Script), Times: 1, Action: faultproxy.DelayBefore(time.Second)})
 	_, err = sem.TryAcquireFor(sctx, 1, 50*time.Millisecond) // leaves; its script runs
 	require.ErrorIs(t, err, ErrNotAcquired)
+	require.Equal(t, 1, late.Fired(), "the acquisition's reply delayed")
 	eventually(t, 5*time.Second, "the give-back on its way", func() bool { return slow.Fired() == 1 })
 	// Another goroutine adds 2 permits through the same hold.
 	_, err = sem.Acquire(sctx, 2)

@@ -1170,3 +1170,12 @@ func (l *lateHooks) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 		return p(ctx, cmds)
 	}
 }
+
+// fired sums the firings of rules.
+func fired(rules []*faultproxy.Rule) int {
+	n := 0
+	for _, r := range rules {
+		n += r.Fired()
+	}
+	return n
+}
