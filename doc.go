@@ -44,7 +44,11 @@
 // process stopped past its lease, and plainly at the last Unlock. A hold
 // ends with the context it was taken with, and redisync then releases it:
 // give Lock the context the hold should live as long as, and bound only the
-// wait with TryLockFor. Every wait ends when its context ends and leaves
+// wait with TryLockFor. A process stopped past both its lease and that
+// context's end is told the end that came first in time, whichever timer
+// runs first on resuming: ErrLeaseLost unless that context's deadline came
+// before the lease's (a cancellation counts from when the process sees
+// it). Every wait ends when its context ends and leaves
 // nothing behind; on error, every call that returns a hold's context
 // returns a nil one.
 //

@@ -27,9 +27,11 @@ import (
 //
 //	REDISYNC_FAILOVER_TRIAL=planned go test -race -count=1 -run TestFailoverTrial -v .
 //
-// (=kill kills the primary instead of a planned failover: the releases
-// refused during the outage are not sent again yet, so a lock can stay
-// held for the rest of its lease.) Each topology runs trialRuns switches.
+// (=kill kills the primary instead of a planned failover, and the
+// releases refused during the outage are kept and sent again once a
+// primary answers: internal/holds/kept.go; =force and =takeover run
+// CLUSTER FAILOVER FORCE and CLUSTER FAILOVER TAKEOVER, on the Cluster
+// only.) Each topology runs trialRuns switches.
 
 const (
 	trialRuns    = 3
@@ -170,10 +172,13 @@ func summary(ds []time.Duration) string {
 func TestFailoverTrial(t *testing.T) {
 	kind := os.Getenv("REDISYNC_FAILOVER_TRIAL")
 	if kind == "" {
-		t.Skip("the failover trial runs with REDISYNC_FAILOVER_TRIAL=planned (or =kill)")
+		t.Skip("the failover trial runs with REDISYNC_FAILOVER_TRIAL=planned (or =kill, =force, =takeover)")
 	}
 	kill := kind == "kill"
 	t.Run("sentinel", func(t *testing.T) {
+		if kind == "force" || kind == "takeover" {
+			t.Skip("a Cluster's failover only")
+		}
 		for run := range trialRuns {
 			g := startSentinelGroup(t)
 			var clients []*Client
@@ -214,12 +219,15 @@ func TestFailoverTrial(t *testing.T) {
 			ds := runTrial(t, clients, names, func() time.Time {
 				replica := cl.Replicas[0][0]
 				promoted := promotedAt(t, replica)
-				if kill {
+				tag, _, _ := strings.Cut(strings.TrimPrefix(names[0], "{"), "}")
+				waitReplicated(t, cl.Masters[0].Client(t), tag)
+				switch kind {
+				case "kill":
 					cl.Masters[0].Kill()
-				} else {
-					tag, _, _ := strings.Cut(strings.TrimPrefix(names[0], "{"), "}")
-					waitReplicated(t, cl.Masters[0].Client(t), tag)
-					cl.Failover(t, 0, false)
+				case "takeover":
+					cl.Takeover(t, 0)
+				default:
+					cl.Failover(t, 0, kind == "force")
 				}
 				return <-promoted
 			})

@@ -64,6 +64,15 @@ type FairMutex struct {
 	spec     holds.Spec
 	waiter   time.Duration
 	err      error
+
+	// Made once, shared by every call (never written), as the Mutex's.
+	ks       []string                                                                      // keys(): the lock's, the queue's, the timeouts'
+	lockKeys []string                                                                      // the lock script's: ks, and the fencing counter's when fenced
+	nameKey  []string                                                                      // {name}
+	leaseMS  any                                                                           // spec.Lease in milliseconds
+	waiterMS any                                                                           // waiter in milliseconds
+	prefArg  any                                                                           // prefix
+	release  func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) // Unlock's
 }
 
 // FairMutex returns a handle on the fair lock name. Bad input (an empty name,
@@ -99,6 +108,14 @@ func (c *Client) FairMutex(name string, opts ...FairOption) *FairMutex {
 	if lc.waiter > 0 {
 		f.waiter = lc.waiter
 	}
+	f.ks = []string{f.name, f.queue, f.timeouts}
+	f.lockKeys = f.ks
+	if f.fence != "" {
+		f.lockKeys = []string{f.name, f.queue, f.timeouts, f.fence}
+	}
+	f.nameKey = []string{f.name}
+	f.leaseMS, f.waiterMS, f.prefArg = f.spec.Lease.Milliseconds(), f.waiter.Milliseconds(), f.prefix
+	f.release = f.releaseHold
 	return f
 }
 
@@ -114,7 +131,7 @@ func (f *FairMutex) check(ctx context.Context) error {
 
 func (f *FairMutex) wrap(err error) error { return wrapOr(f.spec.Wrap, err) }
 
-func (f *FairMutex) keys() []string { return []string{f.name, f.queue, f.timeouts} }
+func (f *FairMutex) keys() []string { return f.ks }
 
 // refresh is how often a waiter renews its place in the queue.
 func (f *FairMutex) refresh() time.Duration { return f.waiter / 3 }
@@ -165,10 +182,8 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 	}
 	if h != nil {
 		hctx, err := f.c.holds.Reenter(parent, wctx, wait, &f.spec, h, holds.Reentry{
-			Calls: func(count int) []call { return []call{f.script(h.Field, count, false)} },
-			Undo: func(n int) []call {
-				return []call{script(lua.FairUnlock, f.keys(), h.Field, n, h.Lease.Milliseconds(), f.prefix, publish)}
-			},
+			Calls: func(count int) []call { return []call{f.script(h, h.Arg(), count, false)} },
+			Undo:  func(n int) []call { return []call{f.unlockCall(h, n)} },
 		})
 		if err != nil {
 			return nil, err
@@ -176,30 +191,14 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 		return hctx, nil
 	}
 
-	leaseMs := f.spec.Lease.Milliseconds()
-	a := f.c.holds.Begin(&f.spec, parent, wctx, wait,
-		func(field string) []call { return []call{f.leaveCall(field)} },
-		func(field string) call { return script(lua.FairDrop, f.keys(), field, f.prefix, publish) })
+	a := f.c.holds.BeginWith(&f.spec, parent, wctx, wait, (*fairScripts)(f))
 	a.Restart = true // a new owner queues, and listens, as itself
 	defer func() { err = a.Finish(err) }()
-	try := func() (bool, time.Duration, error) {
-		field, r, d, err := a.Send(func(field string) call { return f.script(field, 0, wait) })
-		if r == nil {
-			return false, d, err
-		}
-		if r[0] != 1 {
-			next := lease.Bound(r[1], f.spec.Lease/3)
-			if wait {
-				next = min(next, f.refresh())
-			}
-			return false, next, nil
-		}
-		return a.Grant(field, int(r[1]), []call{script(lua.Renew, []string{f.name}, field, leaseMs)})
-	}
 	for {
-		done, next, err := try()
+		done, next, err := f.try(a, wait)
 		if err == nil && !done && wait {
 			// Only this waiter listens on its channel: wake it at every message.
+			try := func() (bool, time.Duration, error) { return f.try(a, wait) }
 			err = f.c.holds.Await(wctx, f.prefix+a.Owner, notify.WakeAll, next, try)
 		}
 		if errors.Is(err, holds.ErrNewOwner) {
@@ -218,19 +217,47 @@ func (f *FairMutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx
 	}
 }
 
-// script is the lock script's call for field with its hold count before
-// the call, queueing (or refreshing the caller's place) when queue is set
-// (with the fencing counter's key when fenced).
-func (f *FairMutex) script(field string, count int, queue bool) call {
-	var waiterMs int64
+// try is one attempt of a's first acquisition, queueing (or refreshing
+// the caller's place) when wait is set.
+func (f *FairMutex) try(a *holds.Acquisition, wait bool) (bool, time.Duration, error) {
+	field, r, d, err := a.Send(func(field string) call { return f.script(a.Room(), a.Arg(field), 0, wait) })
+	if r == nil {
+		return false, d, err
+	}
+	if r[0] != 1 {
+		next := lease.Bound(r[1], f.spec.Lease/3)
+		if wait {
+			next = min(next, f.refresh())
+		}
+		return false, next, nil
+	}
+	return a.GrantOne(field, int(r[1]), call{Script: lua.Renew, Keys: f.nameKey, Args: a.Args(a.Arg(field), f.leaseMS)})
+}
+
+// script is the lock script's call for the field whose argument is
+// field, with its hold count before the call, queueing (or refreshing the
+// caller's place) when queue is set (with the fencing counter's key when
+// fenced), its arguments kept in room (a hold's, or an acquisition's Room).
+func (f *FairMutex) script(room *lease.Hold, field any, count int, queue bool) call {
+	var waiterMs any = 0
 	if queue {
-		waiterMs = f.waiter.Milliseconds()
+		waiterMs = f.waiterMS
 	}
-	keys := f.keys()
-	if f.fence != "" {
-		keys = append(keys, f.fence)
-	}
-	return script(lua.FairLock, keys, f.spec.Lease.Milliseconds(), field, count, waiterMs, f.prefix, publish)
+	return call{Script: lua.FairLock, Keys: f.lockKeys, Args: room.Args(f.leaseMS, field, count, waiterMs, f.prefArg, publish)}
+}
+
+// fairScripts is a FairMutex as the maker of its first acquisitions'
+// give-backs and leaves (holds.Scripts, holds.Leaves).
+type fairScripts FairMutex
+
+// Release gives back a granted attempt of field.
+func (s *fairScripts) Release(a *holds.Acquisition, field string) call {
+	return call{Script: lua.FairDrop, Keys: s.ks, Args: a.Args(a.Arg(field), s.prefArg, publish)}
+}
+
+// Left takes field out of the queue.
+func (s *fairScripts) Left(_ *holds.Acquisition, field string) []call {
+	return []call{(*FairMutex)(s).leaveCall(field)}
 }
 
 // leaveCall takes field out of the queue.
@@ -251,9 +278,23 @@ func (f *FairMutex) Unlock(ctx context.Context) error {
 	if err := f.check(ctx); err != nil {
 		return err
 	}
-	return f.c.holds.Release(ctx, &f.spec, 1, func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) {
-		return f.c.holds.ReleaseBy(ctx, script(lua.FairUnlock, f.keys(), h.Field, count, h.Lease.Milliseconds(), f.prefix, publish))
-	})
+	return f.c.holds.Release(ctx, &f.spec, 1, f.release)
+}
+
+// releaseHold releases one hold of h, whose count is count (Unlock's
+// send).
+func (f *FairMutex) releaseHold(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) {
+	return f.c.holds.ReleaseBy(ctx, f.unlockCall(h, count))
+}
+
+// unlockCall is the unlock script's call for h with its hold count before
+// the call.
+func (f *FairMutex) unlockCall(h *lease.Hold, count int) call {
+	lms := f.leaseMS
+	if h.Lease != f.spec.Lease {
+		lms = h.Lease.Milliseconds()
+	}
+	return call{Script: lua.FairUnlock, Keys: f.ks, Args: h.Args(h.Arg(), count, lms, f.prefArg, publish)}
 }
 
 // IsLocked reports whether any owner holds the lock.

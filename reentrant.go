@@ -42,10 +42,11 @@ type Mutex struct {
 	// Made once, shared by every call (never written): the scripts' keys
 	// and the arguments every call boxes the same, so an uncontended
 	// Lock+Unlock does not allocate them again (issue 34).
-	keys    []string // {name}
-	fkeys   []string // the lock script's: {name} or {name, fence}
-	chanArg any      // channel
-	leaseMS any      // spec.Lease in milliseconds
+	keys    []string                                                                      // {name}
+	fkeys   []string                                                                      // the lock script's: {name} or {name, fence}
+	chanArg any                                                                           // channel
+	leaseMS any                                                                           // spec.Lease in milliseconds
+	release func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) // Unlock's, made once
 }
 
 // Mutex returns a handle on the reentrant lock name. Bad input (an empty
@@ -71,12 +72,14 @@ func (c *Client) Mutex(name string, opts ...MutexOption) *Mutex {
 	m.spec.Ref = lease.Ref{Owner: c, Kind: string(KindMutex), Name: name}
 	m.spec.Busy = (*mutexBusy)(m)
 	m.spec.Lease, m.spec.Renewed = lc.leaseOf(c)
+	m.spec.Counts = !m.spec.Fenced // lua/lock.lua's replies
 	m.keys = []string{name}
 	m.fkeys = m.keys
 	if m.fence != "" {
 		m.fkeys = []string{name, m.fence}
 	}
 	m.chanArg, m.leaseMS = m.channel, m.spec.Lease.Milliseconds()
+	m.release = m.releaseHold
 	return m
 }
 
@@ -171,9 +174,11 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx con
 	}
 	if h != nil {
 		hctx, err := m.c.holds.Reenter(parent, wctx, wait, &m.spec, h, holds.Reentry{
-			Calls: func(count int) []call { return []call{m.script(h.Field, count)} },
+			Calls: func(count int) []call {
+				return []call{{Script: lua.Lock, Keys: m.fkeys, Args: h.Args(m.leaseMS, h.Arg(), count)}}
+			},
 			Undo: func(n int) []call {
-				return []call{script(lua.Unlock, m.keys, h.Field, n, h.Lease.Milliseconds(), publish, unlockMessage, m.chanArg)}
+				return []call{m.unlockCall(h, n)}
 			},
 		})
 		if err != nil {
@@ -182,28 +187,8 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx con
 		return hctx, nil
 	}
 
-	renew := func(field string) call {
-		return script(lua.Renew, m.keys, field, m.leaseMS)
-	}
-	a := m.c.holds.Begin(&m.spec, parent, wctx, wait, nil, func(field string) call {
-		return script(lua.Drop, m.keys, field, publish, unlockMessage, m.chanArg)
-	})
+	a := m.c.holds.BeginWith(&m.spec, parent, wctx, wait, (*mutexScripts)(m))
 	defer func() { err = a.Finish(err) }()
-	try := func() (bool, time.Duration, error) {
-		field, r, d, err := a.Send(func(field string) call { return m.script(field, 0) })
-		if r == nil {
-			return false, d, err
-		}
-		if r[0] != 1 {
-			if r[0] == 0 {
-				// Held: perhaps by a hold this Client released, which a
-				// failover kept (see holds.HealFor).
-				m.c.holds.HealFor(m.spec.Ref, time.Duration(r[1])*time.Millisecond)
-			}
-			return false, lease.Bound(r[1], m.spec.Lease/3), nil
-		}
-		return a.Grant(field, int(r[1]), []call{renew(field)})
-	}
 
 	// Local waiters queued before this call are woken first (one per
 	// unlock message), so a new call that finds them queues behind them
@@ -223,7 +208,7 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx con
 		queued = queued && next > 0
 	}
 	if !queued {
-		done, n, err := try()
+		done, n, err := m.try(a)
 		if err != nil {
 			return nil, m.wrap(errs.Wait(err, parent, bounded))
 		}
@@ -235,6 +220,8 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx con
 		}
 		next = n
 	}
+	// The wait: made only now, for an acquisition that waits.
+	try := func() (bool, time.Duration, error) { return m.try(a) }
 	handed := false
 	acc := &cohort.Acceptor{
 		Key:     m.name,
@@ -242,7 +229,7 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx con
 		Renewed: m.spec.Renewed,
 		Fence:   m.fence,
 		Field:   func() string { return a.Owner },
-		Release: a.Release,
+		Release: a.Give,
 		Take: func(h *cohort.Handoff) (bool, time.Duration, error) {
 			switch {
 			case errors.Is(h.Err, ErrNotReplicated):
@@ -263,7 +250,7 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx con
 				a.Dirty = false
 			}
 			a.St, a.Token, handed = h.St, holds.FenceToken(a.Spec, h.Reply), true
-			return a.Grant(h.Field, 1, []call{renew(h.Field)})
+			return a.GrantOne(h.Field, 1, m.renewCall(a, h.Field))
 		},
 	}
 	if err := m.c.holds.AwaitFrom(wctx, mk, m.channel, notify.WakeOne, next, try, false, acc); err != nil {
@@ -275,10 +262,47 @@ func (m *Mutex) lock(parent, wctx context.Context, wait, bounded bool) (hctx con
 	return a.HoldCtx, nil
 }
 
-// script is the lock script's call for field with its hold count before
-// the call (with the fencing counter's key when fenced).
-func (m *Mutex) script(field string, count int) call {
-	return script(lua.Lock, m.fkeys, m.leaseMS, field, count)
+// try is one attempt of a's first acquisition.
+func (m *Mutex) try(a *holds.Acquisition) (bool, time.Duration, error) {
+	field, r, d, err := a.Send(func(field string) call {
+		return call{Script: lua.Lock, Keys: m.fkeys, Args: a.Args(m.leaseMS, a.Arg(field), 0)}
+	})
+	if r == nil {
+		return false, d, err
+	}
+	if r[0] != 1 {
+		if r[0] == 0 {
+			// Held: perhaps by a hold this Client released, which a
+			// failover kept (see holds.HealFor).
+			m.c.holds.HealFor(m.spec.Ref, time.Duration(r[1])*time.Millisecond)
+		}
+		return false, lease.Bound(r[1], m.spec.Lease/3), nil
+	}
+	return a.GrantOne(field, int(r[1]), m.renewCall(a, field))
+}
+
+// renewCall is the renewal script's call for a hold of field taken by a.
+func (m *Mutex) renewCall(a *holds.Acquisition, field string) call {
+	return call{Script: lua.Renew, Keys: m.keys, Args: a.Args(a.Arg(field), m.leaseMS)}
+}
+
+// mutexScripts is a Mutex as the maker of its first acquisitions'
+// give-backs (holds.Scripts).
+type mutexScripts Mutex
+
+// Release gives back a granted attempt of field.
+func (s *mutexScripts) Release(a *holds.Acquisition, field string) call {
+	return call{Script: lua.Drop, Keys: s.keys, Args: a.Args(a.Arg(field), publish, unlockMessage, s.chanArg)}
+}
+
+// unlockCall is the unlock script's call for h with its hold count
+// before the call.
+func (m *Mutex) unlockCall(h *lease.Hold, count int) call {
+	lms := m.leaseMS
+	if h.Lease != m.spec.Lease {
+		lms = h.Lease.Milliseconds()
+	}
+	return call{Script: lua.Unlock, Keys: m.keys, Args: h.Args(h.Arg(), count, lms, publish, unlockMessage, m.chanArg)}
 }
 
 // Unlock releases one hold of the lock that ctx carries; the lock is freed,
@@ -334,14 +358,18 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	if err := m.check(ctx); err != nil {
 		return err
 	}
-	return m.c.holds.Release(ctx, &m.spec, 1, func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) {
-		if count == 1 && !m.c.noCohort {
-			if ho, mine := m.c.co.Claim(m.name, m.c.ps.ConfirmedOn(m.channel)); ho != nil {
-				return m.handOver(ctx, h, ho, mine)
-			}
+	return m.c.holds.Release(ctx, &m.spec, 1, m.release)
+}
+
+// releaseHold releases h, whose count is count, for Unlock (holds.Release's
+// send): to a local waiter (see handOver), or in Redis.
+func (m *Mutex) releaseHold(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) {
+	if count == 1 && !m.c.noCohort {
+		if ho, mine := m.c.co.Claim(m.name, m.c.ps.ConfirmedOn(m.channel)); ho != nil {
+			return m.handOver(ctx, h, ho, mine)
 		}
-		return m.c.holds.ReleaseBy(ctx, script(lua.Unlock, m.keys, h.Field, count, h.Lease.Milliseconds(), publish, unlockMessage, m.chanArg))
-	})
+	}
+	return m.c.holds.ReleaseBy(ctx, m.unlockCall(h, count))
 }
 
 // handOver hands the lock from h, releasing its last hold, to the local

@@ -50,6 +50,15 @@ type RWMutex struct {
 	wspec  holds.Spec // write holds
 	waiter time.Duration
 	err    error
+
+	// Made once, shared by every call (never written), as the Mutex's.
+	lockKeys []string                                                                      // the write lock script's: keys, and the fencing counter's when fenced
+	leaseMS  any                                                                           // the lease in milliseconds (both specs')
+	waiterMS any                                                                           // waiter in milliseconds
+	rchanArg any                                                                           // rchan
+	wchanArg any                                                                           // wchan
+	runlock  func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) // RUnlock's
+	unlockFn func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) // Unlock's
 }
 
 // errUpgrade refuses a write Lock through a context that holds the read lock.
@@ -101,6 +110,17 @@ func (c *Client) RWMutex(name string, opts ...RWOption) *RWMutex {
 	r.rspec = holds.Spec{Ref: lease.Ref{Owner: c, Kind: string(KindRWRead), Name: name}, Lease: d, Renewed: renewed, Wrap: wrap}
 	r.wspec = holds.Spec{Ref: lease.Ref{Owner: c, Kind: string(KindRWWrite), Name: name}, Lease: d, Renewed: renewed, Fenced: r.fence != "", Wrap: wrap}
 	r.rspec.Busy, r.wspec.Busy = (*rwBusy)(r), (*rwBusy)(r)
+	r.lockKeys = r.keys
+	if r.fence != "" {
+		r.lockKeys = append(r.keys[:len(r.keys):len(r.keys)], r.fence)
+	}
+	r.leaseMS, r.waiterMS, r.rchanArg, r.wchanArg = d.Milliseconds(), r.waiter.Milliseconds(), r.rchan, r.wchan
+	r.runlock = func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) {
+		return r.c.holds.ReleaseBy(ctx, r.unlockCall(lua.RWRUnlock, h, h.Arg(), count, h.Lease))
+	}
+	r.unlockFn = func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) {
+		return r.c.holds.ReleaseBy(ctx, r.unlockCall(lua.RWUnlock, h, h.Arg(), count, h.Lease))
+	}
 	return r
 }
 
@@ -204,10 +224,8 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 			unlock = lua.RWRUnlock
 		}
 		hctx, err := r.c.holds.Reenter(parent, wctx, wait, s, h, holds.Reentry{
-			Calls: func(count int) []call { return []call{r.script(script, h.Field, "", count, false)} },
-			Undo: func(n int) []call {
-				return []call{{Script: unlock, Keys: r.keys, Args: []any{h.Field, n, h.Lease.Milliseconds(), publish, r.rchan, r.wchan}}}
-			},
+			Calls: func(count int) []call { return []call{r.script(script, h, h.Arg(), "", count, false)} },
+			Undo:  func(n int) []call { return []call{r.unlockCall(unlock, h, h.Arg(), n, h.Lease)} },
 		})
 		if err != nil {
 			return nil, err
@@ -222,26 +240,18 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		return nil, r.wrap(errUpgrade)
 	}
 
-	a := r.c.holds.Begin(s, parent, wctx, wait, func(field string) []call { return []call{r.leaveCall(field)} }, nil)
-	leaseMs := s.Lease.Milliseconds()
-	renewScript, releaseScript, renewKeys := lua.RWRenewWrite, lua.RWUnlock, r.keys[:1]
-	if read {
-		renewScript, releaseScript, renewKeys = lua.RWRenewRead, lua.RWRUnlock, r.keys[:2]
-	}
-	renew := func(field string) call {
-		return call{Script: renewScript, Keys: renewKeys, Args: []any{field, leaseMs}}
-	}
-	a.Release = func(field string) call {
-		return call{Script: releaseScript, Keys: r.keys, Args: []any{field, 1, leaseMs, publish, r.rchan, r.wchan}}
-	}
-	writer := "" // a downgrade's write hold's field
+	a := r.c.holds.BeginWith(s, parent, wctx, wait, (*rwScripts)(r))
+	at := rwAttempt{r: r, a: a, s: s, script: script, read: read, wait: wait, writer: ""} // writer: a downgrade's write hold's field
 	var ends []func() bool
 	if oh != nil {
 		// A downgrade: a read hold granted to the write hold's owner,
 		// which outlives the write hold's context but not the context the
 		// write hold was taken with, nor ctx when ctx ends on its own.
-		writer = oh.Field
-		p, cancel := context.WithCancelCause(context.WithoutCancel(parent))
+		at.writer, at.oh = oh.Field, oh
+		// p names the deadline it ends by (its hold tells by it which end
+		// came first: lease.Hold.Settle), though no timer of its own
+		// ends it.
+		p, cancel := context.WithCancelCause(namedDeadline{Context: context.WithoutCancel(parent), of: parent})
 		stopW := context.AfterFunc(oh.Parent, func() { cancel(context.Cause(oh.Parent)) })
 		// own follows parent (cancelled with it, in the same call when
 		// parent's chain is the standard library's), and its methods do
@@ -265,6 +275,7 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		oh.First(ownEnd)
 		a.Parent = p
 		ends = []func() bool{stopW, stopOwn, func() bool { cancel(nil); stopOwnCtx(); return true }}
+		at.ends = ends
 	}
 	defer func() {
 		if !a.Won {
@@ -274,50 +285,14 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 		}
 		err = a.Finish(err)
 	}()
-	// A downgrade whose write hold ended otherwise than by its Unlock
-	// (lost, forced) while the call went on is no downgrade any more: the
-	// read lock it would take could follow another writer's.
-	writeEnded := func() error {
-		if oh == nil {
-			return nil
-		}
-		if why := oh.Reason(); why != lease.NotEnded && why != lease.EndUnlocked {
-			return holds.EndedError(oh)
-		}
-		return nil
-	}
-	try := func() (bool, time.Duration, error) {
-		if err := writeEnded(); err != nil {
-			return false, 0, err
-		}
-		field, res, d, err := a.Send(func(field string) call { return r.script(script, field, writer, 0, wait) })
-		if res == nil {
-			return false, d, err
-		}
-		if res[0] != 1 {
-			next := lease.Bound(res[1], s.Lease/3)
-			if wait {
-				next = min(next, r.waiter/3)
-			}
-			return false, next, nil
-		}
-		if err := writeEnded(); err != nil {
-			// Granted, but the write hold ended before the reply: the
-			// script may have run once the write lock was gone from
-			// Redis. (A write hold live now was there when it ran: its
-			// local deadline comes before its lease ends in Redis.)
-			r.c.holds.Undo(a.Release(field))
-			return false, 0, err
-		}
-		return a.Grant(field, int(res[1]), []call{renew(field)}, ends...)
-	}
-	done, next, err := try()
+	done, next, err := at.try()
 	if err == nil && !done && wait {
 		channel, policy := r.wchan, notify.WakeOne
 		if read {
 			channel, policy = r.rchan, notify.WakeAll
 		}
-		err = r.c.holds.Await(wctx, channel, policy, next, try)
+		w := at // the wait's, made only now
+		err = r.c.holds.Await(wctx, channel, policy, next, w.try)
 	}
 	if err != nil {
 		if wait {
@@ -331,21 +306,119 @@ func (r *RWMutex) lock(parent, wctx context.Context, read, wait, bounded bool) (
 	return a.HoldCtx, nil
 }
 
-// script is the read or write lock script's call for field with its hold
-// count before the call, registering the caller as a waiter when wait is
-// set; writer is the field of the write hold a first read hold downgrades
-// ("" otherwise). The write lock script of a fenced lock also gets the
-// fencing counter's key.
-func (r *RWMutex) script(s *lua.Script, field, writer string, count int, wait bool) call {
-	var waiterMs int64
+// rwAttempt is one call's first acquisition of a read or write hold: its
+// attempts (try), and what they need.
+type rwAttempt struct {
+	r      *RWMutex
+	a      *holds.Acquisition
+	s      *holds.Spec
+	script *lua.Script
+	read   bool
+	wait   bool
+	writer string        // a downgrade's write hold's field, or ""
+	oh     *lease.Hold   // a downgrade's write hold
+	ends   []func() bool // what a downgrade's hold stops at its end
+}
+
+// writeEnded reports a downgrade whose write hold ended otherwise than by
+// its Unlock (lost, forced) while the call went on: it is no downgrade
+// any more, the read lock it would take could follow another writer's.
+func (t *rwAttempt) writeEnded() error {
+	if t.oh == nil {
+		return nil
+	}
+	if why := t.oh.Reason(); why != lease.NotEnded && why != lease.EndUnlocked {
+		return holds.EndedError(t.oh)
+	}
+	return nil
+}
+
+// try is one attempt.
+func (t *rwAttempt) try() (bool, time.Duration, error) {
+	r, a := t.r, t.a
+	if err := t.writeEnded(); err != nil {
+		return false, 0, err
+	}
+	var writer any = ""
+	if t.writer != "" {
+		writer = t.writer
+	}
+	field, res, d, err := a.Send(func(field string) call { return r.script(t.script, a.Room(), a.Arg(field), writer, 0, t.wait) })
+	if res == nil {
+		return false, d, err
+	}
+	if res[0] != 1 {
+		next := lease.Bound(res[1], t.s.Lease/3)
+		if t.wait {
+			next = min(next, r.waiter/3)
+		}
+		return false, next, nil
+	}
+	if err := t.writeEnded(); err != nil {
+		// Granted, but the write hold ended before the reply: the
+		// script may have run once the write lock was gone from
+		// Redis. (A write hold live now was there when it ran: its
+		// local deadline comes before its lease ends in Redis.)
+		r.c.holds.Undo(a.Give(field))
+		return false, 0, err
+	}
+	renew := call{Script: lua.RWRenewWrite, Keys: r.keys[:1], Args: a.Args(a.Arg(field), r.leaseMS)}
+	if t.read {
+		renew = call{Script: lua.RWRenewRead, Keys: r.keys[:2], Args: a.Args(a.Arg(field), r.leaseMS)}
+	}
+	if len(t.ends) == 0 {
+		return a.GrantOne(field, int(res[1]), renew)
+	}
+	return a.Grant(field, int(res[1]), []call{renew}, t.ends...)
+}
+
+// rwScripts is an RWMutex as the maker of its first acquisitions'
+// give-backs and leaves (holds.Scripts, holds.Leaves).
+type rwScripts RWMutex
+
+// Release gives back a granted attempt of field, a read or a write hold
+// as a's.
+func (s *rwScripts) Release(a *holds.Acquisition, field string) call {
+	unlock := lua.RWUnlock
+	if a.Spec == &s.rspec {
+		unlock = lua.RWRUnlock
+	}
+	return (*RWMutex)(s).unlockCall(unlock, a.Room(), a.Arg(field), 1, a.Spec.Lease)
+}
+
+// Left takes field out of the waiting sets.
+func (s *rwScripts) Left(_ *holds.Acquisition, field string) []call {
+	return []call{(*RWMutex)(s).leaveCall(field)}
+}
+
+// script is the read or write lock script's call for the field whose
+// argument is field, with its hold count before the call, registering the
+// caller as a waiter when wait is set, its arguments kept in room (a
+// hold's, or an acquisition's Room); writer is the field of the write hold
+// a first read hold downgrades ("" otherwise). The write lock script of a
+// fenced lock also gets the fencing counter's key.
+func (r *RWMutex) script(s *lua.Script, room *lease.Hold, field, writer any, count int, wait bool) call {
+	var waiterMs any = 0
 	if wait {
-		waiterMs = r.waiter.Milliseconds()
+		waiterMs = r.waiterMS
 	}
 	keys := r.keys
-	if s == lua.RWLock && r.fence != "" {
-		keys = append(keys[:len(keys):len(keys)], r.fence)
+	if s == lua.RWLock {
+		keys = r.lockKeys
 	}
-	return call{Script: s, Keys: keys, Args: []any{r.wspec.Lease.Milliseconds(), field, count, waiterMs, writer, r.rchan}}
+	return call{Script: s, Keys: keys, Args: room.Args(r.leaseMS, field, count, waiterMs, writer, r.rchanArg)}
+}
+
+// unlockCall is the read (RWRUnlock) or write (RWUnlock) unlock script's
+// call for the field whose argument is field, of a hold of lease d, with
+// its hold count before the call, its arguments kept in room (a hold's, or
+// an acquisition's Room).
+func (r *RWMutex) unlockCall(unlock *lua.Script, room *lease.Hold, field any, count int, d time.Duration) call {
+	lms := r.leaseMS
+	if d != r.rspec.Lease {
+		lms = d.Milliseconds()
+	}
+	return call{Script: unlock, Keys: r.keys, Args: room.Args(field, count, lms, publish, r.rchanArg, r.wchanArg)}
 }
 
 // leaveCall takes field out of the waiting sets.
@@ -367,9 +440,7 @@ func (r *RWMutex) RUnlock(ctx context.Context) error {
 	if err := r.check(ctx); err != nil {
 		return err
 	}
-	return r.c.holds.Release(ctx, &r.rspec, 1, func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) {
-		return r.c.holds.ReleaseBy(ctx, call{Script: lua.RWRUnlock, Keys: r.keys, Args: []any{h.Field, count, h.Lease.Milliseconds(), publish, r.rchan, r.wchan}})
-	})
+	return r.c.holds.Release(ctx, &r.rspec, 1, r.runlock)
 }
 
 // Unlock releases one write hold that ctx carries. The last one lets in the
@@ -381,9 +452,7 @@ func (r *RWMutex) Unlock(ctx context.Context) error {
 	if err := r.check(ctx); err != nil {
 		return err
 	}
-	return r.c.holds.Release(ctx, &r.wspec, 1, func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) {
-		return r.c.holds.ReleaseBy(ctx, call{Script: lua.RWUnlock, Keys: r.keys, Args: []any{h.Field, count, h.Lease.Milliseconds(), publish, r.rchan, r.wchan}})
-	})
+	return r.c.holds.Release(ctx, &r.wspec, 1, r.unlockFn)
 }
 
 // info returns the lock's mode (0 free, 1 read, 2 write) and its number of
@@ -456,3 +525,13 @@ func (r *RWMutex) ForceUnlock(ctx context.Context) (bool, error) {
 	}
 	return n == 1, nil
 }
+
+// namedDeadline is its Context with the deadline of another (of): a
+// downgrade's context, which ends when the context of the write hold ends
+// (not by a timer of its own), names the deadline that one ends by.
+type namedDeadline struct {
+	context.Context
+	of context.Context
+}
+
+func (c namedDeadline) Deadline() (time.Time, bool) { return c.of.Deadline() }

@@ -67,6 +67,12 @@ type Semaphore struct {
 	spec    holds.Spec
 	permits int // WithPermits: the total an acquisition creates when missing; 0: none
 	err     error
+
+	// Made once, shared by every call (never written), as the Mutex's.
+	leaseMS    any                                                                           // spec.Lease in milliseconds
+	permitsArg any                                                                           // permits
+	chanArg    any                                                                           // channel
+	release1   func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) // Release(ctx, 1)'s
 }
 
 // Semaphore returns a handle on the semaphore name. Bad input (an empty
@@ -99,6 +105,10 @@ func (c *Client) Semaphore(name string, opts ...SemaphoreOption) *Semaphore {
 	s.spec.Busy = (*semBusy)(s)
 	s.spec.Lease, s.spec.Renewed = lc.leaseOf(c)
 	s.permits = lc.permits
+	s.leaseMS, s.permitsArg, s.chanArg = s.spec.Lease.Milliseconds(), s.permits, s.channel
+	s.release1 = func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) {
+		return s.c.holds.ReleaseBy(ctx, s.releaseCall(h, h.Arg(), 1, int64(count)))
+	}
 	return s
 }
 
@@ -272,113 +282,150 @@ func (s *Semaphore) acquire(parent, wctx context.Context, n int, wait, bounded b
 		return nil, s.wrap(fmt.Errorf("%w: the context holds permits with a %s, this handle asks for a %s",
 			ErrInvalid, holds.LeaseText(h.Lease, h.Renewed), holds.LeaseText(s.spec.Lease, s.spec.Renewed)))
 	}
-	leaseMs := s.spec.Lease.Milliseconds()
-	var a *holds.Acquisition // a first acquisition's; permits added to a hold are a re-entry's
-	if h == nil {
-		a = s.c.holds.Begin(&s.spec, parent, wctx, wait, nil, func(field string) call {
-			return script(lua.SemDrop, s.keys, field, publish, semReclaimLimit, s.channel)
-		})
-		defer func() { err = a.Finish(err) }()
+	at := semAttempt{s: s, h: h, n: n, parent: parent, wctx: wctx, wait: wait}
+	if h == nil { // a first acquisition's; permits added to a hold are a re-entry's
+		at.a = s.c.holds.BeginWith(&s.spec, parent, wctx, wait, (*semScripts)(s))
+		defer func() { err = at.a.Finish(err) }()
 	}
-	var hctx context.Context // a hold added to
-	neverSet := false
-	acquire := func(field string, prev int) call {
-		return script(lua.SemAcquire, s.keys, field, n, prev, leaseMs, publish, semReclaimLimit, s.permits, s.channel)
-	}
-	giveBack := func(field string, after int64) call {
-		return script(lua.SemRelease, s.keys, field, n, after, publish, semReclaimLimit, s.channel)
-	}
-	// more adds n permits to h, the hold ctx carries.
-	more := func() (bool, time.Duration, error) {
-		held, err := s.heldWithin(parent, wctx)
-		if err != nil {
-			return false, 0, err
-		}
-		if held+n > maxPermits {
-			return false, 0, fmt.Errorf("%w: would hold more than %d permits", ErrInvalid, maxPermits)
-		}
-		r, err := s.c.holds.UnderHold(wctx, wait, h, func(count int) []call { return []call{acquire(h.Field, count)} }, func(r []int64) {
-			if r[0] == 1 {
-				_ = s.c.holds.UndoNow(context.Background(), nil, giveBack(h.Field, r[1]))
-			}
-		})
-		if err == nil {
-			switch r[0] {
-			case -1: // the hold's lease ran out in Redis before this process noticed
-				s.c.wd.End(h, lease.EndLost, ErrLeaseLost)
-			case 1:
-				h.Count = int(r[1])
-				s.c.wd.Extend(h, h.LastSent)
-			}
-			h.Mu.Unlock()
-		}
-		switch {
-		case errors.Is(err, holds.ErrEnded):
-			return false, 0, holds.EndedError(h)
-		case holds.NotReplicated(err) != nil: // WithReplicaAck: take the n back, under h's lock
-			nr := holds.NotReplicated(err)
-			nr.Undo = s.c.holds.UndoNow(wctx, h, giveBack(h.Field, int64(nr.Count())))
-			return false, 0, err
-		case err != nil:
-			return false, 0, err
-		case r[0] == -1:
-			return false, 0, errs.Lost
-		case r[0] == 0:
-			neverSet = r[2] == 0
-			return false, semBound(r[1]), nil
-		case !h.Live():
-			// Lost (or ended) while the script was on its way: its
-			// permits go with the hold's give-back, as a Mutex
-			// re-entry's do.
-			return false, 0, holds.EndedError(h)
-		}
-		hctx = h.ContextFor(parent)
-		return true, 0, nil
-	}
-	try := func() (bool, time.Duration, error) {
-		if h != nil {
-			return more()
-		}
-		field, r, d, err := a.Send(func(field string) call { return acquire(field, 0) })
-		if r == nil {
-			return false, d, err
-		}
-		if r[0] != 1 {
-			neverSet = r[2] == 0
-			return false, semBound(r[1]), nil
-		}
-		return a.Grant(field, int(r[1]), []call{script(lua.SemRenew, s.keys, field, leaseMs, publish, semReclaimLimit, s.channel)})
-	}
-	result := func() context.Context {
-		if h != nil {
-			return hctx
-		}
-		return a.HoldCtx
-	}
-	done, next, err := try()
+	done, next, err := at.try()
 	if err != nil {
 		return nil, s.wrap(errs.Wait(err, parent, bounded))
 	}
 	if done {
-		return result(), nil
+		return at.result(), nil
 	}
 	if !wait {
-		if neverSet {
+		if at.neverSet {
 			return nil, s.wrap(errNeverSet)
 		}
 		return nil, s.wrap(ErrNotAcquired)
 	}
-	if neverSet {
+	if at.neverSet {
 		s.c.log.Warn("redisync: waiting on a semaphore whose permits were never set", "name", s.name)
 	}
-	if err := s.c.holds.AwaitShared(wctx, s.channel, wakeFreed, next, try); err != nil {
+	w := &semAttempt{} // the wait's, made only now
+	*w = at
+	if err := s.c.holds.AwaitShared(wctx, s.channel, wakeFreed, next, w.try); err != nil {
 		err = errs.Wait(err, parent, bounded)
-		if neverSet && (errors.Is(err, ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
+		if w.neverSet && (errors.Is(err, ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
 			err = fmt.Errorf("%w (its permits were never set)", err)
 		}
 		return nil, s.wrap(err)
 	}
-	return result(), nil
+	return w.result(), nil
+}
+
+// semAttempt is one call's acquisition of n permits: a first
+// acquisition's (a), or permits added to the hold h that the call's
+// context carries; its attempts (try), and what they found.
+type semAttempt struct {
+	s        *Semaphore
+	a        *holds.Acquisition
+	h        *lease.Hold
+	n        int
+	parent   context.Context
+	wctx     context.Context
+	wait     bool
+	neverSet bool            // the latest attempt found the permits never set
+	hctx     context.Context // the context of the hold added to
+}
+
+// result is the context the acquisition returns once it has the permits.
+func (t *semAttempt) result() context.Context {
+	if t.h != nil {
+		return t.hctx
+	}
+	return t.a.HoldCtx
+}
+
+// acquireCall is the acquire script's call taking n permits for the field
+// whose argument is field, with the hold's permits before the call, its
+// arguments kept in room (a hold's, or an acquisition's Room).
+func (s *Semaphore) acquireCall(room *lease.Hold, field any, n, prev int) call {
+	return call{Script: lua.SemAcquire, Keys: s.keys, Args: room.Args(field, n, prev, s.leaseMS, publish, semReclaimLimit, s.permitsArg, s.chanArg)}
+}
+
+// releaseCall is the release script's call that takes n permits back
+// from the field whose argument is field, which holds count of them
+// before the call (or, for a give-back, after them), its arguments kept
+// in room (a hold's, or an acquisition's Room).
+func (s *Semaphore) releaseCall(room *lease.Hold, field any, n int, count int64) call {
+	return call{Script: lua.SemRelease, Keys: s.keys, Args: room.Args(field, n, count, publish, semReclaimLimit, s.chanArg)}
+}
+
+// try is one attempt.
+func (t *semAttempt) try() (bool, time.Duration, error) {
+	if t.h != nil {
+		return t.more()
+	}
+	s, a := t.s, t.a
+	field, r, d, err := a.Send(func(field string) call { return s.acquireCall(a.Room(), a.Arg(field), t.n, 0) })
+	if r == nil {
+		return false, d, err
+	}
+	if r[0] != 1 {
+		t.neverSet = r[2] == 0
+		return false, semBound(r[1]), nil
+	}
+	return a.GrantOne(field, int(r[1]), call{Script: lua.SemRenew, Keys: s.keys, Args: a.Args(a.Arg(field), s.leaseMS, publish, semReclaimLimit, s.chanArg)})
+}
+
+// semScripts is a Semaphore as the maker of its first acquisitions'
+// give-backs (holds.Scripts).
+type semScripts Semaphore
+
+// Release gives back a granted attempt of field.
+func (s *semScripts) Release(a *holds.Acquisition, field string) call {
+	return call{Script: lua.SemDrop, Keys: s.keys, Args: a.Args(a.Arg(field), publish, semReclaimLimit, s.chanArg)}
+}
+
+// more adds the call's n permits to h, the hold its context carries.
+func (t *semAttempt) more() (bool, time.Duration, error) {
+	s, h, n, parent, wctx, wait := t.s, t.h, t.n, t.parent, t.wctx, t.wait
+	held, err := s.heldWithin(parent, wctx)
+	if err != nil {
+		return false, 0, err
+	}
+	if held+n > maxPermits {
+		return false, 0, fmt.Errorf("%w: would hold more than %d permits", ErrInvalid, maxPermits)
+	}
+	r, err := s.c.holds.UnderHold(wctx, wait, h, false, func(count int) []call { return []call{s.acquireCall(h, h.Arg(), n, count)} }, func(r []int64) {
+		if r[0] == 1 {
+			_ = s.c.holds.UndoNow(context.Background(), nil, s.releaseCall(h, h.Arg(), n, r[1]))
+		}
+	})
+	if err == nil {
+		switch r[0] {
+		case -1: // the hold's lease ran out in Redis before this process noticed
+			s.c.wd.End(h, lease.EndLost, ErrLeaseLost)
+		case 1:
+			h.Count = int(r[1])
+			s.c.wd.Extend(h, h.LastSent)
+		}
+		h.Mu.Unlock()
+	}
+	switch {
+	case errors.Is(err, holds.ErrEnded):
+		return false, 0, holds.EndedError(h)
+	case holds.NotReplicated(err) != nil: // WithReplicaAck: take the n back, under h's lock
+		nr := holds.NotReplicated(err)
+		nr.Undo = s.c.holds.UndoNow(wctx, h, s.releaseCall(h, h.Arg(), n, int64(nr.Count())))
+		return false, 0, err
+	case err != nil:
+		return false, 0, err
+	case r[0] == -1:
+		return false, 0, errs.Lost
+	case r[0] == 0:
+		t.neverSet = r[2] == 0
+		return false, semBound(r[1]), nil
+	case !h.Live():
+		// Lost (or ended) while the script was on its way: its
+		// permits go with the hold's give-back, as a Mutex
+		// re-entry's do.
+		return false, 0, holds.EndedError(h)
+	}
+	t.hctx = h.ContextFor(parent)
+	return true, 0, nil
 }
 
 // wakeFreed is the semaphore's wake policy: a message carries the number of
@@ -427,9 +474,13 @@ func (s *Semaphore) Release(ctx context.Context, n int) error {
 	if err := s.checkN("release", n); err != nil {
 		return err
 	}
-	return s.c.holds.Release(ctx, &s.spec, n, func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) {
-		return s.c.holds.ReleaseBy(ctx, script(lua.SemRelease, s.keys, h.Field, n, count, publish, semReclaimLimit, s.channel))
-	})
+	send := s.release1
+	if n != 1 {
+		send = func(ctx context.Context, h *lease.Hold, count int) (int64, time.Time, error) {
+			return s.c.holds.ReleaseBy(ctx, s.releaseCall(h, h.Arg(), n, int64(count)))
+		}
+	}
+	return s.c.holds.Release(ctx, &s.spec, n, send)
 }
 
 // held returns how many permits the hold ctx carries has, as this process

@@ -93,11 +93,11 @@ func benchRawPair(b *testing.B, rdb redis.UniversalClient) {
 		}
 	}
 	for b.Loop() {
-		r, err := lua.Lock.EvalSha(ctx, rdb, keys, 30000, "owner:1", 0).Slice()
-		if err != nil || r[0] != int64(1) {
+		r, err := lua.Lock.EvalSha(ctx, rdb, keys, 30000, "owner:1", 0).Int()
+		if err != nil || r != 1 {
 			b.Fatal(r, err)
 		}
-		n, err := lua.Unlock.EvalSha(ctx, rdb, keys, "owner:1", 1, 30000, "publish", "0", "redisync_lock__channel:{bench:pair}:raw").Int()
+		n, err := lua.Unlock.EvalSha(ctx, rdb, keys, "owner:1", 1, 30000, "publish", "0", "redisync_lock__channel:{bench:pair}:raw", "").Int()
 		if err != nil || n != 2 {
 			b.Fatal(n, err)
 		}
@@ -132,11 +132,11 @@ func benchRawAPPair(b *testing.B, rdb *redis.Client, opt *redis.AutoPipelineOpti
 	}
 	const key = "{bench:pair}:fd"
 	for b.Loop() {
-		r, err := do("evalsha", lua.Lock.Hash(), 1, key, 30000, "owner:1", 0).Slice()
-		if err != nil || r[0] != int64(1) {
+		r, err := do("evalsha", lua.Lock.Hash(), 1, key, 30000, "owner:1", 0).Int()
+		if err != nil || r != 1 {
 			b.Fatal(r, err)
 		}
-		n, err := do("evalsha", lua.Unlock.Hash(), 1, key, "owner:1", 1, 30000, "publish", "0", "redisync_lock__channel:{bench:pair}:fd").Int()
+		n, err := do("evalsha", lua.Unlock.Hash(), 1, key, "owner:1", 1, 30000, "publish", "0", "redisync_lock__channel:{bench:pair}:fd", "").Int()
 		if err != nil || n != 2 {
 			b.Fatal(n, err)
 		}
@@ -171,13 +171,54 @@ func benchRawAsidePair(b *testing.B, rdb redis.UniversalClient) {
 		return cmd
 	}
 	for b.Loop() {
-		r, err := do("evalsha", lua.Lock.Hash(), 1, keys[0], 30000, "owner:1", 0).Slice()
-		if err != nil || r[0] != int64(1) {
+		r, err := do("evalsha", lua.Lock.Hash(), 1, keys[0], 30000, "owner:1", 0).Int()
+		if err != nil || r != 1 {
 			b.Fatal(r, err)
 		}
-		n, err := do("evalsha", lua.Unlock.Hash(), 1, keys[0], "owner:1", 1, 30000, "publish", "0", "redisync_lock__channel:{bench:pair}:aside").Int()
+		n, err := do("evalsha", lua.Unlock.Hash(), 1, keys[0], "owner:1", 1, 30000, "publish", "0", "redisync_lock__channel:{bench:pair}:aside", "").Int()
 		if err != nil || n != 2 {
 			b.Fatal(n, err)
 		}
 	}
+}
+
+// The uncontended pair of every lock that shares the Mutex's path
+// (issue 45): a first hold and its last release, one goroutine, on one
+// node, no Observer.
+//
+//	go test -run '^$' -bench UncontendedPrimitives -benchmem .
+func BenchmarkUncontendedPrimitives(b *testing.B) {
+	addr := redistestStart(b)
+	bg := context.Background()
+	pair := func(b *testing.B, lock func(context.Context) (context.Context, error), unlock func(context.Context) error) {
+		for b.Loop() {
+			hctx, err := lock(bg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := unlock(hctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.Run("fair", func(b *testing.B) {
+		f := newClient(b, newRDB(b, addr)).FairMutex("bench:fair")
+		pair(b, f.Lock, f.Unlock)
+	})
+	b.Run("rw-write", func(b *testing.B) {
+		rw := newClient(b, newRDB(b, addr)).RWMutex("bench:rw-w")
+		pair(b, rw.Lock, rw.Unlock)
+	})
+	b.Run("rw-read", func(b *testing.B) {
+		rw := newClient(b, newRDB(b, addr)).RWMutex("bench:rw-r")
+		pair(b, rw.RLock, rw.RUnlock)
+	})
+	b.Run("semaphore", func(b *testing.B) {
+		s := newClient(b, newRDB(b, addr)).Semaphore("bench:sem")
+		if err := s.SetPermits(bg, 1); err != nil {
+			b.Fatal(err)
+		}
+		pair(b, func(ctx context.Context) (context.Context, error) { return s.Acquire(ctx, 1) },
+			func(ctx context.Context) error { return s.Release(ctx, 1) })
+	})
 }

@@ -14,24 +14,39 @@
 -- A re-entry (ARGV[3] > 0) whose field is gone finds the hold lost (a
 -- force-unlock, an expiry, a failover): it is refused, never re-created.
 --
--- Returns {1, count} when the owner holds the lock ({1, 1, token} for a
--- first hold with KEYS[2]; the counter is moved on before the hash is
--- written, so a counter of another type fails with nothing written),
--- {0, pttl} when another
--- owner does, {-1, 0} when a re-entry finds its hold gone. A key of another
--- type fails with WRONGTYPE and is not touched. A failed attempt, the
--- common case under contention, costs two reads.
+-- Returns, without KEYS[2], one integer (the cheapest reply Redis makes,
+-- and reads): the owner's count (>= 1) when the owner holds the lock, 0
+-- when a re-entry finds its hold gone, -2 - pttl (< 0) when another owner
+-- holds it. With KEYS[2]: {1, count} when the owner holds the lock ({1, 1,
+-- token} for a first hold; the counter is moved on before the hash is
+-- written, so a counter of another type fails with nothing written), {-1,
+-- 0} when a re-entry finds its hold gone, {0, pttl} when another owner
+-- does. A key of another type fails with WRONGTYPE and is not touched. A
+-- free lock costs three commands; a failed attempt, the common case under
+-- contention, two reads.
 local pttl = redis.call('pttl', KEYS[1])
-if tonumber(ARGV[3]) > 0 then
+local c = tonumber(ARGV[3])
+if c > 0 then
   if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
-    return {-1, 0}
+    if KEYS[2] then
+      return {-1, 0}
+    end
+    return 0
   end
 elseif pttl ~= -2 and redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
-  return {0, pttl}
+  if KEYS[2] then
+    return {0, pttl}
+  end
+  return -2 - pttl
 end
-local n = tonumber(ARGV[3]) + 1
+local n = c + 1
+if not KEYS[2] then
+  redis.call('hset', KEYS[1], ARGV[2], n)
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return n
+end
 local token
-if n == 1 and KEYS[2] then
+if n == 1 then
   token = fence_next(KEYS[2])
 end
 redis.call('hset', KEYS[1], ARGV[2], n)

@@ -15,22 +15,26 @@
 -- the caller tells the two apart (it knows whether go-redis wrote the call
 -- twice, see resend.go). Further ARGV are ignored.
 --
+-- The last hold's field is its hash's only one (a lock has one owner at a
+-- time), so its HDEL deletes the lock: one command both finds the hold
+-- and frees the lock, and the key, which it may have emptied, is not
+-- touched again (lua/lua.go).
+--
 -- Returns 1 when holds remain, 2 when the lock was released, 3 when the
 -- last hold was already gone (released by this very call, resent, or
 -- lost), 0 when a hold that should remain is gone (the lease was lost;
 -- nothing changed).
 local n = tonumber(ARGV[2]) - 1
-if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
-  if n > 0 then
+if n > 0 then
+  if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
     return 0
   end
-  return 3
-end
-if n > 0 then
   redis.call('hset', KEYS[1], ARGV[1], n)
   redis.call('pexpire', KEYS[1], ARGV[3])
   return 1
 end
-redis.call('del', KEYS[1])
+if redis.call('hdel', KEYS[1], ARGV[1]) == 0 then
+  return 3
+end
 redis.call(ARGV[4], ARGV[6], ARGV[5])
 return 2

@@ -3,9 +3,13 @@ package redisyncotel_test
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -16,8 +20,15 @@ import (
 
 // A request's span gets a child span for the wait for the lock and one for
 // the hold, live while the hold lasts: work done with the hold's context
-// is its child. Here the spans go to an in-memory exporter; a service gives
-// its own TracerProvider (or sets the global one, the default).
+// is its child, and so are the Redis commands of each, with go-redis's own
+// tracing. Give that redisotel.WithDBStatement(false): its default
+// statement reads a command's result while redisync's full-duplex
+// connection sends it, a data race (go-redis v9.23.0). The commands
+// redisync sends on its own (renewals, the INFO replication that watches
+// for a failover) carry no span, so each would start a trace of its own:
+// skipBackground drops them. Here the spans go to an in-memory exporter; a
+// service gives its own TracerProvider (or sets the global one, the
+// default).
 func ExampleNewObserver() {
 	mr, err := miniredis.Run() // an embedded Redis, for the example
 	if err != nil {
@@ -25,11 +36,15 @@ func ExampleNewObserver() {
 	}
 	defer mr.Close()
 	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp),
+		sdktrace.WithSampler(skipBackground{sdktrace.ParentBased(sdktrace.AlwaysSample())}))
 	defer tp.Shutdown(context.Background())
 
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
+	if err := redisotel.InstrumentTracing(rdb, redisotel.WithTracerProvider(tp), redisotel.WithDBStatement(false)); err != nil {
+		panic(err)
+	}
 	c, err := redisync.New(rdb, redisync.WithObserver(redisyncotel.NewObserver(redisyncotel.WithTracerProvider(tp))))
 	if err != nil {
 		panic(err)
@@ -54,10 +69,15 @@ func ExampleNewObserver() {
 	for _, s := range exp.GetSpans() {
 		names[s.SpanContext.SpanID()] = s.Name
 	}
+	commandsUnder := map[string]bool{} // the parents of the Redis commands' spans
 	for _, s := range exp.GetSpans() {
 		parent := "-"
 		if s.Parent.IsValid() {
 			parent = names[s.Parent.SpanID()]
+		}
+		if isRedisCommand(s.Attributes) {
+			commandsUnder[parent] = true
+			continue
 		}
 		outcome := ""
 		for _, kv := range s.Attributes {
@@ -67,9 +87,38 @@ func ExampleNewObserver() {
 		}
 		fmt.Printf("%s (%s) under %s\n", s.Name, outcome, parent)
 	}
+	fmt.Println("Redis commands under:", slices.Sorted(maps.Keys(commandsUnder)))
 	// Output:
 	// redisync.wait (acquired) under GET /orders/42
 	// work () under redisync.hold
 	// redisync.hold (released) under GET /orders/42
 	// GET /orders/42 () under -
+	// Redis commands under: [redisync.hold redisync.wait]
+}
+
+// skipBackground drops the spans of the Redis commands that start a trace
+// (their context carries no span: the commands redisync sends on its own,
+// see docs/observing.md, and any other command sent outside a trace), and
+// leaves every other span to next.
+type skipBackground struct{ next sdktrace.Sampler }
+
+func (s skipBackground) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
+	if !trace.SpanContextFromContext(p.ParentContext).IsValid() && isRedisCommand(p.Attributes) {
+		return sdktrace.SamplingResult{Decision: sdktrace.Drop}
+	}
+	return s.next.ShouldSample(p)
+}
+
+func (s skipBackground) Description() string { return "skipBackground{" + s.next.Description() + "}" }
+
+// isRedisCommand reports whether a span's attributes are those of a Redis
+// command's span (or a dial's) made by go-redis's tracing: its db.system
+// (db.system.name in later semantic conventions) is redis.
+func isRedisCommand(attrs []attribute.KeyValue) bool {
+	for _, kv := range attrs {
+		if (kv.Key == "db.system" || kv.Key == "db.system.name") && kv.Value.AsString() == "redis" {
+			return true
+		}
+	}
+	return false
 }

@@ -1,7 +1,8 @@
 // Package faultproxy injects faults between a client under test and Redis.
 //
 // Proxy is a TCP proxy for network faults: partitions (Blackhole),
-// dropped connections (CutAll) and a moved service address (Retarget). Hook is a go-redis hook for finer faults on
+// dropped connections (CutAll), a server that refuses connections
+// (Refuse) and a moved service address (Retarget). Hook is a go-redis hook for finer faults on
 // chosen commands or connection writes: delays, lost replies, resent
 // commands, failed writes (see hook.go).
 package faultproxy
@@ -20,16 +21,18 @@ import (
 // target address. Its methods are safe for concurrent use.
 type Proxy struct {
 	target    atomic.Pointer[string] // where new connections go (Retarget)
-	ln        net.Listener
-	ctx       context.Context // cancelled by Close
+	addr      string                 // the address it listens on, kept while it refuses
+	ctx       context.Context        // cancelled by Close
 	cancel    context.CancelFunc
 	blackhole atomic.Bool
 	wg        sync.WaitGroup
 
-	mu     sync.Mutex
-	closed bool
-	conns  map[net.Conn]struct{} // both ends of every live proxied connection
-	active int                   // live proxied (client, target) pairs
+	mu       sync.Mutex
+	ln       net.Listener // nil while it refuses (Refuse)
+	closed   bool
+	refusing bool
+	conns    map[net.Conn]struct{} // both ends of every live proxied connection
+	active   int                   // live proxied (client, target) pairs
 }
 
 // New starts a proxy to target on a free loopback port and closes it when
@@ -41,16 +44,16 @@ func New(tb testing.TB, target string) *Proxy {
 		tb.Fatalf("faultproxy: listen: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &Proxy{ln: ln, ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{ln: ln, addr: ln.Addr().String(), ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}}
 	p.target.Store(&target)
 	p.wg.Add(1)
-	go p.acceptLoop()
+	go p.acceptLoop(ln)
 	tb.Cleanup(p.Close)
 	return p
 }
 
 // Addr returns the proxy's "127.0.0.1:port" address, to give to clients.
-func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+func (p *Proxy) Addr() string { return p.addr }
 
 // Blackhole turns a silent network partition on or off. While on, the proxy
 // keeps every connection open (and still accepts new ones) but discards all
@@ -71,11 +74,51 @@ func (p *Proxy) Retarget(target string) { p.target.Store(&target) }
 // Target returns where new connections go.
 func (p *Proxy) Target() string { return *p.target.Load() }
 
+// Refuse turns a server that refuses connections on or off. While on,
+// nothing listens on the proxy's address (a dial gets "connection
+// refused") and every connection it had is closed, as a server that was
+// stopped; off, it listens on the same address again (it fails tb when
+// another process took the port meanwhile).
+func (p *Proxy) Refuse(tb testing.TB, on bool) {
+	tb.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || on == p.refusing {
+		return
+	}
+	if on {
+		p.refusing = true
+		_ = p.ln.Close()
+		p.ln = nil
+		p.cutAll()
+		return
+	}
+	var ln net.Listener
+	var err error
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if ln, err = net.Listen("tcp", p.addr); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		tb.Fatalf("faultproxy: listen again on %s: %v", p.addr, err)
+	}
+	p.refusing = false
+	p.ln = ln
+	p.wg.Add(1)
+	go p.acceptLoop(ln)
+}
+
 // CutAll closes every current connection, on both sides, as a dropped
 // connection or server-side reset would. New connections are still accepted.
 func (p *Proxy) CutAll() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.cutAll()
+}
+
+// cutAll is CutAll with p.mu held.
+func (p *Proxy) cutAll() {
 	for c := range p.conns {
 		_ = c.Close()
 	}
@@ -93,17 +136,19 @@ func (p *Proxy) ActiveConns() int {
 func (p *Proxy) Close() {
 	p.mu.Lock()
 	p.closed = true
+	if p.ln != nil {
+		_ = p.ln.Close()
+	}
+	p.cutAll()
 	p.mu.Unlock()
 	p.cancel()
-	_ = p.ln.Close()
-	p.CutAll()
 	p.wg.Wait()
 }
 
-func (p *Proxy) acceptLoop() {
+func (p *Proxy) acceptLoop(ln net.Listener) {
 	defer p.wg.Done()
 	for {
-		client, err := p.ln.Accept()
+		client, err := ln.Accept()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -127,7 +172,7 @@ func (p *Proxy) serve(client net.Conn) {
 		return
 	}
 	p.mu.Lock()
-	if p.closed {
+	if p.closed || p.refusing {
 		p.mu.Unlock()
 		_ = client.Close()
 		_ = server.Close()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"runtime"
+	"syscall"
 	"testing"
 	"time"
 
@@ -112,4 +113,26 @@ func TestCloseEndsEverything(t *testing.T) {
 func isTimeout(err error) bool {
 	ne, ok := err.(net.Error)
 	return ok && ne.Timeout()
+}
+
+func TestRefuse(t *testing.T) {
+	ctx := context.Background()
+	p := faultproxy.New(t, redistest.Start(t).Addr())
+	c := newClient(t, p.Addr())
+	require.NoError(t, c.Set(ctx, "k", "v", 0).Err())
+
+	p.Refuse(t, true)
+	require.Eventually(t, func() bool { return p.ActiveConns() == 0 }, 2*time.Second, 5*time.Millisecond)
+	_ = c.Get(ctx, "k").Err() // the pooled connection, closed
+	err := c.Get(ctx, "k").Err()
+	var op *net.OpError
+	require.ErrorAs(t, err, &op)
+	require.Equal(t, "dial", op.Op, "%v", err)
+	require.ErrorIs(t, err, syscall.ECONNREFUSED)
+
+	p.Refuse(t, false)
+	// go-redis's pool, once its dials failed, probes once a second.
+	require.Eventually(t, func() bool { return c.Get(ctx, "k").Val() == "v" }, 3*time.Second, 10*time.Millisecond,
+		"on the same address again")
+	require.Equal(t, 1, p.ActiveConns())
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/redisync-go/redisync/internal/errs"
@@ -28,7 +29,7 @@ func (m *Machine) RenewedAck(r reply) error { return m.cfg.Ack.unacked(r, nil) }
 // after r's script and fewer than K replicas acknowledged it, else nil.
 func (a Ack) unacked(r reply, took []int64) error {
 	if r.Acked >= 0 && (r.WaitErr != nil || r.Acked < int64(a.K)) {
-		return &NotReplicatedError{reply: took, acked: r.Acked, ack: a, err: r.WaitErr}
+		return &NotReplicatedError{reply: slices.Clone(took), acked: r.Acked, ack: a, err: r.WaitErr}
 	}
 	return nil
 }

@@ -58,7 +58,9 @@ var ownerSeq atomic.Uint64
 
 // NewField returns a fresh owner's Redis field.
 func (m *Machine) NewField() string {
-	return m.id + ":" + strconv.FormatUint(ownerSeq.Add(1), 10)
+	b := make([]byte, 0, 64)
+	b = append(append(b, m.id...), ':')
+	return string(strconv.AppendUint(b, ownerSeq.Add(1), 10))
 }
 
 // Entry returns the live hold of ref that a Lock with ctx re-enters, or nil
@@ -120,11 +122,22 @@ type Acquisition struct {
 
 	// left returns what an attempt of field may leave in Redis even
 	// when refused (a queue entry); release gives up what a granted one
-	// took (the hold's release script). A primitive whose hold spans
-	// several slots (MultiLock) sets releases instead, one call per slot.
+	// took (the hold's release script), or else scr does. A primitive
+	// whose hold spans several slots (MultiLock) sets releases instead,
+	// one call per slot.
 	left     func(field string) []call
 	Release  func(field string) call
 	Releases func(field string) []call
+	scr      Scripts
+	ownerArg any      // Owner, boxed once (see Arg)
+	took     [3]int64 // the latest attempt's reply, as read by Took
+
+	// hold is the first grant's hold, made with the acquisition: one
+	// allocation for both, and room for the arguments of their calls
+	// (Args). A grant that is given back leaves it used: another is
+	// made.
+	hold     lease.Hold
+	holdUsed bool
 	// restart: after a grant it could not trust, the wait starts again
 	// as the new owner (ErrNewOwner) instead of going on, because the
 	// owner's channel changes with it (FairMutex).
@@ -137,11 +150,32 @@ type Acquisition struct {
 // observer (WaitStarted), whose context's values the acquisition's
 // commands carry from then on: Finish must follow, or a grant.
 func (m *Machine) Begin(s *Spec, parent, wctx context.Context, wait bool, left func(string) []call, release func(string) call) *Acquisition {
-	if left == nil {
-		left = func(string) []call { return nil }
-	}
-	a := &Acquisition{m: m, Spec: s, Parent: parent, WaitCtx: wctx, told: parent, wait: wait, start: time.Now(),
-		Owner: m.NewField(), left: left, Release: release}
+	a := m.BeginWith(s, parent, wctx, wait, nil)
+	a.left, a.Release = left, release
+	return a
+}
+
+// Scripts makes the give-back of a primitive's first acquisition (see
+// Begin's release), as a handle that implements it once, for all its
+// calls, rather than a closure for each: Release returns what gives back
+// what a granted attempt of field took, its arguments in a.Args (the
+// field as a.Arg(field)).
+type Scripts interface {
+	Release(a *Acquisition, field string) call
+}
+
+// Leaves is implemented by the Scripts of a primitive whose attempts may
+// leave something in Redis even when refused (a queue entry): Left
+// returns what takes it out (Begin's left).
+type Leaves interface {
+	Left(a *Acquisition, field string) []call
+}
+
+// BeginWith is Begin with scr making the give-back, and what a refused
+// attempt leaves when it implements Leaves.
+func (m *Machine) BeginWith(s *Spec, parent, wctx context.Context, wait bool, scr Scripts) *Acquisition {
+	a := &Acquisition{m: m, Spec: s, Parent: parent, WaitCtx: wctx, told: parent, wait: wait, start: time.Now(), scr: scr}
+	a.newOwner()
 	if m.cfg.WaitStarted != nil {
 		if v := m.cfg.WaitStarted(parent, s.Ref); v != nil && v != parent {
 			a.told, a.WaitCtx = v, WithValues(wctx, v)
@@ -150,17 +184,64 @@ func (m *Machine) Begin(s *Spec, parent, wctx context.Context, wait bool, left f
 	return a
 }
 
+// newOwner gives a a fresh owner's field.
+func (a *Acquisition) newOwner() {
+	a.Owner = a.m.NewField()
+	a.ownerArg = a.Owner
+}
+
+// Arg returns field as a call's argument: the owner's, boxed once.
+func (a *Acquisition) Arg(field string) any {
+	if field == a.Owner {
+		return a.ownerArg
+	}
+	return field
+}
+
+// Args returns vals as a call's arguments, kept in the acquisition's own
+// room while it lasts (see lease.Hold.Args).
+func (a *Acquisition) Args(vals ...any) []any { return a.hold.Args(vals...) }
+
+// Room returns the hold whose room keeps the arguments of the
+// acquisition's calls (Args): a hold's Args are known to the compiler,
+// where a function value's would make every call's arguments escape.
+func (a *Acquisition) Room() *lease.Hold { return &a.hold }
+
 // All returns what gives back everything an attempt of field may have
 // left or taken.
-func (a *Acquisition) All(field string) []call { return append(a.left(field), a.gives(field)...) }
+func (a *Acquisition) All(field string) []call { return append(a.leaves(field), a.gives(field)...) }
+
+// leaves returns what an attempt of field may leave in Redis even when
+// refused.
+func (a *Acquisition) leaves(field string) []call {
+	if a.left != nil {
+		return a.left(field)
+	}
+	if l, ok := a.scr.(Leaves); ok {
+		return l.Left(a, field)
+	}
+	return nil
+}
 
 // gives returns what gives back what a granted attempt of field took.
 func (a *Acquisition) gives(field string) []call {
 	if a.Releases != nil {
 		return a.Releases(field)
 	}
-	return []call{a.Release(field)}
+	return []call{a.give(field)}
 }
+
+// give returns what gives back what a granted attempt of field took, for a
+// primitive whose hold is on one slot.
+func (a *Acquisition) give(field string) call {
+	if a.Release != nil {
+		return a.Release(field)
+	}
+	return a.scr.Release(a, field)
+}
+
+// Give is give, for a handoff's acceptor (cohort.Acceptor.Release).
+func (a *Acquisition) Give(field string) call { return a.give(field) }
 
 // Send sends the call build makes for the current owner, and leaves it
 // when the wait ends (what the abandoned script left or took is given back
@@ -183,14 +264,18 @@ func (a *Acquisition) Send(build func(field string) call) (string, []int64, time
 	a.St = lease.Stamp{Sent: time.Now(), Epoch: epoch}
 	k := build(field)
 	k.Takes = true
-	r := a.m.tr.Do(a.WaitCtx, k, func(r reply) {
-		calls := a.left(field)
-		if v, err := r.Int64Slice(); err == nil && len(v) > 0 && v[0] == 1 {
-			calls = append(calls, a.gives(field)...)
+	var late func(reply)
+	if a.WaitCtx.Done() != nil { // else the call cannot be left
+		late = func(r reply) {
+			calls := a.leaves(field)
+			if v, err := Took(r, a.Spec.Counts, nil); err == nil && len(v) > 0 && v[0] == 1 {
+				calls = append(calls, a.gives(field)...)
+			}
+			a.m.Undo(calls...)
 		}
-		a.m.Undo(calls...)
-	})
-	v, err := a.m.Acquired(r)
+	}
+	r := a.m.tr.Do(a.WaitCtx, k, late)
+	v, err := a.m.AcquiredAs(r, a.Spec.Counts, &a.took)
 	if nr := NotReplicated(err); nr != nil {
 		nr.Undo = a.m.UndoNow(a.WaitCtx, nil, a.gives(field)...) // WithReplicaAck: given back, and the call fails
 		return field, nil, 0, err
@@ -226,16 +311,9 @@ func (a *Acquisition) Send(build func(field string) call) (string, []int64, time
 // closing. That give-back may reach Redis after a next attempt under the
 // same owner: after an untrusted grant, the call goes on as a new owner.
 func (a *Acquisition) Grant(field string, count int, renew []call, ends ...func() bool) (bool, time.Duration, error) {
-	h := &lease.Hold{
-		Ref: a.Spec.Ref, Field: field, Scope: scopeOf(a.Parent), Lease: a.Spec.Lease, Renewed: a.Spec.Renewed,
-		Token: a.Token, Tokens: a.Tokens, Parts: a.Spec.Parts, Covers: a.Spec.Covers, Parent: a.Parent, Count: count,
-		Taken: time.Now(), Mu: lease.NewHoldLock(),
-	}
-	if a.m.cfg.HoldValues {
-		h.Obs = new(lease.Observed)
-	}
+	h := a.newHold(field, count)
 	if a.Releases == nil && len(renew) == 1 {
-		h.One = [2]call{renew[0], a.Release(field)} // one allocation for both
+		h.One = [2]call{renew[0], a.give(field)} // in the hold: no allocation
 		h.Renew, h.Release = h.One[:1:1], h.One[1:2:2]
 	} else {
 		h.Renew, h.Release = renew, a.gives(field)
@@ -245,6 +323,34 @@ func (a *Acquisition) Grant(field string, count int, renew []call, ends ...func(
 	}
 	hctx, err := a.m.grant(a.Spec, h, a.told, a.start, a.St)
 	return a.Granted(field, hctx, err)
+}
+
+// GrantOne is Grant for a hold on one slot renewed by renew, with
+// nothing else to run at its end: what a Mutex's grant needs, without
+// the slices.
+func (a *Acquisition) GrantOne(field string, count int, renew call) (bool, time.Duration, error) {
+	h := a.newHold(field, count)
+	h.One = [2]call{renew, a.give(field)}
+	h.Renew, h.Release = h.One[:1:1], h.One[1:2:2]
+	hctx, err := a.m.grant(a.Spec, h, a.told, a.start, a.St)
+	return a.Granted(field, hctx, err)
+}
+
+// newHold returns the hold a grant of field with count holds makes: the
+// acquisition's own the first time.
+func (a *Acquisition) newHold(field string, count int) *lease.Hold {
+	h := &a.hold
+	if a.holdUsed {
+		h = new(lease.Hold)
+	}
+	a.holdUsed = true
+	h.Ref, h.Field, h.FieldArg, h.Scope = a.Spec.Ref, field, a.Arg(field), scopeOf(a.Parent)
+	h.Lease, h.Renewed, h.Token, h.Tokens = a.Spec.Lease, a.Spec.Renewed, a.Token, a.Tokens
+	h.Parts, h.Covers, h.Parent, h.Count, h.Taken = a.Spec.Parts, a.Spec.Covers, a.Parent, count, time.Now()
+	if a.m.cfg.HoldValues {
+		h.Obs = new(lease.Observed)
+	}
+	return h
 }
 
 // grant adds h, granted by a script stamped st, to the lease Keeper, and
@@ -265,9 +371,6 @@ func (m *Machine) grant(s *Spec, h *lease.Hold, told context.Context, start time
 	if err := m.wd.Add(h, st); err != nil {
 		return giveUp(err)
 	}
-	if parent.Done() != nil { // a parent that can never end needs no watch
-		h.OnEnd(context.AfterFunc(parent, func() { m.endWithParent(h) }))
-	}
 	var vals context.Context
 	if m.cfg.Acquired != nil {
 		vals = m.cfg.Acquired(told, parent, s.Ref, h.Taken.Sub(start), st.Handoff)
@@ -285,7 +388,8 @@ func (m *Machine) Stamp(s *Spec) lease.Stamp {
 func (a *Acquisition) Granted(field string, hctx context.Context, err error) (bool, time.Duration, error) {
 	if errors.Is(err, ErrUntrusted) {
 		a.m.Sweep(a.Spec.Lease, a.All(field)...)
-		a.Owner, a.Dirty = a.m.NewField(), false
+		a.newOwner()
+		a.Dirty = false
 		if a.Restart && a.wait {
 			return false, 0, ErrNewOwner
 		}
@@ -364,8 +468,12 @@ func FenceToken(s *Spec, r []int64) int64 {
 // WithReplicaAck, a reply that took something that fewer than k replicas
 // acknowledged is returned as a *NotReplicatedError carrying it, for the
 // caller to undo; WAIT's answer to a reply that took nothing is ignored.
-func (m *Machine) Acquired(r reply) ([]int64, error) {
-	v, err := r.Int64Slice()
+func (m *Machine) Acquired(r reply) ([]int64, error) { return m.AcquiredAs(r, false, nil) }
+
+// AcquiredAs is Acquired for a script whose replies are one integer when
+// counts is set (see Took, and buf).
+func (m *Machine) AcquiredAs(r reply, counts bool, buf *[3]int64) ([]int64, error) {
+	v, err := Took(r, counts, buf)
 	if err != nil {
 		return nil, err
 	}
@@ -375,4 +483,35 @@ func (m *Machine) Acquired(r reply) ([]int64, error) {
 		}
 	}
 	return v, nil
+}
+
+// Took returns the reply of an acquisition or re-entry script as
+// [1, count, ...] when it took the lock (count: the owner's holds after
+// it), [0, pttl] when another owner holds it, [-1, 0] when a re-entry
+// found its hold gone. With counts, the script answered one integer
+// instead (lua/lock.lua without a fencing counter, whose reply Redis
+// makes and the client reads at the least cost): the count (> 0), 0 for
+// a hold gone, -2 - pttl (< 0) for another owner's; the table is then
+// made in buf when it is given (no allocation; it is the caller's until
+// its next use of buf).
+func Took(r reply, counts bool, buf *[3]int64) ([]int64, error) {
+	if !counts {
+		return r.Int64Slice()
+	}
+	n, err := r.Int64()
+	if err != nil {
+		return nil, err
+	}
+	if buf == nil {
+		buf = new([3]int64)
+	}
+	switch {
+	case n > 0:
+		buf[0], buf[1] = 1, n
+	case n == 0:
+		buf[0], buf[1] = -1, 0
+	default:
+		buf[0], buf[1] = 0, -2-n
+	}
+	return buf[:2:2], nil
 }

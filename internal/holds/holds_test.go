@@ -69,7 +69,7 @@ type lock struct {
 }
 
 func newLock(key string, d time.Duration) *lock {
-	return &lock{key: key, spec: Spec{Ref: lease.Ref{Kind: "test", Name: key}, Lease: d, Renewed: true, Wrap: func(err error) error { return err }}}
+	return &lock{key: key, spec: Spec{Ref: lease.Ref{Kind: "test", Name: key}, Lease: d, Renewed: true, Counts: true, Wrap: func(err error) error { return err }}}
 }
 
 func (l *lock) acquire(field string, count int) call {
@@ -285,4 +285,30 @@ func TestReleaseOfEndedHoldBusyThroughItsBound(t *testing.T) {
 		n, err := e.rdb.Exists(bg, l.key).Result()
 		return err == nil && n == 0
 	}, 2*time.Second, 10*time.Millisecond, "given back once the earlier call is done")
+}
+
+// Took reads lua/lock.lua's one-integer replies (Spec.Counts) as the
+// tables every caller reads: a grant's count, another owner's lease, a
+// re-entry whose hold is gone.
+func TestTookCounts(t *testing.T) {
+	e := newEnv(t)
+	l := newLock("took", 30*time.Second)
+	do := func(field string, count int) []int64 {
+		t.Helper()
+		v, err := Took(e.m.tr.Do(bg, l.acquire(field, count), nil), true, nil)
+		require.NoError(t, err)
+		return v
+	}
+	assert.Equal(t, []int64{1, 1}, do("a", 0), "a first hold")
+	assert.Equal(t, []int64{1, 2}, do("a", 1), "a re-entry")
+	v := do("b", 0)
+	require.Len(t, v, 2)
+	assert.Equal(t, int64(0), v[0], "held by another owner")
+	assert.InDelta(t, 30000, v[1], 1000, "with its lease left, in ms")
+	assert.Equal(t, []int64{-1, 0}, do("b", 1), "a re-entry whose hold is gone")
+	require.NoError(t, e.rdb.Persist(bg, "took").Err())
+	assert.Equal(t, []int64{0, -1}, do("b", 0), "held with no lease")
+
+	_, err := Took(e.m.tr.Do(bg, l.acquire("a", 0), nil), false, nil)
+	require.Error(t, err, "one integer is not a table")
 }

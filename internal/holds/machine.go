@@ -60,6 +60,11 @@ type Machine struct {
 	recent recent        // releases a failover may lose (recent.go)
 	kick   chan struct{} // wakes the healer (heal.go)
 
+	kept       kept               // releases that reached no server (kept.go)
+	keptCtx    context.Context    // ended by Close at its deadline
+	keptCancel context.CancelFunc // ends keptCtx
+	keptLoop   sync.WaitGroup     // the loop that sends them again
+
 	closed   <-chan struct{}
 	bgMu     sync.Mutex
 	bg       sync.WaitGroup // background give-backs and sweeps
@@ -68,8 +73,10 @@ type Machine struct {
 
 // New returns the Machine of cfg.
 func New(cfg Config) *Machine {
-	return &Machine{cfg: cfg, id: cfg.ID, tr: cfg.Transport, wd: cfg.Keeper, ps: cfg.Hub, co: cfg.Queue,
+	m := &Machine{cfg: cfg, id: cfg.ID, tr: cfg.Transport, wd: cfg.Keeper, ps: cfg.Hub, co: cfg.Queue,
 		log: cfg.Log, closed: cfg.Closed, kick: make(chan struct{}, 1)}
+	m.keptCtx, m.keptCancel = context.WithCancel(context.Background())
+	return m
 }
 
 // Go runs f in the background, counted as work Close waits for, and
@@ -98,7 +105,9 @@ func (m *Machine) bgStart() bool {
 }
 
 // Close starts no more background work and waits for what is running, at
-// most until deadline; work still running by then stops with Closed.
+// most until deadline; work still running by then stops with Closed. The
+// releases still kept (kept.go) are dropped at deadline: Close returns
+// once the loop that sends them has ended.
 func (m *Machine) Close(deadline time.Time) {
 	m.bgMu.Lock()
 	m.bgClosed = true
@@ -111,4 +120,5 @@ func (m *Machine) Close(deadline time.Time) {
 	case <-done:
 	case <-t.C:
 	}
+	m.stopKept()
 }

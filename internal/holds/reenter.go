@@ -49,7 +49,7 @@ func (m *Machine) Reenter(ctx, wctx context.Context, wait bool, s *Spec, h *leas
 			}
 		}
 	}
-	r, err := m.UnderHold(wctx, wait, h, re.Calls, taken)
+	r, err := m.UnderHold(wctx, wait, h, s.Counts, re.Calls, taken)
 	var n int
 	var lost bool
 	if err == nil {
@@ -94,6 +94,7 @@ var ErrEnded = errors.New("redisync: the hold has ended")
 // did not acknowledge (WithReplicaAck): that *NotReplicatedError is
 // returned with h's lock held, for the caller to take it back under the
 // lock (UndoNow). With wait, a Redis that is not ready is ridden out.
+// counts says how the scripts answer (see Took).
 //
 // With taken, build makes one call, and when ctx ends while it is on its
 // way, h's lock stays held until its reply comes; then taken runs with
@@ -104,7 +105,7 @@ var ErrEnded = errors.New("redisync: the hold has ended")
 // or one ran where others failed, they need no give-back: the next call
 // through the hold sets every count again, and the last release deletes
 // the hold whatever its count.
-func (m *Machine) UnderHold(ctx context.Context, wait bool, h *lease.Hold, build func(count int) []call, taken func([]int64)) ([]int64, error) {
+func (m *Machine) UnderHold(ctx context.Context, wait bool, h *lease.Hold, counts bool, build func(count int) []call, taken func([]int64)) ([]int64, error) {
 	for {
 		if err := lockLive(ctx, h); err != nil {
 			return nil, err
@@ -119,18 +120,18 @@ func (m *Machine) UnderHold(ctx context.Context, wait bool, h *lease.Hold, build
 		if taken != nil {
 			r := m.tr.Do(ctx, calls[0], func(r reply) {
 				defer h.Mu.Unlock()
-				if v, err := r.Int64Slice(); err == nil && len(v) >= 2 {
+				if v, err := Took(r, counts, nil); err == nil && len(v) >= 2 {
 					taken(v)
 				}
 			})
 			if r.Gone {
 				return nil, r.Err()
 			}
-			first, ferr = m.Acquired(r)
+			first, ferr = m.AcquiredAs(r, counts, nil)
 			sent = r.Sent
 		} else {
 			for _, r := range m.tr.DoAll(ctx, calls) {
-				v, err := m.Acquired(r)
+				v, err := m.AcquiredAs(r, counts, nil)
 				switch {
 				case err != nil:
 					if ferr == nil || NotReplicated(ferr) != nil || errs.NotReady(ferr) {

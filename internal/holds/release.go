@@ -41,20 +41,27 @@ func (m *Machine) Release(ctx context.Context, s *Spec, n int, send func(ctx con
 	if h == nil {
 		return s.Wrap(fmt.Errorf("%w (the context carries no hold of it)", errs.NotHeld))
 	}
-	b := releaseBound(ctx, h)
-	defer b.done()
-	ctx = b.ctx
-	m.endWithParent(h)
-	if err := h.Mu.LockCtx(ctx); err != nil {
-		if m.endWithParent(h); !h.Live() {
-			// Ended, while an earlier call through the hold kept its
-			// lock all along the release's bound (the give-back its end
-			// started, on a silent link, say): the answer needs nothing
-			// from that call, and the release that makes sure Redis does
-			// not keep the hold waits for it in the background.
-			return m.afterEnd(nil, s, h, false)
+	var b *bound // nil: the release's context is the hold's own
+	if h.Parent.Done() == nil && h.Mu.TryLock() {
+		// The common case: nothing to watch, and the hold's lock free,
+		// so the release's context is the hold's own (no allocation).
+		ctx = h.CallCtx(ctx, ReleaseTimeout)
+	} else {
+		b = releaseBound(ctx, h)
+		defer b.done()
+		ctx = b.ctx
+		m.endWithParent(h)
+		if err := h.Mu.LockCtx(ctx); err != nil {
+			if m.endWithParent(h); !h.Live() {
+				// Ended, while an earlier call through the hold kept its
+				// lock all along the release's bound (the give-back its end
+				// started, on a silent link, say): the answer needs nothing
+				// from that call, and the release that makes sure Redis does
+				// not keep the hold waits for it in the background.
+				return m.afterEnd(nil, s, h, false)
+			}
+			return s.Wrap(fmt.Errorf("redisync: released nothing: the hold is busy with an earlier call whose reply has not come within %v: %w", ReleaseTimeout, err))
 		}
-		return s.Wrap(fmt.Errorf("redisync: released nothing: the hold is busy with an earlier call whose reply has not come within %v: %w", ReleaseTimeout, err))
 	}
 	var p *pending // a release that is not the last
 	defer func() {
@@ -76,7 +83,7 @@ func (m *Machine) Release(ctx context.Context, s *Spec, n int, send func(ctx con
 		// renewals stop before the script is sent, so none follows it.
 		// A context that the hold's own end ends (a downgrade's, in
 		// the root's rwlock.go) does not end its release.
-		b.unwatch()
+		b.unwatch() // (nil: nothing watched)
 		// The end is told once the reply says how it ended: a hold
 		// Redis had lost is told lost, as the release returns
 		// ErrLeaseLost (see lost below).
@@ -88,7 +95,7 @@ func (m *Machine) Release(ctx context.Context, s *Spec, n int, send func(ctx con
 				m.wd.Told(h, lease.EndUnlocked, nil)
 			}
 		}()
-		if h.Parent.Err() == nil {
+		if b != nil && h.Parent.Err() == nil {
 			b.watch(h)
 		}
 	} else {
@@ -97,7 +104,7 @@ func (m *Machine) Release(ctx context.Context, s *Spec, n int, send func(ctx con
 	}
 	reply, sent, err := send(ctx, h, count)
 	switch {
-	case err != nil && b.parentEnded.Load():
+	case err != nil && b.ended():
 		// No reply before the hold's context ended: the hold has ended
 		// with it, and was the caller's until then (see afterEnd).
 		if last {
@@ -140,7 +147,9 @@ func (m *Machine) Release(ctx context.Context, s *Spec, n int, send func(ctx con
 
 // bound is the context a release through a hold runs in: the caller's
 // values, ended by ReleaseTimeout or, while watched, by the end of the
-// context the hold was taken with, whichever comes first.
+// context the hold was taken with, whichever comes first. A release
+// through a hold whose context never ends, whose lock it takes at once,
+// needs none: its context is the hold's own (lease.Hold.CallCtx).
 type bound struct {
 	ctx         context.Context
 	cancel      context.CancelFunc
@@ -166,8 +175,15 @@ func (b *bound) watch(h *lease.Hold) {
 }
 
 // unwatch stops watching; the bound stays ended if the watched context
-// ended before.
-func (b *bound) unwatch() { b.stop() }
+// ended before. A nil bound watches nothing.
+func (b *bound) unwatch() {
+	if b != nil {
+		b.stop()
+	}
+}
+
+// ended reports whether b ended with the hold's context (never, for nil).
+func (b *bound) ended() bool { return b != nil && b.parentEnded.Load() }
 
 // done releases b's resources.
 func (b *bound) done() {
@@ -176,14 +192,10 @@ func (b *bound) done() {
 }
 
 // endWithParent ends h, and gives it back in the background, when the
-// context it was taken with has ended: grant has it called when that
-// context ends (in a goroutine of its own), and a release calls it too, so
-// that it never finds h live meanwhile.
-func (m *Machine) endWithParent(h *lease.Hold) {
-	if h.Parent.Err() != nil && m.wd.End(h, lease.EndParent, context.Cause(h.Parent)) {
-		m.GiveBack(h)
-	}
-}
+// context it was taken with has ended, unless its lease ran out first
+// (lease.Hold.Settle, which the Keeper has called when that context ends):
+// a release calls it, so that it never finds h live meanwhile.
+func (m *Machine) endWithParent(h *lease.Hold) { h.Settle() }
 
 // GoneInTime reports whether a last release of h whose reply found the
 // hold gone in Redis found it gone while its lease still stood there: its
@@ -239,7 +251,7 @@ func EndedError(h *lease.Hold) error {
 	case lease.EndUnlocked:
 		return fmt.Errorf("%w (already released)", errs.NotHeld)
 	case lease.EndParent:
-		return fmt.Errorf("%w (the hold ended with its context: %v)", errs.NotHeld, context.Cause(h.Parent))
+		return fmt.Errorf("%w (the hold ended with its context: %v)", errs.NotHeld, context.Cause(h.Ctx))
 	case lease.EndClosed:
 		return errs.Closed
 	default:

@@ -14,7 +14,11 @@ type Spec struct {
 	Lease   time.Duration
 	Renewed bool // a watchdog lease, renewed while held (else WithLease's fixed one)
 	Fenced  bool // WithFencing: first acquisitions get a token
-	Wrap    func(error) error
+	// Counts says the acquisition and re-entry scripts answer one
+	// integer instead of [1, count, ...] (lua/lock.lua without a fencing
+	// counter): see Took.
+	Counts bool
+	Wrap   func(error) error
 
 	Parts  bool        // a hold is on several locks (see lease.Hold.Parts)
 	Covers []lease.Ref // those locks (see lease.Hold.Covers)

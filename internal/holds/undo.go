@@ -114,6 +114,9 @@ func (m *Machine) giveBackFrom(h *lease.Hold, locked bool) {
 		defer cancel()
 		sent := time.Now()
 		if err := m.ReleaseAll(ctx, h.Release); err != nil {
+			if m.keep(h, err) {
+				return // it reached no server: sent again (kept.go)
+			}
 			m.log.Warn("redisync: could not release a hold that ended; Redis frees it when its lease ends",
 				"kind", h.Ref.Kind, "name", h.Ref.Name, "owner", h.Field, "error", err)
 			return

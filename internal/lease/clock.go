@@ -90,9 +90,18 @@ func stamp(t time.Time) clockAt {
 
 // since returns how long it is from a to now on the holds' clock: the
 // monotonic time, plus what the meter gained meanwhile (a suspend).
-func (a clockAt) since(now clockAt) int64 {
-	return now.mono - a.mono + now.gain - a.gain
-}
+func (a clockAt) since(now clockAt) int64 { return now.pos() - a.pos() }
+
+// pos is a's place on the holds' clock: all that the distance between two
+// moments needs (see since), one number to store; counted from posOrigin,
+// so that it is never 0 (a hold's dlStore: none).
+func (a clockAt) pos() int64 { return posOrigin + a.mono + a.gain }
+
+// posOrigin puts every moment's pos above 0 (146 years of a clock's gain).
+const posOrigin = 1 << 62
+
+// before reports whether a comes before b on the holds' clock.
+func (a clockAt) before(b clockAt) bool { return a.mono+a.gain < b.mono+b.gain }
 
 // jumpEvery is how often the watchdog reads the clock, to record a wall
 // clock stepped back and to see whether the machine was suspended (the

@@ -28,29 +28,30 @@ func WholeMs(d time.Duration) time.Duration {
 }
 
 // dlStore is a hold's local deadline (see deadline), on the holds' clock
-// (clock.go), readable without its lock; nil when the hold has none to
-// watch (not yet registered, or ended).
-type dlStore struct{ at atomic.Pointer[clockAt] }
+// (clock.go), readable without its lock, as the one number a moment's
+// distance to now needs (clockAt.pos); 0 when the hold has none to watch
+// (not yet registered, or ended), as in the zero dlStore.
+type dlStore struct{ at atomic.Int64 }
 
 // set sets the deadline t and returns it on the holds' clock.
-func (d *dlStore) set(t time.Time) *clockAt { at := stamp(t); d.at.Store(&at); return &at }
+func (d *dlStore) set(t time.Time) int64 { at := stamp(t).pos(); d.at.Store(at); return at }
 
-func (d *dlStore) clear() { d.at.Store(nil) }
+func (d *dlStore) clear() { d.at.Store(0) }
 
 // passed reports whether the deadline has passed.
 func (d *dlStore) passed() bool {
 	at := d.at.Load()
-	return at != nil && at.since(now()) >= 0
+	return at != 0 && now().pos()-at >= 0
 }
 
 // left returns how long until the deadline passes (0 when it has, or when
 // there is none).
 func (d *dlStore) left() time.Duration {
 	at := d.at.Load()
-	if at == nil {
+	if at == 0 {
 		return 0
 	}
-	return time.Duration(max(0, -at.since(now())))
+	return time.Duration(max(0, at-now().pos()))
 }
 
 // Expired reports whether the deadline dl (see deadline) has passed on the

@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redisync-go/redisync/internal/transport"
@@ -26,11 +27,12 @@ const (
 // whatever reason, its context is cancelled first, and then redisync makes
 // sure Redis does not keep it either.
 type Hold struct {
-	Ref     Ref
-	Field   string // the owner's Redis field
-	Scope   any    // the owner's scope it was taken in (redisync's WithOwner); compared only
-	Lease   time.Duration
-	Renewed bool // renewed by the watchdog; false for a fixed lease
+	Ref      Ref
+	Field    string // the owner's Redis field
+	FieldArg any    // Field as a call's argument, boxed once for all the hold's calls
+	Scope    any    // the owner's scope it was taken in (redisync's WithOwner); compared only
+	Lease    time.Duration
+	Renewed  bool // renewed by the watchdog; false for a fixed lease
 	// Renew and release hold one call per Redis slot the hold is on (one
 	// for every primitive but a MultiLock across slots). Each Renew call
 	// returns 1 while held there, 0 once gone: the hold is renewed when
@@ -40,8 +42,12 @@ type Hold struct {
 	Release []transport.Call
 	One     [2]transport.Call // backs renew and release for one call each: no allocation
 	Parent  context.Context   // the hold ends with it
-	Ctx     context.Context   // carries the hold (and its Values); ends with it
-	cancel  context.CancelCauseFunc
+	Ctx     context.Context   // carries the hold (and its Values); ends with it: &own
+
+	own     ownCtx        // the hold's own context (context.go)
+	cstate  atomic.Uint32 // own's state: ctxLive, ctxCanceled, ctxDeadline
+	causeCC any           // once own is cancelled without cc: what it answers causeKey with
+	call    callCtx       // a release's context, under Mu (CallCtx)
 
 	// Parts: the hold is on several locks, and can be lost from some of
 	// them only (a MultiLock): a loss gives back the others. covers are
@@ -62,17 +68,23 @@ type Hold struct {
 	Token  int64            // fencing token (WithFencing); 0: none, and re-entries share it
 	Tokens map[string]int64 // a fenced MultiLock's: each name's token (token is one of them)
 
-	dl   dlStore       // the local deadline while live, for the hold's contexts (context.go)
-	over chan struct{} // closed once the hold has ended and its contexts are cancelled
+	dl     dlStore        // the local deadline while live, for the hold's contexts (context.go)
+	ending sync.WaitGroup // counts the hold's end while it is under way (Reason waits for it)
+	dlPos  int64          // the local deadline, in the keeper's heap (under its dmu)
+	heapAt int            // its place in the keeper's heap, plus one; 0: not in it (under its dmu)
+	gate   gate           // the base of the real context beside own, ended by Parent's end (parent.go)
+	pdl    int64          // Parent's deadline on the holds' clock (clockAt.pos), or 0: none
 
-	tmu   sync.Mutex // guards the fields below
-	sent  time.Time  // when the newest script that set the lease was sent
-	at    *clockAt   // the deadline that script set, on the holds' clock (kept after the end)
-	timer *time.Timer
-	why   EndReason
-	stops []func() bool                      // undone when the hold ends
-	ties  map[uint64]context.CancelCauseFunc // re-entries' contexts, cancelled when it ends
-	nties uint64
+	tmu      sync.Mutex              // guards the fields below
+	cc       context.Context         // the real context beside own, once asked for (context.go)
+	ccCancel context.CancelCauseFunc // cancels cc
+	sent     time.Time               // when the newest script that set the lease was sent
+	at       int64                   // the deadline that script set, on the holds' clock (clockAt.pos; kept after the end)
+	atSet    bool                    // at is set
+	why      EndReason
+	stops    []func() bool          // undone when the hold ends
+	ties     map[uint64]func(error) // re-entries' contexts and those derived from own, cancelled when it ends
+	nties    uint64
 	// firsts run when the hold ends, before its context is cancelled:
 	// what they see of other contexts was not caused by its end.
 	firsts []func()
@@ -83,24 +95,63 @@ type Hold struct {
 	Obs *Observed
 
 	k *Keeper // set by Add
+
+	// args is room for the arguments of the hold's calls (Args), of
+	// which nargs are taken.
+	args  [argRoom]any
+	nargs atomic.Int32
 }
 
-// Live reports whether h is Live; a hold whose local deadline has passed is
-// not, even before its timer has run (it is ended then, see overdue).
+// argRoom is how many arguments of its calls a hold keeps in itself: a
+// Semaphore's acquisition, renewal, give-back and release (23; a Mutex's
+// take 15).
+const argRoom = 24
+
+// Arg returns h's field as a call's argument: FieldArg, boxed once, when
+// it has been set.
+func (h *Hold) Arg() any {
+	if h.FieldArg != nil {
+		return h.FieldArg
+	}
+	return h.Field
+}
+
+// Args returns vals as the arguments of a call of h, copied to h's own
+// room while it lasts (no allocation: made once with the hold), else to a
+// new slice. What it returns is never written again: a call that may be
+// sent again keeps it. It is safe for concurrent use (a late reply's
+// give-back makes its calls beside its acquisition's).
+func (h *Hold) Args(vals ...any) []any {
+	n := int32(len(vals))
+	if h.nargs.Load() >= argRoom {
+		return append([]any(nil), vals...)
+	}
+	end := h.nargs.Add(n)
+	if end > argRoom { // full: what it took is not given back, so that no two calls share it
+		return append([]any(nil), vals...)
+	}
+	a := h.args[end-n : end : end]
+	copy(a, vals)
+	return a
+}
+
+// Live reports whether h is Live; a hold whose local deadline has passed,
+// or whose context ended, is not, even before their timers have run (it
+// is ended then, see Settle).
 func (h *Hold) Live() bool {
 	return h.Reason() == NotEnded
 }
 
 // Reason says why h ended, or live; see live.
 func (h *Hold) Reason() EndReason {
-	h.Overdue()
+	h.Settle()
 	h.tmu.Lock()
 	why := h.why
 	h.tmu.Unlock()
 	if why != NotEnded {
 		// Ended: once every context of the hold is cancelled, so that a
 		// caller told it ended finds its context done too.
-		<-h.over
+		h.ending.Wait()
 	}
 	return why
 }
@@ -162,9 +213,9 @@ func (h *Hold) Ended() (why EndReason, sent time.Time) {
 // held.
 func (h *Hold) InTime() bool {
 	h.tmu.Lock()
-	at := h.at
+	at, set := h.at, h.atSet
 	h.tmu.Unlock()
-	return at != nil && at.since(now()) < 0
+	return set && now().pos()-at < 0
 }
 
 // Left returns how long until h's local deadline passes (0 once it has,

@@ -27,7 +27,8 @@ import (
 // that set its lease was sent, a margin before Redis could let the lease
 // expire. A timer fires it independently of the renewal loop, so a renewal
 // stuck on a silent connection cannot keep a holder from hearing that its
-// lease is gone before anyone else can take the lock.
+// lease is gone before anyone else can take the lock: one timer of the
+// keeper's for every hold, set for the earliest deadline (deadlines.go).
 type Keeper struct {
 	cfg      Config
 	interval time.Duration
@@ -43,6 +44,16 @@ type Keeper struct {
 	forcing map[Ref]int                 // ForceUnlocks in flight, per lock
 	calm    map[Ref]chan struct{}       // closed when a lock's last one in flight answers
 	closed  bool
+
+	// The holds' deadlines (deadlines.go), under dmu: a heap, the
+	// earliest first, and the one timer set for it (at dlAt, 0: none).
+	dmu     sync.Mutex
+	dls     dlHeap
+	dlAt    int64
+	dlTimer *time.Timer
+
+	causes []cause // what the contexts of holds ended with the keeper's errors answer causeKey with
+	slots  slots   // the bounds of calls (slots.go)
 
 	stop chan struct{}
 	done chan struct{}
@@ -110,35 +121,49 @@ func New(cfg Config) *Keeper {
 		done:     make(chan struct{}),
 	}
 	w.rounds, w.cancel = context.WithCancel(context.Background())
+	w.dlTimer = time.AfterFunc(time.Hour, w.expire)
+	w.dlTimer.Stop()
+	w.slots.timer = time.AfterFunc(time.Hour, w.slots.fire)
+	w.slots.timer.Stop()
+	for _, err := range []error{nil, cfg.Errors.Lost, cfg.Errors.Closed, cfg.Errors.ClosedHold, cfg.Errors.Untrusted} {
+		w.causes = append(w.causes, cause{err, newCause(err)})
+	}
 	go w.run()
 	return w
 }
 
 // Add starts h, whose lease was set by a script stamped st: h gets its
-// context (h.Ctx: a child of h.Parent that carries h under h.Ref, and
-// tells from its deadline; its other values are h.Values()), and its lease
-// is kept from now on. It registers nothing and returns Errors.Closed once
-// the keeper is closed, and Errors.Untrusted when a ForceUnlock of the lock
-// came after st; h's context is then cancelled with that error.
+// context (h.Ctx: part of h, it carries h, tells from its deadline, and
+// ends with h.Parent unless the lease ran out first, see parent.go; its
+// other values are h.Values()'s), and its lease is kept from now on. It
+// registers nothing and returns Errors.Closed once the keeper is closed,
+// and Errors.Untrusted when a ForceUnlock of the lock came after st; h's
+// context is then cancelled with that error.
 func (w *Keeper) Add(h *Hold, st Stamp) error {
 	h.k = w
 	h.dl.clear() // until registered
-	h.over = make(chan struct{})
-	base := h.Parent
 	if h.Obs != nil {
 		h.Obs.base = valuesCtx{Context: h.Parent, h: h}
-		base = &h.Obs.base
 	}
-	cctx, cancel := context.WithCancelCause(base)
-	h.Ctx, h.cancel = &holdCtx{Context: cctx, h: h}, cancel // it carries h (holdCtx.Value)
+	// Read before w.mu: h.Parent may be another hold's context, whose
+	// methods may end that hold.
+	h.gate.init(h.valuesBase())
+	h.pdl = 0
+	if d, ok := h.Parent.Deadline(); ok {
+		h.pdl = stamp(d).pos()
+	}
+	ends := h.gate.ends
+	h.own.h = h
+	h.Ctx = &h.own // it carries h (ownCtx.Value)
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	if w.closed {
-		cancel(w.cfg.Errors.Closed)
+		w.mu.Unlock()
+		h.cancelOwn(EndClosed, nil, w.cfg.Errors.Closed)
 		return w.cfg.Errors.Closed
 	}
 	if !w.trusted(st.Epoch, h.Ref, h.Covers) {
-		cancel(w.cfg.Errors.Untrusted)
+		w.mu.Unlock()
+		h.cancelOwn(EndLost, nil, w.cfg.Errors.Untrusted)
 		return w.cfg.Errors.Untrusted
 	}
 	sent := st.Sent
@@ -148,13 +173,13 @@ func (w *Keeper) Add(h *Hold, st Stamp) error {
 	}
 	h.tmu.Lock()
 	h.sent = sent
-	h.at = h.dl.set(Deadline(sent, h.Lease))
-	h.timer = time.AfterFunc(h.dl.left(), func() {
-		if w.End(h, EndLost, w.cfg.Errors.Lost) {
-			w.cfg.GiveBack(h) // Redis may keep it a little longer: give it back
-		}
-	})
+	h.at, h.atSet = h.dl.set(Deadline(sent, h.Lease)), true
+	w.watch(h, h.at)
 	h.tmu.Unlock()
+	w.mu.Unlock()
+	if ends { // a parent that can never end needs no watch
+		h.OnEnd(context.AfterFunc(h.Parent, func() { h.Settle() }))
+	}
 	return nil
 }
 
@@ -204,32 +229,40 @@ func (w *Keeper) Extend(h *Hold, sent time.Time) {
 		return
 	}
 	h.sent = sent
-	h.at = h.dl.set(Deadline(sent, h.Lease))
-	h.timer.Reset(h.dl.left())
+	h.at, h.atSet = h.dl.set(Deadline(sent, h.Lease)), true
+	w.moved(h, h.at)
 }
 
 // End ends h for why: it leaves the table, its deadline stops, and its
 // context is cancelled with cause, before anything else happens. It reports
 // whether this call ended it; only one caller ever gets true.
 func (w *Keeper) End(h *Hold, why EndReason, cause error) bool {
-	if !w.end(h, why, cause) {
-		return false
-	}
-	w.cfg.Ended(h, why, cause)
-	return true
+	return w.endFor(h, why, nil, cause, true)
 }
 
 // EndUntold is End without the report of the end (Config.Ended), which the
 // caller makes with Told once it knows how the hold ended: a last release
 // ends its hold before its script is sent, and learns from the reply
 // whether Redis had lost the hold meanwhile.
-func (w *Keeper) EndUntold(h *Hold, why EndReason) bool { return w.end(h, why, nil) }
+func (w *Keeper) EndUntold(h *Hold, why EndReason) bool { return w.endFor(h, why, nil, nil, false) }
 
 // Told reports the end of h, which EndUntold ended, as why, with cause.
 func (w *Keeper) Told(h *Hold, why EndReason, cause error) { w.cfg.Ended(h, why, cause) }
 
-// end is End without the report.
-func (w *Keeper) end(h *Hold, why EndReason, cause error) bool {
+// endFor is End, told when tell says so; err, for an end with h.Parent
+// (EndParent), is h.Parent's error, which the hold's own context ends with.
+func (w *Keeper) endFor(h *Hold, why EndReason, err, cause error, tell bool) bool {
+	if !w.end(h, why, err, cause) {
+		return false
+	}
+	if tell {
+		w.cfg.Ended(h, why, cause)
+	}
+	return true
+}
+
+// end is endFor without the report.
+func (w *Keeper) end(h *Hold, why EndReason, err, cause error) bool {
 	w.mu.Lock()
 	delete(w.holds, h)
 	w.mu.Unlock()
@@ -239,23 +272,22 @@ func (w *Keeper) end(h *Hold, why EndReason, cause error) bool {
 		return false
 	}
 	h.why = why
-	if h.timer != nil {
-		h.timer.Stop()
-	}
+	h.ending.Add(1)
 	stops, ties, firsts := h.stops, h.ties, h.firsts
 	h.stops, h.ties, h.firsts = nil, nil, nil
 	h.tmu.Unlock()
+	w.unwatch(h)
 	for _, f := range firsts {
 		f()
 	}
-	h.cancel(cause)
+	h.cancelOwn(why, err, cause)
 	for _, cancel := range ties {
 		cancel(cause)
 	}
 	// Only now that every context of the hold is cancelled: until then,
-	// one that finds the deadline passed waits for this (see overdue).
+	// one that finds the deadline passed waits for this (see Settle).
 	h.dl.clear()
-	close(h.over)
+	h.ending.Done()
 	for _, stop := range stops {
 		stop()
 	}
@@ -347,26 +379,12 @@ func (w *Keeper) Force(ref Ref) (done func()) {
 	}
 }
 
-// resumed sets again the timers of every hold after the wall clock jumped
-// ahead of the monotonic one (the machine was suspended): the timers count
+// resumed sets again the deadlines' timer after the wall clock jumped
+// ahead of the monotonic one (the machine was suspended): the timer counts
 // monotonic time, and would tell the holders late. A hold whose deadline
 // passed meanwhile is told at once; so is one whose context is read first
 // (see dlStore).
-func (w *Keeper) resumed() {
-	w.mu.Lock()
-	hs := make([]*Hold, 0, len(w.holds))
-	for h := range w.holds {
-		hs = append(hs, h)
-	}
-	w.mu.Unlock()
-	for _, h := range hs {
-		h.tmu.Lock()
-		if h.why == NotEnded && h.timer != nil {
-			h.timer.Reset(h.dl.left())
-		}
-		h.tmu.Unlock()
-	}
-}
+func (w *Keeper) resumed() { w.rearm() }
 
 // Unforced returns the epoch of ref's lock (with those of covers, see
 // epoch) once no ForceUnlock of any of them is in flight in this process:

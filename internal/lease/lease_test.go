@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -92,7 +93,7 @@ func (e *env) holdSent(t *testing.T, key string, d time.Duration, renewed bool, 
 	require.NoError(t, e.rdb.HSet(bg, key, "owner", 1).Err())
 	require.NoError(t, e.rdb.PExpire(bg, key, d).Err())
 	h := &Hold{Ref: Ref{Owner: e, Kind: "test", Name: key}, Field: "owner", Lease: d, Renewed: renewed,
-		Parent: bg, Count: 1, Taken: time.Now(), Mu: NewHoldLock()}
+		Parent: bg, Count: 1, Taken: time.Now()}
 	h.One = [2]transport.Call{
 		{Script: lua.Renew, Keys: []string{key}, Args: []any{"owner", d.Milliseconds()}},
 		{Script: lua.Drop, Keys: []string{key}, Args: []any{"owner", transport.Publish, "0", key + ":ch"}},
@@ -285,7 +286,7 @@ func TestForceMakesEarlierGrantsUntrusted(t *testing.T) {
 	_, ok, err := e.k.Unforced(bg, ref, nil, false)
 	require.NoError(t, err)
 	assert.False(t, ok, "a grant is trusted while the ForceUnlock is in flight")
-	h := &Hold{Ref: ref, Field: "other", Lease: time.Second, Parent: bg, Mu: NewHoldLock()}
+	h := &Hold{Ref: ref, Field: "other", Lease: time.Second, Parent: bg}
 	assert.ErrorIs(t, e.k.Add(h, Stamp{Sent: time.Now(), Epoch: before}), errUntrusted)
 	assert.Error(t, h.Ctx.Err(), "a refused hold's context is live")
 	done()
@@ -293,9 +294,9 @@ func TestForceMakesEarlierGrantsUntrusted(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	assert.NotEqual(t, before, epoch)
-	h2 := &Hold{Ref: ref, Field: "other", Lease: time.Second, Parent: bg, Mu: NewHoldLock()}
+	h2 := &Hold{Ref: ref, Field: "other", Lease: time.Second, Parent: bg}
 	assert.ErrorIs(t, e.k.Add(h2, Stamp{Sent: time.Now(), Epoch: before}), errUntrusted, "stamped before, answered after")
-	h3 := &Hold{Ref: ref, Field: "other", Lease: time.Second, Parent: bg, Mu: NewHoldLock()}
+	h3 := &Hold{Ref: ref, Field: "other", Lease: time.Second, Parent: bg}
 	require.NoError(t, e.k.Add(h3, Stamp{Sent: time.Now(), Epoch: epoch}))
 	e.k.End(h3, EndUnlocked, nil)
 }
@@ -308,7 +309,7 @@ func TestCloseEndsAndReleases(t *testing.T) {
 	e.close()
 	assert.ErrorIs(t, context.Cause(h.Ctx), errClosedHold)
 	assert.EqualValues(t, 0, e.rdb.Exists(bg, "l:close").Val(), "Close left the hold in Redis")
-	h2 := &Hold{Ref: Ref{Owner: e, Kind: "test", Name: "x"}, Lease: time.Second, Parent: bg, Mu: NewHoldLock()}
+	h2 := &Hold{Ref: Ref{Owner: e, Kind: "test", Name: "x"}, Lease: time.Second, Parent: bg}
 	assert.ErrorIs(t, e.k.Add(h2, Stamp{Sent: time.Now()}), errClosed)
 }
 
@@ -357,7 +358,9 @@ func loseNow(e *env, h *Hold) { e.k.End(h, EndLost, errLost) }
 func TestHoldCtxErrSeesAnEndDuringTheCall(t *testing.T) {
 	e := newEnv(t, 30*time.Second)
 	h := e.hold(t, "holdctx:end", 30*time.Second, true)
-	inner := h.Ctx.(*holdCtx).Context
+	other, cancel := context.WithCancel(bg)
+	defer cancel()
+	inner := h.ContextFor(other).(*holdCtx).Context // a re-entry's
 	tctx := &holdCtx{Context: &endingCtx{Context: inner, end: func() { loseNow(e, h) }}, h: h}
 	assert.Error(t, tctx.Err(), "the hold ended during Err: it is not live")
 	assert.ErrorIs(t, context.Cause(h.Ctx), errLost)
@@ -398,10 +401,11 @@ func TestHoldCtxErrWhileAnotherGoroutineEndsIt(t *testing.T) {
 	assert.ErrorIs(t, context.Cause(lctx), errLost)
 }
 
-// A hold's context carries its hold under its Ref, for the contexts
-// derived from it too (a nested Lock re-enters with them); a re-entry's
-// context carries the hold as well. The hold's own context answers
-// HoldIn without an allocation (an Unlock looks its hold up every time).
+// A hold's context carries its hold, for the contexts derived from it too
+// (a nested Lock re-enters with them); a re-entry's context carries the
+// hold as well. HoldIn finds it, or finds none, without an allocation (an
+// Unlock looks its hold up every time, and a Lock looks for one to
+// re-enter, in a context that most often carries none).
 func TestHoldContextCarriesItsHold(t *testing.T) {
 	e := newEnv(t, 30*time.Second)
 	h := e.hold(t, "l:carry", 30*time.Second, true)
@@ -412,11 +416,118 @@ func TestHoldContextCarriesItsHold(t *testing.T) {
 	defer cancel()
 	assert.Same(t, h, HoldIn(h.Ctx, h.Ref))
 	assert.Same(t, h, HoldIn(derived, h.Ref))
-	assert.Same(t, h, derived.Value(h.Ref))
 	assert.Nil(t, HoldIn(h.Ctx, other.Ref), "another lock's hold")
 	assert.Nil(t, HoldIn(bg, h.Ref))
 	assert.Same(t, h, HoldIn(h.ContextFor(other.Ctx), h.Ref), "a re-entry's context")
 	assert.Same(t, other, HoldIn(h.ContextFor(other.Ctx), other.Ref), "a re-entry's context keeps its parent's values")
 
+	assert.Same(t, h, HoldIn(context.WithValue(h.ContextFor(other.Ctx), key{}, 2), h.Ref), "a context derived from a re-entry's")
+	assert.Same(t, other, HoldIn(context.WithValue(h.ContextFor(other.Ctx), key{}, 2), other.Ref), "below it")
+
 	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = HoldIn(h.Ctx, h.Ref) }))
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = HoldIn(derived, h.Ref) }))
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = HoldIn(bg, h.Ref) }))
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = HoldIn(derived, other.Ref) }))
+}
+
+// holdOn registers a hold of key taken with parent, without Redis: what
+// its context does is the keeper's alone.
+func (e *env) holdOn(t *testing.T, key string, parent context.Context) *Hold {
+	t.Helper()
+	ref := Ref{Owner: e, Kind: "test", Name: key}
+	h := &Hold{Ref: ref, Field: "owner", Lease: 30 * time.Second, Renewed: true, Parent: parent, Count: 1, Taken: time.Now()}
+	h.Renew, h.Release = h.One[:1:1], h.One[1:2:2]
+	require.NoError(t, e.k.Add(h, Stamp{Sent: time.Now(), Epoch: e.k.Epoch(ref, nil)}))
+	return h
+}
+
+// A hold's own context is part of the hold: it carries the parent's
+// values and deadline, and ends with the parent as a child of it would,
+// at once when one of its methods finds the parent ended (the parent's
+// cause, and DeadlineExceeded when its deadline passed); what is derived
+// from it ends with it, with its cause; a lost hold's cause is the loss.
+func TestOwnContextEndsWithItsParent(t *testing.T) {
+	e := newEnv(t, 30*time.Second)
+	type key struct{}
+	errStop := errors.New("test: the request ended")
+
+	parent, cancel := context.WithCancelCause(context.WithValue(bg, key{}, "v"))
+	h := e.holdOn(t, "own:parent", parent)
+	assert.Equal(t, "v", h.Ctx.Value(key{}), "the caller's values")
+	_, ok := h.Ctx.Deadline()
+	assert.False(t, ok)
+	derived, dcancel := context.WithCancel(context.WithValue(h.Ctx, key{}, "w"))
+	defer dcancel()
+	ran := make(chan struct{})
+	context.AfterFunc(h.Ctx, func() { close(ran) })
+	require.NoError(t, h.Ctx.Err())
+	select {
+	case <-h.Ctx.Done():
+		t.Fatal("done while its parent lives")
+	default:
+	}
+	cancel(errStop)
+	assert.ErrorIs(t, h.Ctx.Err(), context.Canceled, "at once: no watcher has run")
+	assert.ErrorIs(t, context.Cause(h.Ctx), errStop)
+	<-h.Ctx.Done()
+	why, _ := e.endOf(h)
+	assert.Equal(t, EndParent, why)
+	eventually(t, time.Second, "given back", func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return slices.Contains(e.given, h)
+	})
+	assert.ErrorIs(t, derived.Err(), context.Canceled, "derived from it")
+	assert.ErrorIs(t, context.Cause(derived), errStop)
+	<-ran
+
+	dctx, dcancel2 := context.WithTimeout(bg, 20*time.Millisecond)
+	defer dcancel2()
+	h2 := e.holdOn(t, "own:deadline", dctx)
+	dl, ok := h2.Ctx.Deadline()
+	assert.True(t, ok)
+	want, _ := dctx.Deadline()
+	assert.Equal(t, want, dl, "the parent's deadline")
+	<-dctx.Done()
+	assert.ErrorIs(t, h2.Ctx.Err(), context.DeadlineExceeded, "as a child of its parent would say")
+
+	h3 := e.holdOn(t, "own:lost", bg)
+	derived3, dcancel3 := context.WithCancel(h3.Ctx)
+	defer dcancel3()
+	assert.NotNil(t, h3.Ctx.Done(), "a Done to wait on")
+	loseNow(e, h3)
+	<-h3.Ctx.Done()
+	assert.ErrorIs(t, h3.Ctx.Err(), context.Canceled)
+	assert.ErrorIs(t, context.Cause(h3.Ctx), errLost)
+	assert.ErrorIs(t, context.Cause(derived3), errLost, "derived from it: the loss too")
+	assert.NotNil(t, causeKey, "context.Cause asks for its key (a Go release that stops would lose the causes)")
+
+	h4 := e.holdOn(t, "own:released", bg)
+	e.k.End(h4, EndUnlocked, nil)
+	assert.ErrorIs(t, context.Cause(h4.Ctx), context.Canceled, "released: no cause but the cancel")
+}
+
+// A hold's context and its place in the keeper cost no allocation: Add
+// and End of a hold whose parent never ends allocate nothing once the
+// keeper's table and heap have grown.
+func TestAddAndEndAllocateNothing(t *testing.T) {
+	e := newEnv(t, 30*time.Second)
+	ref := Ref{Owner: e, Kind: "test", Name: "own:allocs"}
+	hs := make([]Hold, 300)
+	i := 0
+	add := func() {
+		h := &hs[i]
+		i++
+		h.Ref, h.Field, h.Lease, h.Renewed, h.Parent, h.Count = ref, "owner", 30*time.Second, true, bg, 1
+		h.Renew, h.Release = h.One[:1:1], h.One[1:2:2]
+		if err := e.k.Add(h, Stamp{Sent: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		_ = h.Ctx.Err()
+		e.k.EndUntold(h, EndUnlocked)
+	}
+	for range 100 {
+		add()
+	}
+	assert.Zero(t, testing.AllocsPerRun(100, add))
 }

@@ -296,9 +296,13 @@ func (w *Keeper) renewBatch(hs []*Hold, r *Round, failed map[time.Duration]bool)
 		}
 		switch {
 		case gone:
-			// Lost counts a hold that was live until now, or ended lost
-			// meanwhile; not one released while the round was in flight
-			// (its release ended it first, and removed it from Redis).
+			// A hold due to end ends first as it was due (its context
+			// may have ended before its lease: a process stopped past
+			// both). Lost counts a hold that was live until now, or
+			// ended lost meanwhile; not one released while the round was
+			// in flight (its release ended it first, and removed it from
+			// Redis), nor one that ended with its context.
+			h.Settle()
 			if w.End(h, EndLost, w.cfg.Errors.Lost) {
 				r.Lost++
 				if h.Parts {
@@ -343,6 +347,7 @@ func (w *Keeper) Close(deadline time.Time) {
 	close(w.stop)
 	w.cancel()
 	<-w.done
+	defer w.dlTimer.Stop()
 
 	var ended []*Hold
 	for _, h := range hs {

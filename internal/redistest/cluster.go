@@ -245,15 +245,29 @@ func NodeID(tb testing.TB, s *Server) string {
 // returns the new master.
 func (cl *ReplicatedCluster) Failover(tb testing.TB, i int, force bool) *Server {
 	tb.Helper()
+	if force {
+		return cl.failover(tb, i, "FORCE")
+	}
+	return cl.failover(tb, i)
+}
+
+// Takeover is Failover with CLUSTER FAILOVER TAKEOVER: the replica takes
+// the shard's slots without the agreement of the master or of the other
+// masters (it bumps the epoch itself).
+func (cl *ReplicatedCluster) Takeover(tb testing.TB, i int) *Server {
+	tb.Helper()
+	return cl.failover(tb, i, "TAKEOVER")
+}
+
+// failover is Failover with CLUSTER FAILOVER's option, if any.
+func (cl *ReplicatedCluster) failover(tb testing.TB, i int, option ...any) *Server {
+	tb.Helper()
 	if len(cl.Replicas[i]) == 0 {
 		tb.Fatalf("redistest: shard %d has no replica", i)
 	}
 	old, r := cl.Masters[i], cl.Replicas[i][0]
 	slot := cl.slotOf(tb, old)
-	args := []any{"CLUSTER", "FAILOVER"}
-	if force {
-		args = append(args, "FORCE")
-	}
+	args := append([]any{"CLUSTER", "FAILOVER"}, option...)
 	rc := r.Client(tb)
 	// A manual failover that does not complete within its own timeout
 	// (the replica could not catch up in time on a loaded machine) is

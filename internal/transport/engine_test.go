@@ -41,9 +41,9 @@ func unlockCall(key string) Call {
 
 func locked(t *testing.T, r Reply) {
 	t.Helper()
-	v, err := r.Int64Slice()
+	n, err := r.Int64() // lua/lock.lua's grant: the count
 	require.NoError(t, err)
-	assert.Equal(t, []int64{1, 1}, v)
+	assert.Equal(t, int64(1), n)
 }
 
 // commandCalls returns how many times the server of rdb ran each of
@@ -406,4 +406,21 @@ func nameOn(t *testing.T, cc *redis.ClusterClient, s *redistest.Server, prefix s
 			return name
 		}
 	}
+}
+
+// The user's client closed: redisync's calls fail (not sent, wrapping
+// redis.ErrClosed) within closedEvery, and its connections close.
+func TestEngineFollowsTheClientsClose(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	tr := newT(t, rdb, Options{})
+	bg := context.Background()
+	locked(t, tr.Do(bg, lockCall("cl:1"), nil))
+	require.NoError(t, rdb.Close())
+	time.Sleep(2 * closedEvery)
+	r := tr.Do(bg, lockCall("cl:2"), nil)
+	require.ErrorIs(t, r.Err(), redis.ErrClosed)
+	require.ErrorIs(t, r.Err(), ErrNotSent)
+	assert.Zero(t, srv.Client(t).Exists(bg, "cl:2").Val())
+	assert.Eventually(t, func() bool { return len(tr.single.all()) == 0 }, time.Second, time.Millisecond, "its connections closed")
 }

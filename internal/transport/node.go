@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // A node is the engine's side of one primary: a few shared connections,
@@ -52,6 +54,9 @@ func (n *node) pick(ctx context.Context, wait bool) (*conn, error) {
 	kind, most := 0, nodeConns
 	if wait {
 		kind, most = 1, waitConns
+	}
+	if n.t.rdbClosed() {
+		return nil, notSent(redis.ErrClosed, "the redis client is closed")
 	}
 	for {
 		n.mu.Lock()

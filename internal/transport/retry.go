@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // What a reply says about its call's next step. The engine knows, for each
@@ -94,7 +96,7 @@ func (t *Transport) next(s *sendState, o *op, n *node, gone bool) int {
 		}
 		return stepDone
 	}
-	if gone || !o.again || errors.Is(err, errClosed) {
+	if gone || !o.again || errors.Is(err, errClosed) || errors.Is(err, redis.ErrClosed) {
 		return stepDone
 	}
 	if s.tries == 0 {

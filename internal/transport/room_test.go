@@ -26,7 +26,10 @@ func TestRoomBoundsABurstOnAStall(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 8 { // both shared connections dialled
 		wg.Add(1)
-		go func() { defer wg.Done(); require.NoError(t, tr.Do(bg, lockCall("room:warm"+strconv.Itoa(i)), nil).Err()) }()
+		go func() {
+			defer wg.Done()
+			require.NoError(t, tr.Do(bg, lockCall("room:warm"+strconv.Itoa(i)), nil).Err())
+		}()
 	}
 	wg.Wait()
 	var ms runtime.MemStats

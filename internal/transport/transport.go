@@ -56,6 +56,7 @@ type Transport struct {
 	old      map[string]bool // Sentinel: the replication ids of primaries that switched away (follow.go)
 	workers  atomic.Int32    // the engine's goroutines
 	pipes    atomic.Uint64   // writes, to tell them apart
+	rdbWatch closedWatch     // whether the user's client closed (closed.go)
 	watching sync.Once       // Sentinel: the watcher wanted while the engine runs (follow.go)
 	unwatch  func()
 
