@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1232,14 +1231,4 @@ func fired(rules []*faultproxy.Rule) int {
 		n += r.Fired()
 	}
 	return n
-}
-
-// engineBug skips a test that shows a bug found porting the tests to the
-// engine (issue 44), not fixed yet, unless REDISYNC_ENGINE_BUGS=1: run
-// them with it to see them fail.
-func engineBug(t *testing.T) {
-	t.Helper()
-	if os.Getenv("REDISYNC_ENGINE_BUGS") != "1" {
-		t.Skip("a known bug of the engine's port (issue 44), not fixed yet: REDISYNC_ENGINE_BUGS=1 runs it")
-	}
 }
