@@ -38,14 +38,11 @@
 //	redisync.leases.lost     counter ({hold}): holds that lost their lease
 //	redisync.handoffs        counter ({hold}): acquisitions handed over in a process
 //
-// With go-redis's tracing, give redisotel.InstrumentTracing
-// redisotel.WithDBStatement(false): its default statement reads a
-// command's result while redisync's full-duplex connection (a call sent
-// alone) sends it, a data race the race detector reports (go-redis
-// v9.23.0). The commands redisync sends on its own (the watchdog's renewal
-// pipelines, INFO replication every 250ms to see a failover, the releases
-// of holds that ended with their context) carry no span, so each starts a
-// trace: ExampleNewObserver's sampler drops them, and docs/observing.md in
+// The calls redisync sends on its own (the watchdog's renewal batches,
+// INFO replication every 250ms to see a failover, the releases of holds
+// that ended with their context) carry no span, so each starts a trace
+// (in NewHook's spans, or go-redis's tracing for INFO):
+// ExampleNewObserver's sampler drops them, and docs/observing.md in
 // redisync's repository lists them.
 //
 // The tracer's and the meter's instrumentation scope is ScopeName, at

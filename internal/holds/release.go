@@ -9,6 +9,7 @@ import (
 
 	"github.com/redisync-go/redisync/internal/errs"
 	"github.com/redisync-go/redisync/internal/lease"
+	"github.com/redisync-go/redisync/internal/transport"
 )
 
 // Release gives up n of the holds that ctx carries (all of them when n is
@@ -123,6 +124,13 @@ func (m *Machine) Release(ctx context.Context, s *Spec, n int, send func(ctx con
 		}
 		if last {
 			m.giveBackFrom(h, true) // try again in the background; else Redis frees it at the lease's end
+		} else if errors.Is(err, transport.ErrNoReply) {
+			// Written whole, its reply lost: it may have run, and no
+			// reply will come. The release scripts set the count the
+			// hold has after them, so counting it done is right whether
+			// it ran or not: the next release through the hold sets the
+			// count again, and a last one frees the lock.
+			h.Count = count - n
 		}
 		return s.Wrap(err)
 	case reply == 0:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"reflect"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -123,9 +124,17 @@ const (
 // and reads its reply, within ctx: rtDone once o's outcome is set, or
 // rtDropped or rtGone when ctx ended first.
 func (c *conn) roundTrip(ctx context.Context, o *op) int {
-	armed := false
+	// The connection's deadline tied to ctx: its deadline, and its
+	// cancellation, which a standard context's AfterFunc turns into a
+	// deadline in the past at once; another kind of context (whose Done
+	// the engine must not read after the call: it may be reused) is
+	// looked at every pollEvery instead, by a deadline no further.
+	done := ctx.Done()
+	dl, hasDL := ctx.Deadline()
+	armed, poll := false, false
 	var stop func() bool
-	if ctx.Done() != nil {
+	switch {
+	case done != nil && stdContext(ctx):
 		armed = true
 		c.mu.Lock()
 		c.dlOwner = o
@@ -141,9 +150,29 @@ func (c *conn) roundTrip(ctx context.Context, o *op) int {
 			}
 			c.mu.Unlock()
 		})
-	} else if dl, ok := ctx.Deadline(); ok {
+	case done != nil:
+		armed, poll = true, true
+		c.setDeadline(pollDeadline(dl, hasDL))
+	case hasDL:
 		armed = true
-		_ = c.nc.SetDeadline(dl)
+		c.setDeadline(dl)
+	}
+	// ended reports, after a deadline cut a read or a write, whether ctx
+	// ended; in poll mode, when it did not, the next look is armed.
+	ended := func() bool {
+		if !poll {
+			return true
+		}
+		select {
+		case <-done:
+			return true
+		default:
+		}
+		if hasDL && !time.Now().Before(dl) {
+			return true
+		}
+		c.setDeadline(pollDeadline(dl, hasDL))
+		return false
 	}
 	disarm := func() {
 		if !armed {
@@ -163,6 +192,11 @@ func (c *conn) roundTrip(ctx context.Context, o *op) int {
 	o.sent, o.pipe, o.written, o.inWrite = time.Now(), c.n.t.pipes.Add(1), true, true
 	c.mu.Unlock()
 	n, err := c.nc.Write(c.wbuf)
+	for err != nil && poll && isTimeout(err) && !ended() {
+		var m int
+		m, err = c.nc.Write(c.wbuf[n:])
+		n += m
+	}
 	if err != nil && isTimeout(err) && !c.tls {
 		disarm()
 		c.mu.Lock()
@@ -219,6 +253,9 @@ func (c *conn) roundTrip(ctx context.Context, o *op) int {
 			break
 		}
 		if err != nil {
+			if isTimeout(err) && armed && !ended() {
+				continue // poll mode: ctx has not ended
+			}
 			if isTimeout(err) && armed {
 				disarm()
 				if _, gone := o.leave(); gone {
@@ -718,6 +755,57 @@ func (c *conn) closeIfIdleLocked() {
 		_ = c.nc.Close()
 		c.n.remove(c)
 	}()
+}
+
+// pollEvery is how often a call alone on its connection looks at a
+// context of another kind than the standard library's (see roundTrip).
+const pollEvery = 5 * time.Millisecond
+
+// pollDeadline returns the connection's deadline for the next look at a
+// context whose deadline is dl (hasDL).
+func pollDeadline(dl time.Time, hasDL bool) time.Time {
+	next := time.Now().Add(pollEvery)
+	if hasDL && dl.Before(next) {
+		return dl
+	}
+	return next
+}
+
+// setDeadline sets c's deadline: reads' only on TLS (a TLS write cut in
+// two breaks the connection).
+func (c *conn) setDeadline(t time.Time) {
+	if c.tls {
+		_ = c.nc.SetReadDeadline(t)
+	} else {
+		_ = c.nc.SetDeadline(t)
+	}
+}
+
+// stdContext reports whether ctx's end comes from one of the standard
+// library's cancellable contexts (through its value contexts, which carry
+// their parent's Done), whose AfterFunc costs no goroutine and reads
+// nothing of ctx once stopped. Another kind of context's AfterFunc would
+// read its Done from a goroutine of its own, after the call perhaps.
+func stdContext(ctx context.Context) bool {
+	v := reflect.ValueOf(ctx)
+	for range 16 {
+		if v.Kind() != reflect.Pointer || v.IsNil() {
+			return false
+		}
+		t := v.Type().Elem()
+		if t.PkgPath() != "context" {
+			return false
+		}
+		switch t.Name() {
+		case "cancelCtx", "timerCtx":
+			return true
+		case "valueCtx":
+			v = v.Elem().Field(0).Elem() // its parent (Context, embedded first)
+		default:
+			return false
+		}
+	}
+	return false
 }
 
 // waitDone waits until o, a caller's own call (roundTrip), has its
