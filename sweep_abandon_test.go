@@ -291,7 +291,7 @@ func swHandedOver(name string, p *swPrim) swRow {
 		},
 		mid: func(r *swRun, arm func()) {
 			channel := r.a.Mutex(swName).channel
-			eventually(r.t, time.Second, "the call waiting, idle", func() bool { return advIdleWaiters(r.a, channel) == 1 })
+			eventually(r.t, 5*time.Second, "the call waiting, idle", func() bool { return advIdleWaiters(r.a, channel) == 1 })
 			arm()
 			start := time.Now()
 			err := r.mine().unlock(r.main)

@@ -466,7 +466,7 @@ func (r *swRun) abandon() {
 		lag := startLag()
 		defer lag.Stop()
 		sent := time.Now()
-		for r.rule.Fired() == 0 {
+		for r.rule != nil && r.rule.Fired() == 0 {
 			if time.Since(sent) > 2*time.Second+lag.Slack() {
 				t.Errorf("the call never sent its script (%v)", row.scripts)
 				break

@@ -150,9 +150,12 @@ func TestSubscriptionFollowsSentinelSwitch(t *testing.T) {
 	require.False(t, demoted(old, oc), "the old primary still answers as one")
 	require.NoError(t, a.Mutex(name).Unlock(held))
 	released := time.Now()
-	n, err := promoted.Exists(ctx, name).Result()
+	// A's hold is gone from the new primary; B may hold it already.
+	fields, err := promoted.HKeys(ctx, name).Result()
 	require.NoError(t, err)
-	require.Zero(t, n, "released on the new primary")
+	for _, f := range fields {
+		require.False(t, strings.HasPrefix(f, a.ID()+":"), "released on the new primary: %v", fields)
+	}
 	t.Logf("released %v after +switch-master", released.Sub(switched))
 
 	var r timedLock
@@ -245,8 +248,14 @@ func TestSubscriptionFollowsClusterFailover(t *testing.T) {
 				t.Fatal("the waiter never got the lock")
 			}
 			require.NoError(t, r.err)
-			took := r.at.Sub(switched)
-			t.Logf("the waiter had the lock %v after the promotion (%v after the release); the machine's worst delay: %v",
+			// From the promotion, or from the release when A's client
+			// followed the switch later (slow under load).
+			from := switched
+			if released.After(from) {
+				from = released
+			}
+			took := r.at.Sub(from)
+			t.Logf("the waiter had the lock %v after the promotion or the release (%v after the release); the machine's worst delay: %v",
 				took, r.at.Sub(released), lag.Worst())
 			require.LessOrEqual(t, took, followBound+lag.Slack(), "the waiter had the lock %v after the switch", took)
 			require.NoError(t, b.Mutex(name).Unlock(r.ctx))
