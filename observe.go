@@ -265,9 +265,13 @@ func WithLogger(l *slog.Logger) Option {
 // ended reports the end of h to the observer, once its start has been
 // told (see lease.Hold.AfterStarted), and, for a lost lease, to the log.
 func (c *Client) ended(h *lease.Hold, why lease.EndReason, cause error) {
+	lost := why == lease.EndLost || why == lease.EndForced
+	if !lost && c.obs.Released == nil {
+		return // nothing to tell, nor to log
+	}
 	e := HoldEvent{Kind: Kind(h.Ref.Kind), Name: h.Ref.Name, Held: time.Since(h.Taken), Outcome: OutcomeReleased}
 	tell := c.obs.Released
-	if why == lease.EndLost || why == lease.EndForced {
+	if lost {
 		e.Cause, e.Outcome, tell = cause, OutcomeLost, c.obs.LeaseLost
 		c.log.Warn("redisync: lease lost", "kind", e.Kind, "name", e.Name, "owner", h.Field, "held", e.Held, "cause", cause)
 	}
@@ -280,6 +284,10 @@ func (c *Client) ended(h *lease.Hold, why lease.EndReason, cause error) {
 // own, so that ended does not move e to the heap when there is no one to
 // tell).
 func tellEnd(h *lease.Hold, tell func(context.Context, HoldEvent), e HoldEvent) {
+	if vals, ok := h.StartedValues(); ok {
+		tell(vals, e) // the common case: no report to hold back
+		return
+	}
 	h.AfterStarted(func(ctx context.Context) { tell(ctx, e) })
 }
 

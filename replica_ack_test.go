@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisync-go/redisync/internal/faultproxy"
-	"github.com/redisync-go/redisync/internal/lease"
+	"github.com/redisync-go/redisync/internal/holds"
 	"github.com/redisync-go/redisync/internal/redistest"
 	"github.com/redisync-go/redisync/lua"
 )
@@ -79,7 +79,7 @@ func TestReplicaAckLockIsOnTheReplica(t *testing.T) {
 	bg := context.Background()
 
 	lctx := returnsAfterResume(t, replica, func() (context.Context, error) { return m.Lock(bg) })
-	field := lctx.Value(m.spec.Ref).(*lease.Hold).Field
+	field := holds.Held(lctx, m.spec.Ref).Field
 	got, err := rr.HGetAll(bg, "ack").Result()
 	require.NoError(t, err)
 	assert.Equal(t, map[string]string{field: "1"}, got, "the replica has the lock when Lock returns")

@@ -52,6 +52,7 @@ package redisyncotel
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -180,7 +181,21 @@ type observer struct {
 	attrs          []attribute.KeyValue
 	waits, holds   metric.Float64Histogram
 	lost, handoffs metric.Int64Counter
+
+	// measures are the metrics' attribute sets, made once for each kind
+	// and outcome (a few dozen at most): a measurement is then made
+	// without an allocation (see measure).
+	measures sync.Map // measureKey -> metric.MeasurementOption
 }
+
+// measureKey names one of the metrics' attribute sets.
+type measureKey struct {
+	kind    redisync.Kind
+	outcome redisync.Outcome // "" without one
+}
+
+// internalSpan is every span's kind, as a start option made once.
+var internalSpan = trace.WithSpanKind(trace.SpanKindInternal)
 
 // The keys under which a context carries this observer's live spans.
 type (
@@ -193,7 +208,7 @@ type (
 func (o *observer) start(ctx context.Context, key any, name string, e redisync.HoldEvent) context.Context {
 	attrs := make([]attribute.KeyValue, 0, 2+len(o.attrs))
 	attrs = append(append(attrs, KindKey.String(string(e.Kind)), NameKey.String(e.Name)), o.attrs...)
-	ctx, s := o.t.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
+	ctx, s := o.t.Start(ctx, name, internalSpan, trace.WithAttributes(attrs...))
 	return context.WithValue(ctx, key, s)
 }
 
@@ -244,12 +259,20 @@ func errorType(outcome redisync.Outcome) string {
 // measure returns the measurement options of e: its kind, with its
 // outcome when withOutcome.
 func (o *observer) measure(e redisync.HoldEvent, withOutcome bool) metric.MeasurementOption {
-	attrs := make([]attribute.KeyValue, 0, 2+len(o.attrs))
-	attrs = append(attrs, KindKey.String(string(e.Kind)))
+	k := measureKey{kind: e.Kind}
 	if withOutcome {
-		attrs = append(attrs, OutcomeKey.String(string(e.Outcome)))
+		k.outcome = e.Outcome
 	}
-	return metric.WithAttributes(append(attrs, o.attrs...)...)
+	if m, ok := o.measures.Load(k); ok {
+		return m.(metric.MeasurementOption)
+	}
+	attrs := make([]attribute.KeyValue, 0, 2+len(o.attrs))
+	attrs = append(attrs, KindKey.String(string(k.kind)))
+	if withOutcome {
+		attrs = append(attrs, OutcomeKey.String(string(k.outcome)))
+	}
+	m, _ := o.measures.LoadOrStore(k, metric.WithAttributes(append(attrs, o.attrs...)...))
+	return m.(metric.MeasurementOption)
 }
 
 func (o *observer) waitStarted(ctx context.Context, e redisync.HoldEvent) context.Context {

@@ -40,7 +40,13 @@ func scopeOf(ctx context.Context) *scope {
 // a hold taken outside ctx's WithOwner scope is not ctx's.
 func Carried(ctx context.Context, ref lease.Ref) *lease.Hold {
 	h := lease.HoldIn(ctx, ref)
-	if h == nil || h.Scope != scopeOf(ctx) {
+	if h == nil {
+		return nil
+	}
+	if ctx == h.Ctx && h.Obs == nil {
+		return h // its own context: in its scope, by its making (no lookup)
+	}
+	if h.Scope != scopeOf(ctx) {
 		return nil
 	}
 	return h
@@ -348,7 +354,7 @@ func (a *Acquisition) newHold(field string, count int) *lease.Hold {
 	h.Lease, h.Renewed, h.Token, h.Tokens = a.Spec.Lease, a.Spec.Renewed, a.Token, a.Tokens
 	h.Parts, h.Covers, h.Parent, h.Count, h.Taken = a.Spec.Parts, a.Spec.Covers, a.Parent, count, time.Now()
 	if a.m.cfg.HoldValues {
-		h.Obs = new(lease.Observed)
+		h.Observe()
 	}
 	return h
 }

@@ -43,9 +43,11 @@ func (m *Machine) Release(ctx context.Context, s *Spec, n int, send func(ctx con
 		return s.Wrap(fmt.Errorf("%w (the context carries no hold of it)", errs.NotHeld))
 	}
 	var b *bound // nil: the release's context is the hold's own
-	if h.Parent.Done() == nil && h.Mu.TryLock() {
-		// The common case: nothing to watch, and the hold's lock free,
-		// so the release's context is the hold's own (no allocation).
+	if h.Mu.TryLock() {
+		// The common case: the hold's lock free, so the release's
+		// context is the hold's own (no allocation, or the one channel
+		// of its own it needs when the hold's context can end).
+		m.endWithParent(h)
 		ctx = h.CallCtx(ctx, ReleaseTimeout)
 	} else {
 		b = releaseBound(ctx, h)
@@ -84,7 +86,11 @@ func (m *Machine) Release(ctx context.Context, s *Spec, n int, send func(ctx con
 		// renewals stop before the script is sent, so none follows it.
 		// A context that the hold's own end ends (a downgrade's, in
 		// the root's rwlock.go) does not end its release.
-		b.unwatch() // (nil: nothing watched)
+		if b != nil {
+			b.unwatch()
+		} else {
+			h.Unwatch()
+		}
 		// The end is told once the reply says how it ended: a hold
 		// Redis had lost is told lost, as the release returns
 		// ErrLeaseLost (see lost below).
@@ -96,8 +102,12 @@ func (m *Machine) Release(ctx context.Context, s *Spec, n int, send func(ctx con
 				m.wd.Told(h, lease.EndUnlocked, nil)
 			}
 		}()
-		if b != nil && h.Parent.Err() == nil {
+		switch {
+		case h.Parent.Err() != nil:
+		case b != nil:
 			b.watch(h)
+		case h.Parent.Done() != nil:
+			defer h.WatchParent()() // the keeper watched it until the end
 		}
 	} else {
 		p = &pending{m: m, h: h, count: count, n: n}
@@ -105,7 +115,7 @@ func (m *Machine) Release(ctx context.Context, s *Spec, n int, send func(ctx con
 	}
 	reply, sent, err := send(ctx, h, count)
 	switch {
-	case err != nil && b.ended():
+	case err != nil && (b.ended() || b == nil && h.CallParentEnded()):
 		// No reply before the hold's context ended: the hold has ended
 		// with it, and was the caller's until then (see afterEnd).
 		if last {
@@ -155,9 +165,9 @@ func (m *Machine) Release(ctx context.Context, s *Spec, n int, send func(ctx con
 
 // bound is the context a release through a hold runs in: the caller's
 // values, ended by ReleaseTimeout or, while watched, by the end of the
-// context the hold was taken with, whichever comes first. A release
-// through a hold whose context never ends, whose lock it takes at once,
-// needs none: its context is the hold's own (lease.Hold.CallCtx).
+// context the hold was taken with, whichever comes first. A release that
+// takes the hold's lock at once needs none: its context is the hold's own
+// (lease.Hold.CallCtx), which the keeper ends the same way.
 type bound struct {
 	ctx         context.Context
 	cancel      context.CancelFunc
@@ -183,12 +193,8 @@ func (b *bound) watch(h *lease.Hold) {
 }
 
 // unwatch stops watching; the bound stays ended if the watched context
-// ended before. A nil bound watches nothing.
-func (b *bound) unwatch() {
-	if b != nil {
-		b.stop()
-	}
-}
+// ended before.
+func (b *bound) unwatch() { b.stop() }
 
 // ended reports whether b ended with the hold's context (never, for nil).
 func (b *bound) ended() bool { return b != nil && b.parentEnded.Load() }

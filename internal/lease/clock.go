@@ -81,8 +81,10 @@ func now() clockAt {
 // added to it): its gain is the meter's now, less the lead's rise from t's
 // readings to now (a suspend between the script's sending and its reply,
 // as far as those two readings show it).
-func stamp(t time.Time) clockAt {
-	n := now()
+func stamp(t time.Time) clockAt { return stampAt(t, now()) }
+
+// stampAt is stamp with the clock read at n.
+func stampAt(t time.Time, n clockAt) clockAt {
 	a := clockOf(t)
 	a.gain = n.gain - max(0, n.lead-a.lead)
 	return a

@@ -76,16 +76,18 @@ func (c *ownCtx) Err() error {
 
 // Value also serves context.Cause, which reads the cancellation's cause
 // through it (causeKey). It answers holdsKey with itself (a hold's context
-// carries its hold: see HoldIn); any other key with the parent's value,
-// or the observer's (see Values).
+// carries its hold: see HoldIn, which looks at the hold's end itself); any
+// other key with the parent's value, or the observer's (see Values), which
+// the hold's end does not change: it does not look at the hold (a hook
+// reading a command's values costs no clock read).
 func (c *ownCtx) Value(key any) any {
 	h := c.h
-	h.check()
 	switch key.(type) {
 	case holdsKey:
 		return c
 	case *int:
 		if key == causeKey {
+			h.check()
 			// The context package asks for it to derive a context (live:
 			// the real one, its parent), and context.Cause (ended).
 			if cc := h.realCtx(); cc != nil {
@@ -98,9 +100,11 @@ func (c *ownCtx) Value(key any) any {
 }
 
 // AfterFunc runs f once the context is cancelled (at once, in a goroutine
-// of its own, once it has been): the context package asks a context of its
-// own kind for it, for every context derived from it, so that they end
-// with it without a goroutine watching each.
+// of its own, once it has been). The context package asks for it to have
+// a context derived from this one end with it, when that context's Value
+// did not lead it to the real context beside it (Value's causeKey: should
+// a Go release stop asking for that key, the derived contexts still end
+// with the hold's, without a goroutine watching each).
 func (c *ownCtx) AfterFunc(f func()) (stop func() bool) {
 	h := c.h
 	if stop, ok := h.tie(func(error) { f() }); ok {

@@ -57,4 +57,7 @@ func (d *dlStore) left() time.Duration {
 // Expired reports whether the deadline dl (see deadline) has passed on the
 // holds' clock.
 // dl carries the readings of a moment not later than now (see stamp).
-func Expired(dl time.Time) bool { return stamp(dl).since(now()) >= 0 }
+func Expired(dl time.Time) bool {
+	n := now()
+	return stampAt(dl, n).since(n) >= 0
+}

@@ -93,6 +93,7 @@ type Hold struct {
 	// hold's start), holds those values and orders the reports of the
 	// hold's start and end (observed.go).
 	Obs *Observed
+	obs Observed // backs Obs (Observe): no allocation
 
 	k *Keeper // set by Add
 

@@ -98,3 +98,85 @@ func TestHoldArgs(t *testing.T) {
 	var fresh Hold
 	assert.Zero(t, testing.AllocsPerRun(1, func() { _ = fresh.Args(field, 30000, "publish", field) }))
 }
+
+// A release's context (CallCtx) carries the caller's values and ends at
+// its bound, on the keeper's clock, or, for a hold whose parent can end
+// and while watched, with the parent: Err says which; a hold whose
+// parent never ends shares the bound's channel with every call of its
+// slot (no channel of its own).
+func TestCallCtxEndsAtItsBoundOrWithTheParent(t *testing.T) {
+	e := newEnv(t, 30*time.Second)
+	type key struct{}
+	vals := context.WithValue(bg, key{}, "v")
+
+	h := e.holdOn(t, "call:never", bg)
+	start := time.Now()
+	c := h.CallCtx(vals, 30*time.Millisecond)
+	assert.Equal(t, "v", c.Value(key{}), "the caller's values")
+	dl, ok := c.Deadline()
+	require.True(t, ok)
+	assert.WithinDuration(t, start.Add(30*time.Millisecond), dl, slotWidth+5*time.Millisecond)
+	require.NoError(t, c.Err())
+	<-c.Done()
+	assert.GreaterOrEqual(t, time.Since(start), 30*time.Millisecond, "not before its bound")
+	assert.ErrorIs(t, c.Err(), context.DeadlineExceeded)
+	h2 := e.holdOn(t, "call:never2", bg)
+	d1, _ := h2.CallCtx(bg, time.Hour).Deadline()
+	c2 := h2.CallCtx(bg, time.Hour)
+	d2, _ := c2.Deadline()
+	if d1.Equal(d2) {
+		assert.Equal(t, h2.call.done, c2.Done(), "one channel for the calls of a slot")
+	}
+
+	parent, cancel := context.WithCancel(bg)
+	defer cancel()
+	hp := e.holdOn(t, "call:parent", parent)
+	c3 := hp.CallCtx(vals, time.Hour)
+	require.NoError(t, c3.Err())
+	hp.Unwatch()
+	e.k.EndUntold(hp, EndUnlocked) // a last release ends its hold first
+	cancel()
+	time.Sleep(20 * time.Millisecond)
+	assert.NoError(t, c3.Err(), "unwatched: the parent's end does not end it")
+	assert.False(t, hp.CallParentEnded())
+
+	parent2, cancel2 := context.WithCancel(bg)
+	hq := e.holdOn(t, "call:parent2", parent2)
+	c4 := hq.CallCtx(vals, time.Hour)
+	cancel2() // the keeper's watch of the parent ends the call
+	select {
+	case <-c4.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the parent's end did not end the call")
+	}
+	assert.ErrorIs(t, c4.Err(), context.Canceled)
+	assert.True(t, hq.CallParentEnded())
+
+	parent3, cancel3 := context.WithCancel(bg)
+	hr := e.holdOn(t, "call:parent3", parent3)
+	c5 := hr.CallCtx(vals, time.Hour)
+	hr.Unwatch()
+	e.k.EndUntold(hr, EndUnlocked)
+	stop := hr.WatchParent() // watched again, once the hold has ended
+	defer stop()
+	cancel3()
+	select {
+	case <-c5.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the parent's end did not end the call watched again")
+	}
+	assert.True(t, hr.CallParentEnded())
+
+	parent4, cancel4 := context.WithCancel(bg)
+	defer cancel4()
+	hs := e.holdOn(t, "call:gen", parent4)
+	old := hs.CallCtx(vals, 20*time.Millisecond)
+	_ = old
+	hs.call.mu.Lock()
+	oldGen := hs.call.gen
+	hs.call.mu.Unlock()
+	c6 := hs.CallCtx(vals, time.Hour)
+	hs.call.end(callBound, oldGen) // an earlier call's bound, late
+	time.Sleep(40 * time.Millisecond)
+	assert.NoError(t, c6.Err(), "a call is ended by its own bound only")
+}

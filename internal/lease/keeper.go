@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redisync-go/redisync/internal/transport"
@@ -41,9 +42,13 @@ type Keeper struct {
 	small   int                         // rounds of one pipeline under way (see due)
 	kick    chan struct{}               // wakes the loop: a new cadence
 	forced  map[Ref]uint64              // ForceUnlocks so far, per lock
-	forcing map[Ref]int                 // ForceUnlocks in flight, per lock
-	calm    map[Ref]chan struct{}       // closed when a lock's last one in flight answers
-	closed  bool
+	// everForced is set by the first ForceUnlock, under mu, before it
+	// counts: until then every lock's epoch is 0 and none is in flight,
+	// which Unforced answers without mu.
+	everForced atomic.Bool
+	forcing    map[Ref]int           // ForceUnlocks in flight, per lock
+	calm       map[Ref]chan struct{} // closed when a lock's last one in flight answers
+	closed     bool
 
 	// The holds' deadlines (deadlines.go), under dmu: a heap, the
 	// earliest first, and the one timer set for it (at dlAt, 0: none).
@@ -178,7 +183,10 @@ func (w *Keeper) Add(h *Hold, st Stamp) error {
 	h.tmu.Unlock()
 	w.mu.Unlock()
 	if ends { // a parent that can never end needs no watch
-		h.OnEnd(context.AfterFunc(h.Parent, func() { h.Settle() }))
+		h.OnEnd(context.AfterFunc(h.Parent, func() {
+			h.Settle()
+			h.call.parentEnded() // a release under way ends with it
+		}))
 	}
 	return nil
 }
@@ -345,6 +353,7 @@ func (w *Keeper) trusted(epoch uint64, ref Ref, covers []Ref) bool {
 // of every name it covers).
 func (w *Keeper) Force(ref Ref) (done func()) {
 	w.mu.Lock()
+	w.everForced.Store(true)
 	w.forced[ref]++
 	if w.forcing[ref]++; w.forcing[ref] == 1 {
 		w.calm[ref] = make(chan struct{})
@@ -394,6 +403,11 @@ func (w *Keeper) resumed() { w.rearm() }
 // reports false at once instead of waiting; it returns ctx's error when
 // ctx ends first, and ErrClosed when the client closes.
 func (w *Keeper) Unforced(ctx context.Context, ref Ref, covers []Ref, wait bool) (uint64, bool, error) {
+	if !w.everForced.Load() {
+		// No ForceUnlock so far: epoch 0, and a grant stamped with it
+		// that one overtakes is refused by Add, under mu.
+		return 0, true, nil
+	}
 	for {
 		w.mu.Lock()
 		ch := w.calm[ref]

@@ -17,12 +17,20 @@ import (
 // its start: the values, and the order of the reports. A hold without one
 // (nil) carries h.Parent's values, and its end is reported at once.
 type Observed struct {
-	vals    atomic.Pointer[context.Context] // the observer's values for the hold's contexts
-	base    valuesCtx                       // the base of the hold's contexts
+	// vals are the observer's values for the hold's contexts (nil:
+	// none), written once, by Started, before started is set and before
+	// the hold's context is handed out: its readers come after.
+	vals    context.Context
+	base    valuesCtx // the base of the hold's contexts
 	mu      sync.Mutex
 	started bool                    // Started has been called
+	told    atomic.Bool             // started, read without mu (StartedValues)
 	later   []func(context.Context) // end reports waiting for Started
 }
+
+// Observe gives h its Observed (h.Obs), part of h: its observer gives
+// values at its start. Called before Keeper.Add.
+func (h *Hold) Observe() { h.Obs = &h.obs }
 
 // Started records that the observer was told of h's start and gave vals
 // (nil: none), whose values h's contexts carry from now on instead of
@@ -34,13 +42,10 @@ func (h *Hold) Started(vals context.Context) {
 	if o == nil {
 		return
 	}
-	if vals != nil {
-		p := new(context.Context) // here only: &vals would put vals on the heap for every hold
-		*p = vals
-		o.vals.Store(p)
-	}
 	o.mu.Lock()
+	o.vals = vals
 	o.started = true
+	o.told.Store(true)
 	later := o.later
 	o.later = nil
 	o.mu.Unlock()
@@ -64,13 +69,21 @@ func (h *Hold) AfterStarted(report func(context.Context)) {
 	report(h.Values())
 }
 
+// StartedValues returns h's values (see Values) and true once the
+// observer has been told of h's start (or h has no Observed): an end
+// report can be made at once, without waiting (AfterStarted).
+func (h *Hold) StartedValues() (context.Context, bool) {
+	if o := h.Obs; o != nil && !o.told.Load() {
+		return nil, false
+	}
+	return h.Values(), true
+}
+
 // Values returns the context whose values h's contexts carry: the one the
 // observer gave at its start, or h.Parent.
 func (h *Hold) Values() context.Context {
-	if o := h.Obs; o != nil {
-		if v := o.vals.Load(); v != nil {
-			return *v
-		}
+	if o := h.Obs; o != nil && o.vals != nil {
+		return o.vals
 	}
 	return h.Parent
 }
@@ -85,8 +98,8 @@ type valuesCtx struct {
 }
 
 func (c *valuesCtx) Value(key any) any {
-	if v := c.h.Obs.vals.Load(); v != nil {
-		return (*v).Value(key)
+	if v := c.h.Obs.vals; v != nil {
+		return v.Value(key)
 	}
 	return c.Context.Value(key)
 }
