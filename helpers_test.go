@@ -76,11 +76,9 @@ func (e *testEnv) client(t testing.TB, opts ...Option) *Client {
 }
 
 func newClient(t testing.TB, rdb redis.UniversalClient, opts ...Option) *Client {
-	if h, ok := gated.Load(rdb); ok {
-		if h, ok := h.(redis.Hook); ok {
-			// The fault hook gate added to rdb: on redisync's own calls too.
-			opts = append([]Option{WithHooks(h)}, opts...)
-		}
+	if hs := gatedHooks(rdb); len(hs) > 0 {
+		// The fault hooks gate added to rdb: on redisync's own calls too.
+		opts = append([]Option{WithHooks(hs...)}, opts...)
 	}
 	c, err := New(rdb, opts...)
 	require.NoError(t, err)

@@ -200,7 +200,7 @@ func TestSilentQueueWaitsEndAtTheirContext(t *testing.T) {
 			require.NoError(t, err)
 			rdb, p := silentRDB(t, e.addr, func(o *redis.Options) { o.MaxRetries = -1 })
 			var done atomic.Int64 // scripts the waiter's client has finished
-			rdb.AddHook(doneHook{&done})
+			gate(rdb, doneHook{&done})
 			c := newClient(t, rdb)
 
 			for range 3 {
@@ -286,9 +286,10 @@ func TestReentryWaitsForTheHoldWithinItsContext(t *testing.T) {
 		},
 		busy: func(t *testing.T, c *Client, hook *faultproxy.Hook, hctx context.Context) {
 			// An earlier re-entry leaves; its reply is 2s away.
-			hook.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.Lock.Script), Times: 1, Action: faultproxy.DelayReply(2 * time.Second)})
+			slow := hook.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.Lock.Script), Times: 1, Action: faultproxy.DelayReply(2 * time.Second)})
 			_, err := c.Mutex("busy").TryLockFor(hctx, 50*time.Millisecond)
 			require.ErrorIs(t, err, ErrNotAcquired)
+			require.Equal(t, 1, slow.Fired(), "the re-entry's reply delayed")
 		},
 		enter: func(c *Client, ctx context.Context) error { _, err := c.Mutex("busy").Lock(ctx); return err },
 	}, {
@@ -301,9 +302,10 @@ func TestReentryWaitsForTheHoldWithinItsContext(t *testing.T) {
 			return hctx
 		},
 		busy: func(t *testing.T, c *Client, hook *faultproxy.Hook, hctx context.Context) {
-			hook.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.SemAcquire.Script), Times: 1, Action: faultproxy.DelayReply(2 * time.Second)})
+			slow := hook.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.SemAcquire.Script), Times: 1, Action: faultproxy.DelayReply(2 * time.Second)})
 			_, err := c.Semaphore("busy").TryAcquireFor(hctx, 1, 50*time.Millisecond)
 			require.ErrorIs(t, err, ErrNotAcquired)
+			require.Equal(t, 1, slow.Fired(), "the re-entry's reply delayed")
 		},
 		enter: func(c *Client, ctx context.Context) error { _, err := c.Semaphore("busy").Acquire(ctx, 1); return err },
 	}, {
@@ -365,8 +367,9 @@ func TestSemaphoreAddToHoldLostInFlight(t *testing.T) {
 	require.NoError(t, err)
 
 	// The script runs at once; its reply comes after the hold's deadline.
-	hook.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.SemAcquire.Script), Times: 1, Action: faultproxy.DelayReply(2 * lease)})
+	slow := hook.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.SemAcquire.Script), Times: 1, Action: faultproxy.DelayReply(2 * lease)})
 	actx, err := s.Acquire(context.WithoutCancel(hctx), 1) // a context that outlives the hold
+	require.Equal(t, 1, slow.Fired(), "the addition's reply delayed")
 	require.ErrorIs(t, context.Cause(hctx), ErrLeaseLost, "the hold was lost meanwhile")
 	if assert.Error(t, err, "added to a hold that was lost") {
 		assert.ErrorIs(t, err, ErrLeaseLost)
