@@ -2,26 +2,11 @@ package redisync
 
 import (
 	"context"
-	"os"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// Bugs found porting the suite to the engine (issue 44), each shown by a
-// test that fails until it is fixed. They are skipped unless
-// REDISYNC_ENGINE_BUGS=1 (engineBug), so that the suite stays green
-// meanwhile; run them with it.
-
-// engineBug skips a test that shows a bug found porting the tests to the
-// engine (issue 44), not fixed yet, unless REDISYNC_ENGINE_BUGS=1.
-func engineBug(t *testing.T) {
-	t.Helper()
-	if os.Getenv("REDISYNC_ENGINE_BUGS") != "1" {
-		t.Skip("a known bug found porting the tests to the engine (issue 44), not fixed yet: REDISYNC_ENGINE_BUGS=1 runs it")
-	}
-}
 
 // Redis restarts (its process stopped and started again, the data kept or
 // not) while a Client's connections are idle: the first call after it
@@ -33,7 +18,6 @@ func engineBug(t *testing.T) {
 // EOF" from TestSemaphoreWithPermitsSurvivesDataLoss's first Acquire
 // after the restart, and at the end of TestChaos.)
 func TestCallAfterRestartOnIdleConnectionIsSent(t *testing.T) {
-	engineBug(t)
 	e := realEnv(t)
 	bg := context.Background()
 	c := e.client(t)
