@@ -46,10 +46,10 @@ type conn struct {
 	wbatch []*op   // the writing role's: the calls of its write
 	wends  []int   // the writing role's: where each one's bytes end
 	tls    bool    // its deadlines cut reads only: a TLS write cut in two is lost
+	wait   bool    // one of WAIT's connections (live.go)
 	replID string  // its server's replication id when dialled ("": not known)
 	dead   atomic.Bool
 	load   atomic.Int32 // calls queued or in flight on it
-	last   atomic.Int64 // UnixNano of its last write
 
 	mu      sync.Mutex
 	q       []*op // written or being written, unanswered, in order: q[qh:]
@@ -83,13 +83,6 @@ func newConn(n *node, nc net.Conn, rd *reader, isTLS bool, replID string) *conn 
 	return &conn{n: n, nc: nc, rd: rd, tls: isTLS, replID: replID, compact: 4 * window}
 }
 
-// idleCheck is how long a connection stays unwritten before a call looks
-// whether Redis closed it meanwhile (peerClosed).
-const idleCheck = 5 * time.Millisecond
-
-// idle reports whether c has not been written to for idleCheck.
-func (c *conn) idle() bool { return time.Now().UnixNano()-c.last.Load() >= int64(idleCheck) }
-
 // usable reports whether the connection takes calls.
 func (c *conn) usable() bool { return !c.dead.Load() }
 
@@ -106,6 +99,7 @@ func (c *conn) claim(o *op) bool {
 	}
 	c.writing, c.reading = true, readCaller
 	o.state.Store(opWritten)
+	o.c = c
 	c.q = append(c.q, o)
 	c.load.Add(1)
 	c.mu.Unlock()
@@ -128,6 +122,7 @@ const (
 	rtDone    = iota // o's outcome is set
 	rtDropped        // the caller left before o was written: never written
 	rtGone           // the caller left after: o's outcome goes to o.gone
+	rtStale          // the connection was found closed before o was written: another one
 )
 
 // roundTrip writes o's command, in c.wbuf, claimed by its caller (claim),
@@ -138,11 +133,28 @@ func (c *conn) roundTrip(ctx context.Context, o *op) int {
 	// cancellation, which a standard context's AfterFunc turns into a
 	// deadline in the past at once; another kind of context (whose Done
 	// the engine must not read after the call: it may be reused) is
-	// looked at every pollEvery instead, by a deadline no further.
+	// looked at every pollEvery instead, by a deadline no further. And
+	// the connection's liveness (live.go): no reply for that long, and
+	// the connection is taken for dead.
 	done := ctx.Done()
 	dl, hasDL := ctx.Deadline()
+	live := c.live()
+	liveBy := time.Now().Add(live)
 	armed, poll := false, false
 	var stop func() bool
+	nextDeadline := func() time.Time {
+		var t time.Time
+		if hasDL {
+			t = dl
+		}
+		if p := time.Now().Add(pollEvery); poll && (t.IsZero() || p.Before(t)) {
+			t = p
+		}
+		if live > 0 && (t.IsZero() || liveBy.Before(t)) {
+			t = liveBy
+		}
+		return t
+	}
 	switch {
 	case done != nil && stdContext(ctx):
 		armed = true
@@ -152,37 +164,37 @@ func (c *conn) roundTrip(ctx context.Context, o *op) int {
 		stop = context.AfterFunc(ctx, func() {
 			c.mu.Lock()
 			if c.dlOwner == o {
-				if c.tls {
-					_ = c.nc.SetReadDeadline(pastDeadline)
-				} else {
-					_ = c.nc.SetDeadline(pastDeadline)
-				}
+				c.setDeadline(pastDeadline)
 			}
 			c.mu.Unlock()
 		})
 	case done != nil:
-		armed, poll = true, true
-		c.setDeadline(pollDeadline(dl, hasDL))
-	case hasDL:
-		armed = true
-		c.setDeadline(dl)
+		poll = true
 	}
-	// ended reports, after a deadline cut a read or a write, whether ctx
-	// ended; in poll mode, when it did not, the next look is armed.
-	ended := func() bool {
-		if !poll {
-			return true
+	if d := nextDeadline(); !d.IsZero() {
+		armed = true
+		c.setDeadline(d)
+	}
+	// cut says, after a deadline cut a read or a write, why: ctx ended,
+	// the connection stayed silent past its liveness, or neither (a look
+	// at a context of another kind): then the next deadline is armed.
+	cut := func() int {
+		if done != nil {
+			select {
+			case <-done:
+				return cutCtx
+			default:
+			}
 		}
-		select {
-		case <-done:
-			return true
-		default:
+		now := time.Now()
+		if hasDL && !now.Before(dl) {
+			return cutCtx
 		}
-		if hasDL && !time.Now().Before(dl) {
-			return true
+		if live > 0 && !now.Before(liveBy) {
+			return cutDead
 		}
-		c.setDeadline(pollDeadline(dl, hasDL))
-		return false
+		c.setDeadline(nextDeadline())
+		return cutAgain
 	}
 	disarm := func() {
 		if !armed {
@@ -201,9 +213,25 @@ func (c *conn) roundTrip(ctx context.Context, o *op) int {
 	c.mu.Lock()
 	o.sent, o.pipe, o.written, o.inWrite = time.Now(), c.n.t.pipes.Add(1), true, true
 	c.mu.Unlock()
-	c.last.Store(o.sent.UnixNano())
+	// Nothing was in flight on it: Redis may have closed it meanwhile (a
+	// restart), and a call written to it would be told it had no reply
+	// although it never reached Redis. One look first, nothing consumed.
+	if err := peerClosed(c.nc); err != nil {
+		c.wrote([]*op{o}, []int{len(c.wbuf)}, 0, err)
+		disarm()
+		waitDone(o)
+		return rtStale
+	}
 	n, err := c.nc.Write(c.wbuf)
-	for err != nil && poll && isTimeout(err) && !ended() {
+	for err != nil && armed && isTimeout(err) {
+		why := cut()
+		if why == cutCtx {
+			break
+		}
+		if why == cutDead {
+			err = silent(live) // the connection's failure, no deadline's
+			break
+		}
 		var m int
 		m, err = c.nc.Write(c.wbuf[n:])
 		n += m
@@ -227,6 +255,7 @@ func (c *conn) roundTrip(ctx context.Context, o *op) int {
 			// Cut in its write: a writer goroutine finishes it, and
 			// the caller leaves with its reply to come.
 			o.state.Store(opGone)
+			c.n.t.active.Add(1) // until its outcome is handed on (finish)
 			c.reading = readLoop
 			c.mu.Unlock()
 			c.n.t.workers.Add(2)
@@ -264,8 +293,18 @@ func (c *conn) roundTrip(ctx context.Context, o *op) int {
 			break
 		}
 		if err != nil {
-			if isTimeout(err) && armed && !ended() {
-				continue // poll mode: ctx has not ended
+			why := cutCtx
+			if isTimeout(err) && armed {
+				why = cut()
+			}
+			if why == cutAgain {
+				continue // a look at ctx, which has not ended
+			}
+			if why == cutDead {
+				disarm()
+				c.fail(silent(live))
+				waitDone(o)
+				return rtDone
 			}
 			if isTimeout(err) && armed {
 				disarm()
@@ -410,7 +449,6 @@ func (c *conn) takeLocked(ends []int) ([]*op, []int) {
 		}
 		if now.IsZero() {
 			now, pipe = time.Now(), c.n.t.pipes.Add(1)
-			c.last.Store(now.UnixNano())
 		}
 		o.sent, o.pipe, o.written = now, pipe, true
 		o.inWrite = true
@@ -629,9 +667,16 @@ func (c *conn) kickLocked() {
 // flight and completes them, in order, until none is in flight.
 func (c *conn) readLoop() {
 	defer c.n.t.workers.Add(-1)
+	live := c.live()
 	for {
+		if live > 0 && !c.rd.buffered() {
+			_ = c.nc.SetReadDeadline(time.Now().Add(live))
+		}
 		o, v, last, err := c.nextReply(true)
 		if err != nil {
+			if live > 0 && isTimeout(err) {
+				err = silent(live)
+			}
 			c.fail(err)
 			return
 		}
@@ -837,15 +882,12 @@ func (c *conn) closeIfIdleLocked() {
 // context of another kind than the standard library's (see roundTrip).
 const pollEvery = 5 * time.Millisecond
 
-// pollDeadline returns the connection's deadline for the next look at a
-// context whose deadline is dl (hasDL).
-func pollDeadline(dl time.Time, hasDL bool) time.Time {
-	next := time.Now().Add(pollEvery)
-	if hasDL && dl.Before(next) {
-		return dl
-	}
-	return next
-}
+// Why a deadline cut a call alone's read or write (roundTrip).
+const (
+	cutCtx   = iota // its context ended
+	cutDead         // the connection stayed silent past its liveness
+	cutAgain        // neither: a look at its context
+)
 
 // setDeadline sets c's deadline: reads' only on TLS (a TLS write cut in
 // two breaks the connection).

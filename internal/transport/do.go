@@ -20,6 +20,7 @@ type sendState struct {
 	eval      bool        // send the script whole (NOSCRIPT, or no digest)
 	askAddr   string      // ASK: the node to send it to, after ASKING
 	tries     int         // sends again after a pause
+	again     int         // sends again after it was not written
 	redirects int         // MOVED, ASK and READONLY followed
 	until     time.Time   // sends again after a refusal end before
 	waitUntil time.Time   // WithReplicaAck: WAIT's timeout runs to then, once begun
@@ -154,7 +155,10 @@ func (t *Transport) send(ctx context.Context, n *node, s *sendState, gone func(*
 				o.err = notSent(err, "it cannot be encoded")
 				return o, rtDone
 			}
-			return o, c.roundTrip(ctx, o)
+			if st := c.roundTrip(ctx, o); st != rtStale {
+				return o, st
+			}
+			continue // nothing written: another connection
 		}
 		buf, err := s.encode(make([]byte, 0, encodeSize), o, pub)
 		if err != nil {
@@ -235,10 +239,7 @@ func (t *Transport) waitOp(d time.Duration, members ...*op) *op {
 	for _, m := range members {
 		m.ack = g
 	}
-	if d <= 0 {
-		d = t.opt.AckTimeout
-	}
-	w := &op{wait: true, ack: g, acked: -1}
+	w := &op{wait: true, ack: g, acked: -1} // d ≤ 0: what was left of the timeout is spent
 	w.buf = appendCommand(nil, "wait", t.opt.AckReplicas, wholeMs(max(d, time.Millisecond)).Milliseconds())
 	return w
 }
@@ -302,8 +303,10 @@ func (t *Transport) Async(then func(Call, Reply), calls ...Call) {
 		return
 	}
 	t.workers.Add(1)
+	t.active.Add(1)
 	go func() {
 		defer t.workers.Add(-1)
+		defer t.active.Add(-1)
 		rs := t.doAll(context.Background(), calls, time.Now().Add(t.opt.ReleaseTimeout))
 		if then != nil {
 			for i, r := range rs {

@@ -446,3 +446,35 @@ func TestEngineCallAfterRestartOnIdleConnections(t *testing.T) {
 		locked(t, r)
 	}
 }
+
+// A connection on which Redis answers nothing for the client's
+// ReadTimeout while calls are in flight (a link that drops bytes without
+// closing) is taken for dead: the calls written on it are told, and the
+// next ones go on a new connection.
+func TestEngineSilentConnectionIsDead(t *testing.T) {
+	srv := redistest.Start(t)
+	p := faultproxy.New(t, srv.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 300 * time.Millisecond})
+	t.Cleanup(func() { _ = rdb.Close() })
+	tr := newT(t, rdb, Options{})
+	bg := context.Background()
+	locked(t, tr.Do(bg, lockCall("sil:warm"), nil))
+	p.Blackhole(true)
+	start := time.Now()
+	r := tr.Do(bg, Call{Keys: []string{"sil:a"}, Args: []any{"incr", "sil:a"}}, nil) // no deadline of its own
+	took := time.Since(start)
+	p.Blackhole(false)
+	require.ErrorIs(t, r.Err(), ErrNoReply)
+	assert.Contains(t, r.Err().Error(), "answered nothing")
+	assert.Less(t, took, 2*time.Second)
+	assert.GreaterOrEqual(t, took, 300*time.Millisecond)
+	// In a batch, through the reader: the same.
+	locked(t, tr.Do(bg, lockCall("sil:warm2"), nil)) // a new connection
+	p.Blackhole(true)
+	rs := tr.DoAll(bg, []Call{{Keys: []string{"sil:b"}, Args: []any{"incr", "sil:b"}}})
+	p.Blackhole(false)
+	require.ErrorIs(t, rs[0].Err(), ErrNoReply)
+	n, err := tr.Do(bg, Call{Keys: []string{"sil:c"}, Args: []any{"incr", "sil:c"}}, nil).Int64()
+	require.NoError(t, err, "a new connection")
+	assert.EqualValues(t, 1, n)
+}

@@ -147,8 +147,10 @@ func (t *Transport) attemptHooked(ctx context.Context, n *node, s *sendState, la
 		}
 	}
 	t.workers.Add(1)
+	t.active.Add(1)
 	go func() {
 		defer t.workers.Add(-1)
+		defer t.active.Add(-1)
 		_ = process(hctx, cmd)
 		h.mu.Lock()
 		last := h.last[0]
@@ -282,8 +284,10 @@ func (t *Transport) pipelineHooked(ctx context.Context, g *batchGroup, ss []send
 		}
 	}
 	t.workers.Add(1)
+	t.active.Add(1)
 	go func() {
 		defer t.workers.Add(-1)
+		defer t.active.Add(-1)
 		_ = process(hctx, cmds)
 		h.mu.Lock()
 		last := append([]*op(nil), h.last...)

@@ -87,19 +87,6 @@ func (n *node) pick(ctx context.Context, wait bool) (*conn, error) {
 			}
 			live++
 			l := c.load.Load()
-			if l == 0 && c.idle() {
-				// Idle a while: Redis may have closed it meanwhile (a
-				// restart), and a call written to it would be told it
-				// had no reply although it never reached Redis.
-				n.mu.Unlock()
-				if err := peerClosed(c.nc); err != nil {
-					c.fail(err)
-					n.mu.Lock()
-					live--
-					continue
-				}
-				n.mu.Lock()
-			}
 			if l == 0 {
 				n.mu.Unlock()
 				return c, nil
@@ -153,7 +140,16 @@ func (n *node) dial(kind int, d *dialing) {
 		d.err = notSent(errClosed, "the transport is closed")
 	case kind == 0:
 		n.conns = append(n.conns, c)
+		if len(n.conns) < nodeConns {
+			// The next one at once: a batch on the first (a renewal
+			// round) must not have a lone call wait behind it.
+			d2 := &dialing{done: make(chan struct{})}
+			n.dialing[kind] = d2
+			n.t.workers.Add(1)
+			go n.dial(kind, d2)
+		}
 	default:
+		c.wait = true
 		n.waits = append(n.waits, c)
 	}
 	closed := n.closed

@@ -93,9 +93,13 @@ func (o *op) finish() {
 			}
 		case opGone:
 			if o.state.CompareAndSwap(opGone, opDone) {
-				if o.gone != nil {
-					go o.gone(o)
-				}
+				t := o.c.n.t
+				go func() {
+					defer t.active.Add(-1) // counted when its caller left
+					if o.gone != nil {
+						o.gone(o)
+					}
+				}()
 				return
 			}
 		default:
@@ -129,6 +133,7 @@ func (o *op) leave() (dropped, gone bool) {
 		return true, false
 	}
 	if o.state.CompareAndSwap(opWritten, opGone) {
+		o.c.n.t.active.Add(1) // until its outcome is handed on (finish)
 		return false, true
 	}
 	return false, false

@@ -99,16 +99,16 @@ func (t *Transport) next(s *sendState, o *op, n *node, gone bool) int {
 	if gone || !o.again || errors.Is(err, errClosed) || errors.Is(err, redis.ErrClosed) {
 		return stepDone
 	}
-	if s.tries == 0 {
-		s.tries++
-		return stepAgain // another connection, at once
+	// Not written, on the engine's side: sent again once, at once, on
+	// another connection (one Redis closed while idle, say); a second
+	// failure (no connection to be had: Redis refuses them, the primary
+	// is down) goes to the layer above, which keeps a release and waits
+	// out a wait, rather than hold the caller here.
+	if s.again == 0 {
+		s.again++
+		return stepAgain
 	}
-	// Not written: tried again until its bound, the last pause cut
-	// short by it.
-	if s.k.Once || !time.Now().Before(s.until) {
-		return stepDone
-	}
-	return stepPause
+	return stepDone
 }
 
 // later returns stepPause when s's call may be sent again after its next

@@ -55,12 +55,14 @@ type Transport struct {
 	drained  bool
 	old      map[string]bool // Sentinel: the replication ids of primaries that switched away (follow.go)
 	workers  atomic.Int32    // the engine's goroutines
+	active   atomic.Int32    // what may still send: calls whose callers left, hooks' runs, Async's
 	pipes    atomic.Uint64   // writes, to tell them apart
 	rdbWatch closedWatch     // whether the user's client closed (closed.go)
 	watching sync.Once       // Sentinel: the watcher wanted while the engine runs (follow.go)
 	unwatch  func()
 
-	goneFn func(*op) // t.onGone, made once
+	goneFn func(*op)     // t.onGone, made once
+	live   time.Duration // its connections' liveness (live.go)
 
 	sw switches // the primary's switches: listeners, what was told, the watcher (switch.go)
 }
@@ -174,6 +176,7 @@ func New(rdb redis.UniversalClient, opt Options) *Transport {
 	t.cc, _ = rdb.(*redis.ClusterClient)
 	t.life, t.end = context.WithCancel(context.Background())
 	t.dialer = newDialer(rdb, opt.Hooks)
+	t.live = liveness(rdb)
 	t.dialer.onChange = t.credentialsChanged
 	t.goneFn = t.onGone
 	if t.cc == nil {
@@ -235,7 +238,7 @@ func (t *Transport) Close() {
 // without being sent.
 func (t *Transport) Drain(d time.Duration) {
 	deadline := time.Now().Add(d)
-	for t.load() > 0 && time.Now().Before(deadline) {
+	for (t.load() > 0 || t.active.Load() > 0) && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
 	t.mu.Lock()
