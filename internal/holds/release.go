@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redisync-go/redisync/internal/errs"
 	"github.com/redisync-go/redisync/internal/lease"
 	"github.com/redisync-go/redisync/internal/transport"
@@ -134,6 +136,13 @@ func (m *Machine) Release(ctx context.Context, s *Spec, n int, send func(ctx con
 		}
 		if last {
 			m.giveBackFrom(h, true) // try again in the background; else Redis frees it at the lease's end
+			if transport.Refused(err) && !errors.Is(err, redis.ErrClosed) && h.InTime() {
+				// No server ran it (none could be reached, or it refused
+				// it unrun): the hold was the caller's until now, and its
+				// release is sent again in the background until Redis
+				// answers it or its lease would have ended (kept.go).
+				return nil
+			}
 		} else if errors.Is(err, transport.ErrNoReply) {
 			// Written whole, its reply lost: it may have run, and no
 			// reply will come. The release scripts set the count the

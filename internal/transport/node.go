@@ -36,8 +36,12 @@ var nodeConns = func() int {
 	return nodeConnsDefault
 }()
 
-// errClosed fails the calls sent after the transport was drained.
-var errClosed = errors.New("redisync: the Client is closed")
+// ErrClosed is what the error of a call sent after the transport was
+// drained wraps (with ErrNotSent).
+var ErrClosed = errors.New("redisync: the Client is closed")
+
+// errClosed is ErrClosed.
+var errClosed = ErrClosed
 
 // node is one primary's connections.
 type node struct {
@@ -103,9 +107,12 @@ func (n *node) pick(ctx context.Context, wait bool) (*conn, error) {
 		}
 		d := n.dialing[kind]
 		n.mu.Unlock()
-		if best != nil {
+		if best != nil && !(wait && d != nil) {
 			return best, nil
 		}
+		// No connection yet, or all of WAIT's are blocked in a WAIT and
+		// another is being dialled: behind one, a call would wait for
+		// that WAIT's timeout on top of its own.
 		if d == nil {
 			continue // a connection failed meanwhile: look again
 		}
