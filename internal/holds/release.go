@@ -136,7 +136,8 @@ func (m *Machine) Release(ctx context.Context, s *Spec, n int, send func(ctx con
 		}
 		if last {
 			m.giveBackFrom(h, true) // try again in the background; else Redis frees it at the lease's end
-			if transport.Refused(err) && !errors.Is(err, redis.ErrClosed) && h.InTime() {
+			if transport.Refused(err) && !errors.Is(err, redis.ErrClosed) && h.InTime() &&
+				!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 				// No server ran it (none could be reached, or it refused
 				// it unrun): the hold was the caller's until now, and its
 				// release is sent again in the background until Redis

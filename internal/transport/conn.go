@@ -48,6 +48,7 @@ type conn struct {
 	tls    bool    // its deadlines cut reads only: a TLS write cut in two is lost
 	wait   bool    // one of WAIT's connections (live.go)
 	replID string  // its server's replication id when dialled ("": not known)
+	remote string  // the address it reached
 	dead   atomic.Bool
 	load   atomic.Int32 // calls queued or in flight on it
 
@@ -80,7 +81,11 @@ var errRetired = errors.New("redisync: the connection was retired")
 
 // newConn returns a connection on nc, dialled for n.
 func newConn(n *node, nc net.Conn, rd *reader, isTLS bool, replID string) *conn {
-	return &conn{n: n, nc: nc, rd: rd, tls: isTLS, replID: replID, compact: 4 * window}
+	c := &conn{n: n, nc: nc, rd: rd, tls: isTLS, replID: replID, compact: 4 * window}
+	if a := nc.RemoteAddr(); a != nil {
+		c.remote = a.String()
+	}
+	return c
 }
 
 // usable reports whether the connection takes calls.

@@ -1,6 +1,12 @@
 package transport
 
-import "fmt"
+import (
+	"context"
+	"fmt"
+	"net"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // Where the primary is. The engine keeps its connections, so a failover
 // must move them: it never writes to a server it knows is no longer the
@@ -24,11 +30,71 @@ import "fmt"
 //     connections to the old one (and is told as a switch, "redial");
 //   - from READONLY: the server is a replica now; its connections are
 //     retired, the switch is told, and the call goes to the primary now
-//     (retry.go); on a Cluster, MOVED (slotmap.go).
+//     (retry.go); on a Cluster, MOVED (slotmap.go);
+//   - on a Sentinel failover client, from go-redis's own dials: New adds a
+//     dial hook to the client (followHook), and when go-redis connects to
+//     another server than the engine's connections (it does once the
+//     Sentinels announced a new primary, which its dialer asks them for),
+//     those connections are retired at once: the engine writes to the new
+//     primary no later than go-redis's own command connections do.
 
-// follow registers the engine's listener of the switches.
+// follow registers the engine's listener of the switches, and on a
+// Sentinel failover client its dial hook.
 func (t *Transport) follow() {
 	t.OnSwitch(t.switched)
+	if c, ok := t.rdb.(*redis.Client); ok && t.dialer.sentinel {
+		c.AddHook(followHook{t})
+	}
+}
+
+// followHook is the dial hook New adds to a Sentinel failover client: it
+// tells the engine the server each of go-redis's new connections reached
+// (dialedTo). It runs nothing else.
+type followHook struct{ t *Transport }
+
+func (h followHook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		nc, err := next(ctx, network, addr)
+		if err == nil && nc != nil && nc.RemoteAddr() != nil {
+			h.t.dialedTo(nc.RemoteAddr().String())
+		}
+		return nc, err
+	}
+}
+
+func (followHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (followHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// dialedTo is go-redis's failover client having connected to remote: the
+// engine's connections to another server are retired (the Sentinels'
+// primary is remote now), and the switch is told.
+func (t *Transport) dialedTo(remote string) {
+	t.mu.Lock()
+	drained := t.drained
+	t.mu.Unlock()
+	if drained {
+		return
+	}
+	var from string
+	moved := false
+	t.single.retire(func(c *conn) bool {
+		if c.remote == "" || c.remote == remote {
+			return false
+		}
+		moved = true
+		t.forget(c.replID)
+		if c.replID != "" {
+			from = c.replID
+		}
+		return true
+	})
+	if moved {
+		t.opt.Log.Info("redisync: go-redis connected to another primary; the engine follows", "to", remote)
+		t.Switched(Switch{From: Server{ReplID: from}, Cause: "redial"})
+	}
 }
 
 // switched moves the engine's calls after s.
