@@ -52,6 +52,8 @@ func (s *sendState) reply(o *op) Reply {
 // wraps ErrNotSent (see Reply.Gone). A Direct call whose ctx cannot end
 // waits at most Options.ReleaseTimeout.
 func (t *Transport) Do(ctx context.Context, k Call, late func(Reply)) Reply {
+	t.calls.Add(1)
+	defer t.calls.Add(-1)
 	if k.Direct && ctx.Done() == nil {
 		bound, cancel := context.WithTimeout(ctx, t.opt.ReleaseTimeout)
 		defer cancel()
@@ -290,6 +292,8 @@ func (t *Transport) sendGone(ctx context.Context, n *node, s *sendState) (*op, i
 // script Redis no longer had is sent again whole). Calls to one node are
 // written together, in order.
 func (t *Transport) DoAll(ctx context.Context, calls []Call) []Reply {
+	t.calls.Add(1)
+	defer t.calls.Add(-1)
 	return t.doAll(ctx, calls, t.retryBound(ctx))
 }
 

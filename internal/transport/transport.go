@@ -55,6 +55,7 @@ type Transport struct {
 	drained  bool
 	old      map[string]bool // Sentinel: the replication ids of primaries that switched away (follow.go)
 	workers  atomic.Int32    // the engine's goroutines
+	calls    atomic.Int32    // Do and DoAll under way
 	active   atomic.Int32    // what may still send: calls whose callers left, hooks' runs, Async's
 	pipes    atomic.Uint64   // writes, to tell them apart
 	rdbWatch closedWatch     // whether the user's client closed (closed.go)
@@ -238,8 +239,16 @@ func (t *Transport) Close() {
 // without being sent.
 func (t *Transport) Drain(d time.Duration) {
 	deadline := time.Now().Add(d)
-	for (t.load() > 0 || t.active.Load() > 0) && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
+	// Quiet: nothing queued or in flight, no call under way, nothing that
+	// may still send (a call whose caller left, a hook's run, an Async),
+	// for a few looks in a row: what a caller does with a reply (give
+	// back a grant) comes a moment after it.
+	for quiet := 0; quiet < drainQuiet && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if t.load() > 0 || t.active.Load() > 0 || t.calls.Load() > 0 {
+			quiet = 0
+		} else {
+			quiet++
+		}
 	}
 	t.mu.Lock()
 	t.drained = true
@@ -258,6 +267,10 @@ func (t *Transport) Drain(d time.Duration) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// drainQuiet is how many looks, a millisecond apart, Drain finds the
+// transport quiet before it closes it.
+const drainQuiet = 20
 
 // allNodes returns the nodes. Called with t.mu held.
 func (t *Transport) allNodes() []*node {
