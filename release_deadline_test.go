@@ -214,7 +214,11 @@ func TestUnlockRightAfterItsContextEndedIsNilAtOnce(t *testing.T) {
 		// give-back (lua.Drop) goes through.
 		resets := hook.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.Unlock.Script),
 			Action: faultproxy.Fail(fmt.Errorf("read tcp: connection reset by peer"))})
-		defer func() { require.Positive(t, resets.Fired(), "the releases failed") }()
+		// Whether an Unlock finds its hold still live (and sends the script,
+		// which fails) or ended already (and sends none: its end's
+		// give-back runs) is a race with the hold's end, a goroutine's hop
+		// after cancel: both must return nil at once.
+		defer func() { t.Logf("%d of 20 Unlocks sent their script, which failed", resets.Fired()) }()
 		lag := watchLag(t)
 		for i := range 20 {
 			m := c.Mutex(fmt.Sprintf("ended:reset:%d", i))

@@ -157,6 +157,13 @@ func TestSilentReleaseReturnsWithinItsBound(t *testing.T) {
 			if row.after != nil {
 				row.after(t, c, hctx)
 			}
+			if row.quiet {
+				// Close releases best-effort, within its 5s: its release,
+				// written on the silent link and lost there, is not sent
+				// again once the Client is closed (redisync never writes a
+				// call twice itself); the lease frees the lock.
+				return
+			}
 			direct := e.rdb(t)
 			eventually(t, 3*time.Second, "the lock freed once the link healed", func() bool {
 				n, err := direct.Exists(bg, "silent").Result()
