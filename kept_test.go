@@ -341,25 +341,10 @@ func TestKeptReleaseAfterSentinelPrimaryKilled(t *testing.T) {
 	switched := switchMaster(t, g.s)
 	g.master.Kill()
 	killed := time.Now()
-	err = a.Mutex(name).Unlock(held)
-	t.Logf("A's Unlock returned %v after the kill: %v", time.Since(killed), err)
-	givenUp(t, logs, name)
-	select {
-	case at := <-switched:
-		t.Fatalf("the replica was promoted (%v after the kill) before A's release was refused", at.Sub(killed))
-	default:
-	}
-	t.Logf("A's release refused %v after the kill", time.Since(killed))
-	at := <-switched
+	at := releaseRefused(t, a.Mutex(name), held, killed, logs, switched)
 	require.False(t, at.IsZero(), "no +switch-master")
 	lag := watchLag(t)
-	var r timedLock
-	select {
-	case r = <-got:
-	case <-time.After(45 * time.Second):
-		t.Fatal("the waiter never got the lock")
-	}
-	require.NoError(t, r.err)
+	r := gotLock(t, got)
 	took := r.at.Sub(at)
 	t.Logf("+switch-master %v after the kill; B had the lock %v after it; the machine's worst delay: %v", at.Sub(killed), took, lag.Worst())
 	require.LessOrEqual(t, took, keptFollow+lag.Slack(), "B had the lock %v after +switch-master", took)
@@ -389,24 +374,9 @@ func TestKeptReleaseAfterClusterMasterKilled(t *testing.T) {
 	promoted := promotedAt(t, cl.Replicas[shard][0])
 	cl.Masters[shard].Kill()
 	killed := time.Now()
-	err = a.Mutex(name).Unlock(held)
-	t.Logf("A's Unlock returned %v after the kill: %v", time.Since(killed), err)
-	givenUp(t, logs, name)
-	select {
-	case at := <-promoted:
-		t.Fatalf("the replica was promoted (%v after the kill) before A's release was refused", at.Sub(killed))
-	default:
-	}
-	t.Logf("A's release refused %v after the kill", time.Since(killed))
-	at := <-promoted
+	at := releaseRefused(t, a.Mutex(name), held, killed, logs, promoted)
 	lag := watchLag(t)
-	var r timedLock
-	select {
-	case r = <-got:
-	case <-time.After(45 * time.Second):
-		t.Fatal("the waiter never got the lock")
-	}
-	require.NoError(t, r.err)
+	r := gotLock(t, got)
 	took := r.at.Sub(at)
 	if took > keptFollow {
 		for _, rec := range logs.records() {
@@ -416,4 +386,21 @@ func TestKeptReleaseAfterClusterMasterKilled(t *testing.T) {
 	t.Logf("promoted %v after the kill; B had the lock %v after it; the machine's worst delay: %v", at.Sub(killed), took, lag.Worst())
 	require.LessOrEqual(t, took, keptFollow+lag.Slack(), "B had the lock %v after the promotion", took)
 	require.NoError(t, b.Mutex(name).Unlock(r.ctx))
+}
+
+// releaseRefused unlocks held, the lock of m's Client, after its server was
+// killed at killed; the release must be refused (given up in logs) before
+// the switch comes on switched, which it then waits for and returns.
+func releaseRefused(t *testing.T, m *Mutex, held context.Context, killed time.Time, logs recHandler, switched <-chan time.Time) time.Time {
+	t.Helper()
+	err := m.Unlock(held)
+	t.Logf("A's Unlock returned %v after the kill: %v", time.Since(killed), err)
+	givenUp(t, logs, m.Name())
+	select {
+	case at := <-switched:
+		t.Fatalf("the replica was promoted (%v after the kill) before A's release was refused", at.Sub(killed))
+	default:
+	}
+	t.Logf("A's release refused %v after the kill", time.Since(killed))
+	return <-switched
 }

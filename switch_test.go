@@ -117,6 +117,32 @@ func waitFor(t *testing.T, c *Client, m *Mutex, d time.Duration) <-chan timedLoc
 	return got
 }
 
+// gotLock returns what the waiter of got (waitFor) had, failing the test
+// if it had nothing within 45s or its Lock failed.
+func gotLock(t *testing.T, got <-chan timedLock) timedLock {
+	t.Helper()
+	select {
+	case r := <-got:
+		require.NoError(t, r.err)
+		return r
+	case <-time.After(45 * time.Second):
+		t.Fatal("the waiter never got the lock")
+		return timedLock{}
+	}
+}
+
+// requireNotHeldBy fails the test if c holds name on the server rdb talks
+// to (a field of c's in the lock's hash). Another Client may hold it: a
+// waiter the release woke takes it at once.
+func requireNotHeldBy(t *testing.T, rdb redis.Cmdable, name string, c *Client) {
+	t.Helper()
+	fields, err := rdb.HKeys(context.Background(), name).Result()
+	require.NoError(t, err)
+	for _, f := range fields {
+		require.False(t, strings.HasPrefix(f, c.ID()+":"), "released on the new primary: %v", fields)
+	}
+}
+
 // TestSubscriptionFollowsSentinelSwitch: a planned Sentinel failover
 // while a waiter of one Client waits on a lock another Client holds; the
 // holder releases it once its own redis client has followed the switch
@@ -150,21 +176,10 @@ func TestSubscriptionFollowsSentinelSwitch(t *testing.T) {
 	require.False(t, demoted(old, oc), "the old primary still answers as one")
 	require.NoError(t, a.Mutex(name).Unlock(held))
 	released := time.Now()
-	// A's hold is gone from the new primary; B may hold it already.
-	fields, err := promoted.HKeys(ctx, name).Result()
-	require.NoError(t, err)
-	for _, f := range fields {
-		require.False(t, strings.HasPrefix(f, a.ID()+":"), "released on the new primary: %v", fields)
-	}
+	requireNotHeldBy(t, promoted, name, a)
 	t.Logf("released %v after +switch-master", released.Sub(switched))
 
-	var r timedLock
-	select {
-	case r = <-got:
-	case <-time.After(45 * time.Second):
-		t.Fatal("the waiter never got the lock")
-	}
-	require.NoError(t, r.err)
+	r := gotLock(t, got)
 	took := r.at.Sub(switched)
 	t.Logf("the waiter had the lock %v after +switch-master (%v after the release); the old primary demoted by then: %v; the machine's worst delay: %v",
 		took, r.at.Sub(released), demoted(old, oc), lag.Worst())
@@ -233,21 +248,9 @@ func TestSubscriptionFollowsClusterFailover(t *testing.T) {
 			})
 			require.NoError(t, a.Mutex(name).Unlock(held))
 			released := time.Now()
-			// A's hold is gone from the new primary; B may already hold it
-			// (the unlock woke it), so the key itself may exist again.
-			fields, err := replica.Client(t).HKeys(ctx, name).Result()
-			require.NoError(t, err)
-			for _, f := range fields {
-				require.False(t, strings.HasPrefix(f, a.ID()+":"), "released on the new primary: %v", fields)
-			}
+			requireNotHeldBy(t, replica.Client(t), name, a)
 			t.Logf("released %v after the promotion", released.Sub(switched))
-			var r timedLock
-			select {
-			case r = <-got:
-			case <-time.After(45 * time.Second):
-				t.Fatal("the waiter never got the lock")
-			}
-			require.NoError(t, r.err)
+			r := gotLock(t, got)
 			// From the promotion, or from the release when A's client
 			// followed the switch later (slow under load).
 			from := switched
