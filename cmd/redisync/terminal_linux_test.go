@@ -169,6 +169,18 @@ func (s *session) exited(status int) {
 	s.job = 0
 }
 
+// shows waits up to d for the terminal to show want. What redisync writes
+// reaches the pty's reader on its own schedule, not before the shell's
+// report of its exit, which comes on another pipe.
+func (s *session) shows(want string, d time.Duration) {
+	s.t.Helper()
+	for deadline := time.Now().Add(d); !strings.Contains(s.screen(), want); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			s.t.Fatalf("the terminal showed no %q within %v:\n%s", want, d, s.screen())
+		}
+	}
+}
+
 // keys types text on the terminal.
 func (s *session) keys(text string) {
 	s.t.Helper()
@@ -293,9 +305,7 @@ func TestTerminal(t *testing.T) {
 			if rest := after(t, f, "other"); len(rest) > 0 || alive(pid) {
 				t.Fatalf("the command ran again after it lost the lock (alive %v): %d lines after the other holder's", alive(pid), len(rest))
 			}
-			if scr := s.screen(); !strings.Contains(scr, "SIGKILL") {
-				t.Fatalf("terminal:\n%s", scr)
-			}
+			s.shows("SIGKILL", 10*time.Second)
 			t.Logf("terminal:\n%s", s.screen())
 		})
 	}
