@@ -32,10 +32,11 @@ func TestMultiLockAbandonedReentryDoesNotHoldUpUnlock(t *testing.T) {
 	require.NoError(t, err)
 
 	late := holdReplies(t) // until after the Unlock: past any bound of it
-	h.OnCommand(faultproxy.CommandRule{Name: "evalsha", Args: faultproxy.RunsScript(lua.MultiLock.Script), Times: 1,
+	held := h.OnCommand(faultproxy.CommandRule{Name: "evalsha", Args: faultproxy.RunsScript(lua.MultiLock.Script), Times: 1,
 		Action: faultproxy.HoldReply(late.ch)})
 	_, err = m.TryLockFor(hctx, 200*time.Millisecond)
 	require.Error(t, err, "the re-entry's bound ended before its reply")
+	require.Equal(t, 1, held.Fired(), "the re-entry's reply held back")
 
 	late.whileHeld(t, "Unlock waited for the abandoned re-entry's reply", func() { err = m.Unlock(hctx) })
 	require.NoError(t, err)
@@ -69,10 +70,11 @@ func TestUnlockOfEndedHoldFreesTheLockBeforeNil(t *testing.T) {
 	require.NoError(t, err)
 
 	late := holdReplies(t)
-	h.OnCommand(faultproxy.CommandRule{Name: "evalsha", Args: faultproxy.RunsScript(lua.Lock.Script), Times: 1,
+	held := h.OnCommand(faultproxy.CommandRule{Name: "evalsha", Args: faultproxy.RunsScript(lua.Lock.Script), Times: 1,
 		Action: faultproxy.HoldReply(late.ch)})
 	_, err = m.TryLockFor(hctx, 100*time.Millisecond)
 	require.Error(t, err, "the re-entry's bound ended before its reply")
+	require.Equal(t, 1, held.Fired(), "the re-entry's reply held back")
 	cancel() // the hold ends with its context
 
 	late.whileHeld(t, "nil at once, not behind the late reply", func() { err = m.Unlock(hctx) })

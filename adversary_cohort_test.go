@@ -173,7 +173,7 @@ func TestAdvCohortCloseDuringHandoffWhoseReplyIsLost(t *testing.T) {
 	rdb, slowHook := faultRDB(t, &redis.Options{Addr: e.srv.Addr()})
 	lossHook := faultproxy.NewHook()
 	gate(rdb, lossHook) // runs inside slowHook: delayed, then the reply lost
-	c, err := New(rdb)
+	c, err := New(rdb, WithHooks(gatedHooks(rdb)...))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	c.scriptHandoff = true // the handoff script's own reply is lost

@@ -108,8 +108,7 @@ func TestAdvMultiLockLostReplyThenWaitHoldsNothing(t *testing.T) {
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
 	t.Cleanup(func() { _ = cc.Close() })
 	hook := faultproxy.NewHook()
-	cc.OnNewNode(func(n *redis.Client) { n.AddHook(hook) })
-	gated.Store(cc, true) // the hook holds a script back before it is written: pipelines
+	gate(cc, hook)
 	admin := cl.Client(t)
 	c1, c2 := newClient(t, cc), newClient(t, cl.Client(t))
 	names := namesOnEveryShard(t, admin, 1)
@@ -183,7 +182,7 @@ func TestAdvMultiLockForceUnlockRacingGrantInProcess(t *testing.T) {
 	require.NoError(t, lua.MultiLock.Load(bg, rdb).Err())
 	names := []string{"adv:mforce:a", "adv:mforce:b"}
 	admin := e.rdb(t)
-	h.OnCommand(faultproxy.CommandRule{Name: "evalsha", Args: faultproxy.RunsScript(lua.MultiLock.Script), Times: 1, Action: faultproxy.DelayReply(300 * time.Millisecond)})
+	slow := h.OnCommand(faultproxy.CommandRule{Name: "evalsha", Args: faultproxy.RunsScript(lua.MultiLock.Script), Times: 1, Action: faultproxy.DelayReply(300 * time.Millisecond)})
 
 	type res struct {
 		hctx context.Context
@@ -197,6 +196,7 @@ func TestAdvMultiLockForceUnlockRacingGrantInProcess(t *testing.T) {
 		n, err := admin.Exists(bg, names...).Result()
 		return err == nil && n == 2
 	})
+	require.Equal(t, 1, slow.Fired(), "the MultiLock's reply delayed")
 	freed, err := c.Mutex(names[0]).ForceUnlock(bg)
 	require.NoError(t, err)
 	require.True(t, freed, "ForceUnlock found the name held")

@@ -406,13 +406,14 @@ func TestAdvTooLateGrantGiveBackFreesNextHold(t *testing.T) {
 	const name = "adv:late"
 	m := c.Mutex(name, WithLease(time.Second))
 
-	h.OnCommand(faultproxy.CommandRule{Name: "evalsha", Args: faultproxy.RunsScript(lua.Lock.Script), Times: 1, Action: faultproxy.DelayReply(time.Second)})
+	slowLock := h.OnCommand(faultproxy.CommandRule{Name: "evalsha", Args: faultproxy.RunsScript(lua.Lock.Script), Times: 1, Action: faultproxy.DelayReply(time.Second)})
 	slowDrop := h.OnCommand(faultproxy.CommandRule{Name: "evalsha", Args: faultproxy.RunsScript(lua.Drop.Script), Times: 1, Action: faultproxy.DelayBefore(1400 * time.Millisecond)})
 
 	start := time.Now()
 	hctx, err := m.Lock(bg)
 	require.NoError(t, err)
 	t.Logf("Lock returned after %v", time.Since(start).Round(time.Millisecond))
+	require.Equal(t, 1, slowLock.Fired(), "the grant's reply delayed")
 	require.Equal(t, 1, slowDrop.Fired(), "the too-late grant was given back")
 
 	b := e.client(t).Mutex(name, WithLease(time.Second))
@@ -520,7 +521,7 @@ func TestAdvForceUnlockRacingGrantInProcess(t *testing.T) {
 	require.NoError(t, lua.Lock.Load(bg, rdb).Err())
 	const name = "adv:force"
 	admin := e.rdb(t)
-	h.OnCommand(faultproxy.CommandRule{Name: "evalsha", Args: faultproxy.RunsScript(lua.Lock.Script), Times: 1, Action: faultproxy.DelayReply(300 * time.Millisecond)})
+	slow := h.OnCommand(faultproxy.CommandRule{Name: "evalsha", Args: faultproxy.RunsScript(lua.Lock.Script), Times: 1, Action: faultproxy.DelayReply(300 * time.Millisecond)})
 
 	type res struct {
 		hctx context.Context
@@ -532,6 +533,7 @@ func TestAdvForceUnlockRacingGrantInProcess(t *testing.T) {
 		n, err := admin.Exists(bg, name).Result()
 		return err == nil && n == 1
 	})
+	require.Equal(t, 1, slow.Fired(), "A's reply delayed")
 	freed, err := c.Mutex(name).ForceUnlock(bg)
 	require.NoError(t, err)
 	require.True(t, freed, "ForceUnlock found the lock held")

@@ -55,6 +55,7 @@ import (
 	"github.com/redisync-go/redisync/internal/holds"
 	"github.com/redisync-go/redisync/internal/keys"
 	"github.com/redisync-go/redisync/internal/redistest"
+	"github.com/redisync-go/redisync/internal/transport"
 )
 
 const (
@@ -756,7 +757,12 @@ func (ch *chaos) iterate(who string, ops chaosOps, rng *rand.Rand) {
 			if ops.mode == modePermits {
 				ch.addPermits(tr, h, -1) // before the permit can be free
 			}
-			if ch.unlocked(ops.prim, "re-entry release", func() error { return ops.unagain(rctx) }) {
+			var rerr error
+			if ch.unlocked(ops.prim, "re-entry release", func() error { rerr = ops.unagain(rctx); return rerr }) ||
+				errors.Is(rerr, transport.ErrNoReply) {
+				// (A re-entry release written whose reply was lost counts
+				// as done: the scripts set the count, and the next release
+				// sets it again.)
 				held--
 			}
 		}

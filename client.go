@@ -45,8 +45,9 @@ type Client struct {
 	closeOnce sync.Once
 	closed    chan struct{}
 
-	obs Observer
-	log *slog.Logger
+	obs   Observer
+	log   *slog.Logger
+	hooks []redis.Hook // WithHooks: around the engine's calls
 
 	// noCohort turns cohort handoff off, for tests of what it bypasses
 	// (the race after an unlock message, the rotation).
@@ -115,8 +116,9 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	c.mode = notify.NewMode(rdb, uint8(c.pubWant), func(from, to uint8) { c.modeChanged(PubSubMode(from), PubSubMode(to)) })
+	c.warnUnrun(rdb)
 	c.tr = transport.New(rdb, transport.Options{AckReplicas: c.ack.K, AckTimeout: c.ack.Timeout, Publish: c.mode.Publish,
-		ReleaseTimeout: holds.ReleaseTimeout, Log: c.log, NoFullDuplex: !fullDuplexFor(rdb)})
+		ReleaseTimeout: holds.ReleaseTimeout, Log: c.log, Hooks: c.hooks})
 	c.wd = lease.New(lease.Config{Transport: c.tr, Lease: c.lease, Closed: c.closed, Log: c.log,
 		GiveBack: func(h *lease.Hold) { c.holds.GiveBack(h) }, Ended: c.ended,
 		Acked: func(r reply) error { return c.holds.RenewedAck(r) }, Renewed: c.renewed,
@@ -136,13 +138,6 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	}
 	return c, nil
 }
-
-// fullDuplexFor reports whether the calls sent through rdb may take the
-// transport's full-duplex path (see internal/transport): always, but in
-// tests whose fault hooks must gate the commands they fault (a hook cannot
-// hold a command back on that path, where it is written before the hook
-// runs).
-var fullDuplexFor = func(redis.UniversalClient) bool { return true }
 
 // checkClient refuses a redis client that New cannot work with.
 func checkClient(rdb redis.UniversalClient) error {
@@ -178,7 +173,7 @@ func (c *Client) Close() error {
 		err = nil
 		deadline := time.Now().Add(holds.ReleaseTimeout)
 		close(c.closed)
-		c.tr.Close() // its workers stop once their lanes are empty
+		c.tr.Close() // its background work stops; calls go out until Drain
 		c.wd.Close(deadline)
 		c.ps.Close()
 		c.holds.Close(deadline)

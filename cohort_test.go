@@ -436,7 +436,7 @@ func TestCohortHandoffRacesWatchdog(t *testing.T) {
 	rdb, h := faultRDB(t, &redis.Options{Addr: e.srv.Addr()})
 	// Renewals reach Redis late, often after the field they renew was
 	// handed over.
-	h.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.Renew.Script), Action: faultproxy.DelayBefore(15 * time.Millisecond)})
+	lateRenewals := h.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.Renew.Script), Action: faultproxy.DelayBefore(15 * time.Millisecond)})
 	var handed, lost atomic.Int64
 	c := newClient(t, rdb, WithWatchdogTimeout(150*time.Millisecond), WithObserver(&Observer{
 		Acquired:  func(_ context.Context, ev HoldEvent) { handed.Add(map[bool]int64{true: 1}[ev.Handoff]) },
@@ -473,6 +473,7 @@ func TestCohortHandoffRacesWatchdog(t *testing.T) {
 	wg.Wait()
 	t.Logf("%d acquisitions handed over", handed.Load())
 	assert.Greater(t, handed.Load(), int64(3))
+	assert.Positive(t, lateRenewals.Fired(), "renewals held back")
 	assert.Zero(t, lost.Load(), "a hold lost its lease")
 	assert.Empty(t, e.keys(t))
 }
@@ -481,7 +482,7 @@ func TestCohortHandoffRacesWatchdog(t *testing.T) {
 func TestCohortCloseDuringHandoff(t *testing.T) {
 	e := realEnv(t)
 	rdb, h := faultRDB(t, &redis.Options{Addr: e.srv.Addr()})
-	c, err := New(rdb)
+	c, err := New(rdb, WithHooks(gatedHooks(rdb)...))
 	require.NoError(t, err)
 	m := c.Mutex("cohort-close")
 	hctx, err := m.Lock(context.Background())

@@ -129,7 +129,7 @@ func TestElectionTryCampaignForLateReply(t *testing.T) {
 	// for it takes longer than that, one that returns at its bound does
 	// not (an order, whatever delays a loaded machine adds to the call).
 	const late = 1500 * time.Millisecond
-	h.OnCommand(faultproxy.CommandRule{Name: "evalsha", Args: faultproxy.RunsScript(lua.ElectCampaign.Script), Times: 1, Action: faultproxy.DelayReply(late)})
+	slow := h.OnCommand(faultproxy.CommandRule{Name: "evalsha", Args: faultproxy.RunsScript(lua.ElectCampaign.Script), Times: 1, Action: faultproxy.DelayReply(late)})
 	b := c.Election("bounded:late")
 	watch := e.client(t).Election("bounded:late")
 
@@ -140,6 +140,7 @@ func TestElectionTryCampaignForLateReply(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotAcquired)
 	assert.Nil(t, got)
 	assert.Less(t, took, late, "returns at its bound, not with the late reply")
+	require.Equal(t, 1, slow.Fired(), "the campaign's reply delayed")
 	eventually(t, 5*time.Second, "the late leadership given back", func() bool {
 		st, err := watch.read(bg)
 		return err == nil && st.Term == 0

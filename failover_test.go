@@ -27,8 +27,8 @@ import (
 // more).
 const comeBack = 5 * time.Second
 
-// scriptsOn counts the scripts sent through a go-redis client that name
-// key (EVAL/EVALSHA with key as their first key).
+// scriptsOn counts the scripts a Client sends that name key (EVAL/EVALSHA
+// with key as their first key): a hook for WithHooks (gate).
 type scriptsOn struct {
 	key string
 	n   atomic.Int64
@@ -77,14 +77,15 @@ type lostReleaseCase struct {
 	aSem, aLeading context.Context // A's permit and leadership
 }
 
-// counts, when given, is already hooked into ra.
+// counts, when given, is already gated into ra (gate: the Clients made on
+// ra run it on their scripts).
 func setUpLostRelease(t *testing.T, ra, rb redis.UniversalClient, tag string, counts *scriptsOn) *lostReleaseCase {
 	lc := &lostReleaseCase{lost: "{" + tag + "}lost", reached: "{" + tag + "}reached", partial: "{" + tag + "}partial",
 		sem: "{" + tag + "}sem", elect: "{" + tag + "}elect"}
 	lc.reachedScripts = counts
 	if counts == nil {
 		lc.reachedScripts = &scriptsOn{key: lc.reached}
-		ra.AddHook(lc.reachedScripts)
+		gate(ra, lc.reachedScripts)
 	}
 	lc.a, lc.b = newClient(t, ra), newClient(t, rb) // the default 30s lease
 	ctx := context.Background()
@@ -268,15 +269,9 @@ func TestReleaseLostInClusterFailoverIsHealed(t *testing.T) {
 	require.GreaterOrEqual(t, shard, 0)
 	mc, replica := owner.Client(t), cl.Replicas[shard][0]
 	hooked := func(hook redis.Hook) *redis.ClusterClient {
-		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), NewClient: func(o *redis.Options) *redis.Client {
-			n := redis.NewClient(o)
-			if hook != nil {
-				n.AddHook(hook) // the transport sends to the nodes
-			}
-			return n
-		}})
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
 		if hook != nil {
-			c.AddHook(hook) // and to the cluster client's pipelines
+			gate(c, hook) // the Clients made on c run it on their scripts
 		}
 		t.Cleanup(func() { _ = c.Close() })
 		return c

@@ -445,7 +445,7 @@ func TestFairMutexWaitEndsPromptlyWhenRedisIsSilent(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ReadTimeout: 3 * time.Second})
 	t.Cleanup(func() { rdb.Close() })
 	var done atomic.Int64 // scripts the waiter's client has finished
-	rdb.AddHook(doneHook{&done})
+	gate(rdb, doneHook{&done})
 	c := newClient(t, rdb)
 	m := c.FairMutex("silent")
 

@@ -418,6 +418,7 @@ func TestFencingNoExtraRoundTrip(t *testing.T) {
 		for _, kind := range fencedKinds {
 			var cmds []string
 			rdb := e.rdb(t)
+			late := hookLater(rdb)
 			c := newClient(t, rdb)
 			run := func(name string, opts ...anyOpt) []string {
 				t.Helper()
@@ -435,7 +436,7 @@ func TestFencingNoExtraRoundTrip(t *testing.T) {
 			lctx, err := warm.lock(bg)
 			require.NoError(t, err)
 			require.NoError(t, warm.unlock(lctx))
-			rdb.AddHook(cmdRecorder{&cmds})
+			late.add(cmdRecorder{&cmds})
 			plain := run("fence:trip:plain:" + kind)
 			fenced := run("fence:trip:fenced:"+kind, WithFencing())
 			assert.Equal(t, plain, fenced, kind)

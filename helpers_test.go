@@ -76,6 +76,10 @@ func (e *testEnv) client(t testing.TB, opts ...Option) *Client {
 }
 
 func newClient(t testing.TB, rdb redis.UniversalClient, opts ...Option) *Client {
+	if hs := gatedHooks(rdb); len(hs) > 0 {
+		// The fault hooks gate added to rdb: on redisync's own calls too.
+		opts = append([]Option{WithHooks(hs...)}, opts...)
+	}
 	c, err := New(rdb, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
@@ -130,10 +134,6 @@ func redistestCluster(t *testing.T) *redistest.Cluster { return redistest.StartC
 var lasting = redistest.NewLasting("servers shared by tests")
 
 func TestMain(m *testing.M) {
-	fullDuplexFor = func(rdb redis.UniversalClient) bool {
-		_, g := gated.Load(rdb)
-		return !g
-	}
 	code := m.Run()
 	lasting.Close()
 	os.Exit(code)

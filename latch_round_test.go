@@ -125,7 +125,7 @@ func TestLatchRoundEndSeenAfterLateLook(t *testing.T) {
 				hook := faultproxy.NewHook()
 				rdb := e.rdb(t)
 				gate(rdb, hook)
-				hook.OnCommand(faultproxy.CommandRule{
+				looks := hook.OnCommand(faultproxy.CommandRule{
 					Args:   func(args []any) bool { return slices.Contains(args, any(name)) }, // its looks at the latch
 					Action: faultproxy.DelayBefore(300 * time.Millisecond),
 				})
@@ -149,6 +149,7 @@ func TestLatchRoundEndSeenAfterLateLook(t *testing.T) {
 					t.Fatal("the waiter of the ended round still waits on the next round")
 				}
 				require.EqualValues(t, 3, latchCount(t, counter))
+				require.Positive(t, looks.Fired(), "the waiter's looks held back")
 			})
 		})
 	}

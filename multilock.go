@@ -14,7 +14,6 @@ import (
 	"github.com/redisync-go/redisync/internal/holds"
 	"github.com/redisync-go/redisync/internal/lease"
 	"github.com/redisync-go/redisync/internal/notify"
-	"github.com/redisync-go/redisync/internal/transport"
 
 	"github.com/redisync-go/redisync/lua"
 )
@@ -433,16 +432,12 @@ func (m *MultiLock) Unlock(ctx context.Context) error {
 		if len(calls) == 1 {
 			return m.c.holds.ReleaseBy(ctx, calls[0])
 		}
-		ws := make([]*transport.Writes, len(calls))
-		for i := range calls {
-			calls[i], ws[i] = transport.Counted(calls[i])
-		}
 		// 0 (lost) from any slot, else holds.GoneAt (the last hold lost) from
 		// any, else 1 (holds remain) from any, else 2 (released); dated
 		// by the earliest send.
 		var res int64 = 2
 		var sent time.Time
-		for i, r := range m.c.tr.DoAll(ctx, calls) {
+		for _, r := range m.c.tr.DoAll(ctx, calls) {
 			n, err := r.Int64()
 			if err != nil {
 				return 0, r.Sent, err
@@ -450,7 +445,7 @@ func (m *MultiLock) Unlock(ctx context.Context) error {
 			if sent.IsZero() || r.Sent.Before(sent) {
 				sent = r.Sent
 			}
-			if n = holds.LostOrResent(n, ws[i]); n == holds.GoneAt && !holds.GoneInTime(h) {
+			if n == holds.GoneAt && !holds.GoneInTime(h) {
 				n = 2 // lapsed after the Unlock began (see goneInTime)
 			}
 			switch {

@@ -107,7 +107,7 @@ func TestObserverLiveContexts(t *testing.T) {
 		var o liveObserver
 		var cmds cmdLog
 		rdb := e.rdb(t)
-		rdb.AddHook(&cmds)
+		gate(rdb, &cmds)
 		c := newClient(t, rdb, WithObserver(o.observer()))
 		k.setup(t, c, name)
 		mine := k.mine(t, c, name)
@@ -225,7 +225,7 @@ func TestObserverLiveContextsElection(t *testing.T) {
 		var o liveObserver
 		var cmds cmdLog
 		rdb := e.rdb(t)
-		rdb.AddHook(&cmds)
+		gate(rdb, &cmds)
 		c := newClient(t, rdb, WithObserver(o.observer()))
 		leader := e.client(t).Election("obs:live-elect")
 		held, err := leader.Campaign(context.Background(), "a")

@@ -12,7 +12,6 @@ import (
 	"github.com/redisync-go/redisync/internal/holds"
 	"github.com/redisync-go/redisync/internal/lease"
 	"github.com/redisync-go/redisync/internal/notify"
-	"github.com/redisync-go/redisync/internal/transport"
 
 	"github.com/redis/go-redis/v9"
 
@@ -394,7 +393,7 @@ func (m *Mutex) handOver(ctx context.Context, h *lease.Hold, ho *cohort.Handoff,
 	if ho.Acc.Fence != "" {
 		keys = append(keys, ho.Acc.Fence)
 	}
-	k, w := transport.Counted(script(lua.Handoff, keys, h.Field, ho.Field, ho.Acc.Lease.Milliseconds(), count, pub, unlockMessage, mine, m.channel))
+	k := script(lua.Handoff, keys, h.Field, ho.Field, ho.Acc.Lease.Milliseconds(), count, pub, unlockMessage, mine, m.channel)
 	k.Takes, k.Direct = true, true // a release: bounded by ctx, holds.ReleaseTimeout
 	// When the releaser leaves first (no reply within holds.ReleaseTimeout),
 	// the script may still run: what it granted is given back when its
@@ -428,7 +427,7 @@ func (m *Mutex) handOver(ctx context.Context, h *lease.Hold, ho *cohort.Handoff,
 		return 0, rep.Sent, err
 	}
 	if v, err := rep.Int64Slice(); err == nil && len(v) == 4 && v[3] == 1 {
-		return holds.LostOrResent(holds.GoneAt, w), rep.Sent, nil
+		return holds.GoneAt, rep.Sent, nil
 	}
 	return 2, rep.Sent, nil
 }

@@ -55,7 +55,7 @@ func BenchmarkMutexContended(b *testing.B) {
 			var scripts atomic.Int64
 			for i := range clients {
 				rdb := newRDB(b, srv)
-				rdb.AddHook(countHook{n: &scripts})
+				gate(rdb, countHook{n: &scripts})
 				clients[i] = newClient(b, rdb)
 			}
 			cpu0 := redisCPU(b, srv)

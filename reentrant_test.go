@@ -191,10 +191,11 @@ func TestFailureModeAcquireIsAtomicWithLease(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, e *testEnv) {
 		var cmds []string
 		rdb := e.rdb(t)
+		late := hookLater(rdb)
 		c := newClient(t, rdb, WithWatchdogTimeout(time.Second))
 		_, err := c.Mutex("warm-up").Lock(context.Background()) // connects, loads the script
 		require.NoError(t, err)
-		rdb.AddHook(cmdRecorder{&cmds})
+		late.add(cmdRecorder{&cmds})
 		_, err = c.Mutex("atomic").Lock(recording(context.Background()))
 		require.NoError(t, err)
 		require.Len(t, cmds, 1, "one command takes the lock and sets its lease: %v", cmds)
@@ -530,12 +531,13 @@ func TestMutexUncontendedRoundTrips(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, e *testEnv) {
 		var cmds []string
 		rdb := e.rdb(t)
+		late := hookLater(rdb)
 		c := newClient(t, rdb)
 		m := c.Mutex("rtt")
 		ctx, err := m.Lock(context.Background()) // loads the scripts
 		require.NoError(t, err)
 		require.NoError(t, m.Unlock(ctx))
-		rdb.AddHook(cmdRecorder{&cmds})
+		late.add(cmdRecorder{&cmds})
 		for i := 0; i < 10; i++ {
 			ctx, err := m.Lock(recording(context.Background()))
 			require.NoError(t, err)
@@ -564,7 +566,7 @@ func TestMutexUnlockWakesOneLocalWaiter(t *testing.T) {
 
 		var tries atomic.Int64
 		rdb := e.rdb(t)
-		rdb.AddHook(countHook{n: &tries})
+		gate(rdb, countHook{n: &tries})
 		c := newClient(t, rdb)
 		const waiters = 10
 		const channel = "redisson_lock__channel:{herd}"
@@ -637,6 +639,7 @@ func TestWatchdogRenewsInBatches(t *testing.T) {
 		const lease = 1500 * time.Millisecond
 		var cmds, pipes atomic.Int64
 		rdb := e.rdb(t)
+		late := hookLater(rdb)
 		c := newClient(t, rdb, WithWatchdogTimeout(lease))
 		ctxs := make([]context.Context, locks)
 		for i := range ctxs {
@@ -644,7 +647,7 @@ func TestWatchdogRenewsInBatches(t *testing.T) {
 			ctxs[i], err = c.Mutex(fmt.Sprintf("batch:%d", i)).Lock(context.Background())
 			require.NoError(t, err)
 		}
-		rdb.AddHook(countHook{n: &cmds, pipes: &pipes})
+		late.add(countHook{n: &cmds, pipes: &pipes})
 		time.Sleep(lease + lease/10)
 		for _, ctx := range ctxs {
 			require.NoError(t, context.Cause(ctx), "every lease kept")
@@ -770,7 +773,7 @@ func TestMutexSurvivesDroppedConnections(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ReadTimeout: 150 * time.Millisecond})
 	t.Cleanup(func() { rdb.Close() })
 	var pipes atomic.Int64
-	rdb.AddHook(countHook{n: new(atomic.Int64), pipes: &pipes})
+	gate(rdb, countHook{n: new(atomic.Int64), pipes: &pipes})
 	m := newClient(t, rdb, WithWatchdogTimeout(lease)).Mutex("dropped")
 	ctx, err := m.Lock(context.Background())
 	require.NoError(t, err)

@@ -13,28 +13,32 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// pipeCounter counts the pipelines one cluster node is sent.
+// pipeCounter counts the batches a Client sends each cluster node, by the
+// master of their first key (a batch goes to one node): a hook for
+// WithHooks.
 type pipeCounter struct {
+	cc    *redis.ClusterClient
 	mu    sync.Mutex
 	pipes map[string]int // by node address
 	cmds  map[string]int
 }
 
-func (p *pipeCounter) hook(addr string) redis.Hook { return pipeHook{p, addr} }
-
-type pipeHook struct {
-	p    *pipeCounter
-	addr string
-}
-
-func (h pipeHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (h pipeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (h pipeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (p *pipeCounter) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (p *pipeCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (p *pipeCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.p.mu.Lock()
-		h.p.pipes[h.addr]++
-		h.p.cmds[h.addr] += len(cmds)
-		h.p.mu.Unlock()
+		addr := "?"
+		if a := cmds[0].Args(); len(a) > 3 {
+			if key, ok := a[3].(string); ok {
+				if n, err := p.cc.MasterForKey(ctx, key); err == nil {
+					addr = n.Options().Addr
+				}
+			}
+		}
+		p.mu.Lock()
+		p.pipes[addr]++
+		p.cmds[addr] += len(cmds)
+		p.mu.Unlock()
 		return next(ctx, cmds)
 	}
 }
@@ -62,8 +66,7 @@ func TestClusterRenewalPipelinesPerNode(t *testing.T) {
 	cl := sharedCluster(t)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), PoolSize: 64})
 	t.Cleanup(func() { _ = cc.Close() })
-	pc := &pipeCounter{pipes: map[string]int{}, cmds: map[string]int{}}
-	cc.OnNewNode(func(rdb *redis.Client) { rdb.AddHook(pc.hook(rdb.Options().Addr)) })
+	pc := &pipeCounter{cc: cc, pipes: map[string]int{}, cmds: map[string]int{}}
 	var rounds atomic.Int64
 	var holdsSeen, lost, slowest atomic.Int64
 	// Renewed every 2s. With a 3s lease (renewed every 1s) 13 holds were
@@ -72,7 +75,7 @@ func TestClusterRenewalPipelinesPerNode(t *testing.T) {
 	// and its renewal can be in that round's last batch, past the
 	// lease's 2.7s deadline. The pipelines per round do not depend on it.
 	const lease = 6 * time.Second
-	c := newClient(t, cc, WithWatchdogTimeout(lease), WithObserver(&Observer{Renewed: func(r RenewalEvent) {
+	c := newClient(t, cc, WithHooks(pc), WithWatchdogTimeout(lease), WithObserver(&Observer{Renewed: func(r RenewalEvent) {
 		rounds.Add(1)
 		holdsSeen.Store(int64(r.Holds))
 		lost.Add(int64(r.Lost))

@@ -71,13 +71,17 @@ func TestShortRenewedLeaseBesideManyLongOnes(t *testing.T) {
 // slowBigPipes holds up every pipeline of more than 100 commands by d
 // before sending it: a big round of renewals that Redis answers late (a
 // busy server, a slow link).
-type slowBigPipes struct{ d time.Duration }
+type slowBigPipes struct {
+	d    time.Duration
+	slow *atomic.Int64 // the pipelines held up
+}
 
 func (slowBigPipes) DialHook(next redis.DialHook) redis.DialHook          { return next }
 func (slowBigPipes) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 func (s slowBigPipes) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		if len(cmds) > 100 {
+			s.slow.Add(1)
 			time.Sleep(s.d)
 		}
 		return next(ctx, cmds)
@@ -94,8 +98,8 @@ func (s slowBigPipes) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 func TestShortRenewedLeaseNotInALongLeasesPipeline(t *testing.T) {
 	e := realEnv(t)
 	rdb := e.rdb(t)
-	rdb.AddHook(slowBigPipes{300 * time.Millisecond})
-	c := newClient(t, rdb, WithWatchdogTimeout(3*time.Second))
+	var slow atomic.Int64
+	c := newClient(t, rdb, WithHooks(slowBigPipes{300 * time.Millisecond, &slow}), WithWatchdogTimeout(3*time.Second))
 	bg := context.Background()
 	const n = 1000
 	var wg sync.WaitGroup
@@ -128,4 +132,5 @@ func TestShortRenewedLeaseNotInALongLeasesPipeline(t *testing.T) {
 	for _, lctx := range long {
 		require.NoError(t, context.Cause(lctx), "a hold of the 3 s lease lost")
 	}
+	require.Positive(t, slow.Load(), "no pipeline of the 3 s lease's renewals held up")
 }

@@ -416,10 +416,11 @@ func TestWaitRidesOutRedirects(t *testing.T) {
 	e := realEnv(t)
 	rdb, hook := faultRDB(t, &redis.Options{Addr: e.addr})
 	c := newClient(t, rdb)
-	hook.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.Lock.Script), Action: faultproxy.Fail(errAsk{})})
+	asks := hook.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.Lock.Script), Action: faultproxy.Fail(errAsk{})})
 	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
 	defer cancel()
 	_, err := c.Mutex("seam:ask").Lock(ctx)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Greater(t, asks.Fired(), 1, "the attempts redirected")
 	assert.True(t, strings.HasPrefix(err.Error(), `redisync: lock "seam:ask": context deadline exceeded (the last attempt`), err.Error())
 }

@@ -3,6 +3,7 @@ package redisync
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -163,6 +164,10 @@ func TestSubscriptionFollowsSentinelSwitch(t *testing.T) {
 	got := waitFor(t, b, b.Mutex(name), time.Minute)
 	old := g.master
 	oc := old.Client(t)
+	// A's engine learns the switch from its watcher (within a round of
+	// A's redis client's move), and writes there from then on.
+	var toldTo atomic.Value
+	a.tr.OnSwitch(func(s transport.Switch) { toldTo.Store(s.To.ReplID) })
 
 	switched := g.failover(t)
 	lag := watchLag(t)
@@ -173,6 +178,7 @@ func TestSubscriptionFollowsSentinelSwitch(t *testing.T) {
 		got, err := transport.ReplID(ctx, a.rdb)
 		return err == nil && got == id
 	})
+	eventually(t, 2*transport.SwitchEvery+time.Second, "A's engine to follow the switch", func() bool { return toldTo.Load() == id })
 	require.False(t, demoted(old, oc), "the old primary still answers as one")
 	require.NoError(t, a.Mutex(name).Unlock(held))
 	released := time.Now()

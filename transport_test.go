@@ -18,8 +18,8 @@ import (
 )
 
 // The transport as the primitives use it (its own tests are in
-// internal/transport): the user's hooks see every command of every
-// primitive.
+// internal/transport): the user's hooks (WithHooks) see every command of
+// every primitive.
 
 // trLock is the lock script's call taking key for a new owner.
 func trLock(key string) call {
@@ -33,12 +33,11 @@ func onKey(key string) func([]any) bool {
 
 // The user's hooks see every command redisync sends: what a hook counts
 // is what Redis ran (acquisitions, re-entries, releases, renewals, a
-// latch's read), on a single node with the hook on the redis client, and
-// on a Cluster with the hook on every node's client (ClusterClient.OnNewNode,
-// as go-redis's own instrumentation, redisotel, installs its hooks): the
-// calls sent alone go on each master's full-duplex connection, batches in
-// the cluster client's pipelines, and WithReplicaAck's calls on each
-// master's own client.
+// latch's read), on a single node and on a Cluster, with the hook given to
+// WithHooks for redisync's own calls (one hook for every node) and on the
+// redis client (every node's client on a Cluster: ClusterClient.OnNewNode,
+// as redisotel installs its hooks) for the commands that stay on go-redis:
+// calls sent alone, batches, and WithReplicaAck's calls.
 func TestTransportHooksSeeEveryCommand(t *testing.T) {
 	t.Parallel() // its own servers, mostly waiting
 
@@ -117,7 +116,7 @@ func TestTransportHooksSeeEveryCommand(t *testing.T) {
 		e := realEnv(t)
 		seen := &namesHook{}
 		rdb := e.rdb(t)
-		rdb.AddHook(seen)
+		gate(rdb, seen)
 		before := ran(t, e.srv)
 		workload(t, rdb)
 		check(t, seen, before, e.srv)
@@ -126,7 +125,7 @@ func TestTransportHooksSeeEveryCommand(t *testing.T) {
 		cl := redistestCluster(t)
 		seen := &namesHook{}
 		cc := cl.Client(t)
-		cc.OnNewNode(func(node *redis.Client) { node.AddHook(seen) })
+		gate(cc, seen)
 		before := ran(t, cl.Masters...)
 		workload(t, cc)
 		check(t, seen, before, cl.Masters...)
@@ -136,7 +135,7 @@ func TestTransportHooksSeeEveryCommand(t *testing.T) {
 		seen := &namesHook{}
 		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: rc.Addrs(), ReadTimeout: 5 * time.Second})
 		t.Cleanup(func() { _ = cc.Close() })
-		cc.OnNewNode(func(node *redis.Client) { node.AddHook(seen) })
+		gate(cc, seen)
 		before := ran(t, rc.Masters...)
 		workload(t, cc, WithReplicaAck(1, time.Second))
 		check(t, seen, before, rc.Masters...)

@@ -20,22 +20,12 @@ func BenchmarkUncontendedPair(b *testing.B) {
 	b.Run("node", func(b *testing.B) {
 		addr := redistestStart(b)
 		b.Run("redisync", func(b *testing.B) { benchPair(b, newRDB(b, addr), context.Background()) })
-		b.Run("redisync-lanes", func(b *testing.B) {
-			rdb := newRDB(b, addr)
-			gated.Store(rdb, true) // no full-duplex path: every call on the lanes
-			benchPair(b, rdb, context.Background())
-		})
 		b.Run("raw-pooled", func(b *testing.B) { benchRawPair(b, newRDB(b, addr)) })
 		b.Run("raw-fd", func(b *testing.B) { benchRawFDPair(b, newRDB(b, addr)) })
 		// The benchmark harness's shape (bench/): a context that can end,
 		// and a hook on the redis client counting its commands, as
 		// instrumentation installs one.
 		b.Run("hooked/redisync", func(b *testing.B) { benchPair(b, hooked(newRDB(b, addr)), cancellable(b)) })
-		b.Run("hooked/redisync-lanes", func(b *testing.B) {
-			rdb := hooked(newRDB(b, addr))
-			gated.Store(rdb, true)
-			benchPair(b, rdb, cancellable(b))
-		})
 		b.Run("hooked/raw-pooled", func(b *testing.B) { benchRawPair(b, hooked(newRDB(b, addr))) })
 		b.Run("hooked/raw-fd", func(b *testing.B) { benchRawFDPair(b, hooked(newRDB(b, addr))) })
 		b.Run("hooked/raw-halfduplex", func(b *testing.B) {

@@ -108,7 +108,7 @@ func (r *report) printClusterPeers() {
 		}
 		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", l.name, fmtRate(rate), vs, fmtF(rate*2*rtt.Seconds(), 2),
 			fmtDur(s.pct(50)), fmtDur(s.pct(99)), fmtF(float64(s.pct(50))/float64(rtt), 2),
-			perAcq(a.reqs, a.acq, 2), perAcq(a.rs.commands(), a.acq, 1), fmtDur(cpuPer(a.rs.cpu, a.acq)))
+			reqsPerAcq(a.reqs, a.acq), perAcq(a.rs.commands(), a.acq, 1), fmtDur(cpuPer(a.rs.cpu, a.acq)))
 	}
 	fmt.Println()
 

@@ -115,7 +115,7 @@ func (r *report) printMany(libs []lib, res map[int]map[string]*loadRes) {
 				vs = fmtF(rate/barRate, 2)
 			}
 			fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %s |\n", l.name, fmtRate(rate), vs, fmtDur(s.pct(50)), fmtDur(s.pct(99)),
-				perAcq(a.reqs, a.acq, 2), perAcq(a.rs.commands(), a.acq, 1), fmtDur(cpuPer(a.rs.cpu, a.acq)))
+				reqsPerAcq(a.reqs, a.acq), perAcq(a.rs.commands(), a.acq, 1), fmtDur(cpuPer(a.rs.cpu, a.acq)))
 		}
 		fmt.Println()
 	}

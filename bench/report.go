@@ -93,10 +93,20 @@ func (r *report) uncontended() error {
 		rate := float64(a.acq) / a.elapsed.Seconds()
 		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", l.name, fmtRate(rate), fmtF(rate/floor, 2), fmtF(rate/(yrate/2), 2),
 			fmtDur(s.pct(50)), fmtDur(s.pct(99)), fmtF(float64(s.pct(50))/float64(r.rtt), 2),
-			perAcq(a.reqs, a.acq, 2), perAcq(a.rs.commands(), a.acq, 1), fmtDur(cpuPer(a.rs.cpu, a.acq)))
+			reqsPerAcq(a.reqs, a.acq), perAcq(a.rs.commands(), a.acq, 1), fmtDur(cpuPer(a.rs.cpu, a.acq)))
 	}
 	fmt.Println()
 	return nil
+}
+
+// reqsPerAcq is perAcq for the requests a client's hooks counted: "–"
+// when none were (redisync's calls go on connections of its own, which the
+// go-redis client's hooks do not see; its Redis commands per pair stand).
+func reqsPerAcq(n, acq int64) string {
+	if n == 0 {
+		return "–"
+	}
+	return perAcq(n, acq, 2)
 }
 
 func perAcq(n, acq int64, prec int) string {
@@ -181,7 +191,7 @@ func (r *report) contended() error {
 			fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %d–%d | %s | %s | %s | %s | %s | %s | %s | %d | %d | %s |\n",
 				l.name, fmtRate(rate), fmtRate(ch), vs, fmtDur(s.pct(50)), fmtDur(s.pct(99)), fmtDur(s.pct(100)),
 				a.minPerG, a.maxPerG, fmtF(a.jainMin, 3), pct(a.overtakes, a.acq),
-				perAcq(a.reqs, a.acq, 2), perAcq(a.rs.commands(), a.acq, 1),
+				reqsPerAcq(a.reqs, a.acq), perAcq(a.rs.commands(), a.acq, 1),
 				fmtDur(cpuPer(a.rs.cpu, a.acq)), fmtDur(cpuPer(a.rs.cpu, a.handoffs)),
 				fmtRate(float64(a.clientChanges)/a.elapsed.Seconds()), a.longestRun, a.errs, excl)
 		}

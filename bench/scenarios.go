@@ -510,7 +510,8 @@ func (e *env) watchdogRedisync(n int, window time.Duration) (watchdogRes, error)
 	rdb := newGoRedis(e.addr, e.link, cnt, "bench-watchdog")
 	defer rdb.Close()
 	created := time.Now()
-	c, err := redisync.New(rdb, redisync.WithWatchdogTimeout(3*time.Second))
+	// The renewals go on redisync's own connections: cnt counts them there.
+	c, err := redisync.New(rdb, redisync.WithWatchdogTimeout(3*time.Second), redisync.WithHooks(cnt))
 	if err != nil {
 		return res, err
 	}

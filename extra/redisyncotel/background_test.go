@@ -19,12 +19,12 @@ import (
 )
 
 // The commands redisync sends on its own, as docs/observing.md lists them,
-// are root spans under go-redis's tracing: the watchdog's renewal
-// pipelines (every third of the lease) and, once a hold was released, the
-// INFO replication with which the Client watches for a failover (every
-// 250ms per primary, for a lease). ExampleNewObserver's sampler
-// (skipBackground) drops them, and keeps the commands of the calls, under
-// the lock's spans.
+// are root spans: the watchdog's renewal batches (every third of the
+// lease, in NewHook's spans on redisync's own calls) and, once a hold was
+// released, the INFO replication with which the Client watches for a
+// failover (every 250ms per primary, for a lease, in go-redis's tracing
+// on the client). ExampleNewObserver's sampler (skipBackground) drops
+// them, and keeps the calls' spans, under the lock's spans.
 func TestBackgroundCommandsAreRootSpans(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -37,13 +37,14 @@ func TestBackgroundCommandsAreRootSpans(t *testing.T) {
 		tp := sdktrace.NewTracerProvider(append(opts, sdktrace.WithSyncer(exp))...)
 		t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 		rdb := srv.Client(t)
-		if err := redisotel.InstrumentTracing(rdb, redisotel.WithTracerProvider(tp), redisotel.WithDBStatement(false)); err != nil {
+		if err := redisotel.InstrumentTracing(rdb, redisotel.WithTracerProvider(tp)); err != nil {
 			t.Fatal(err)
 		}
 		sent := &sentCount{}
-		rdb.AddHook(sent)
+		rdb.AddHook(sent) // INFO
 		c := clientOf(t, rdb, redisync.WithWatchdogTimeout(900*time.Millisecond),
-			redisync.WithObserver(redisyncotel.NewObserver(redisyncotel.WithTracerProvider(tp))))
+			redisync.WithObserver(redisyncotel.NewObserver(redisyncotel.WithTracerProvider(tp))),
+			redisync.WithHooks(redisyncotel.NewHook(redisyncotel.WithTracerProvider(tp)), sent)) // the renewals
 		until := func(what string, n *atomic.Int64, want int64) {
 			t.Helper()
 			for limit := time.Now().Add(5 * time.Second); n.Load() < want; time.Sleep(10 * time.Millisecond) {
@@ -90,7 +91,7 @@ func TestBackgroundCommandsAreRootSpans(t *testing.T) {
 		if roots["info"] < 2 {
 			t.Errorf("%d INFO root spans, want 2 or more", roots["info"])
 		}
-		if n := roots["redis.pipeline evalsha"] + roots["redis.pipeline eval"]; n < 2 {
+		if n := roots["PIPELINE EVALSHA"] + roots["PIPELINE EVAL"]; n < 2 {
 			t.Errorf("%d renewal pipelines' root spans, want 2 or more", n)
 		}
 		if under["redisync.wait"] == 0 || under["redisync.hold"] == 0 {

@@ -20,10 +20,9 @@ import (
 
 // A request's span gets a child span for the wait for the lock and one for
 // the hold, live while the hold lasts: work done with the hold's context
-// is its child, and so are the Redis commands of each, with go-redis's own
-// tracing. Give that redisotel.WithDBStatement(false): its default
-// statement reads a command's result while redisync's full-duplex
-// connection sends it, a data race (go-redis v9.23.0). The commands
+// is its child, and so are the Redis calls of each, with NewHook given to
+// redisync.WithHooks (redisync's calls do not go through the go-redis
+// client, whose own tracing sees its subscription and INFO). The calls
 // redisync sends on its own (renewals, the INFO replication that watches
 // for a failover) carry no span, so each would start a trace of its own:
 // skipBackground drops them. Here the spans go to an in-memory exporter; a
@@ -42,10 +41,12 @@ func ExampleNewObserver() {
 
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
-	if err := redisotel.InstrumentTracing(rdb, redisotel.WithTracerProvider(tp), redisotel.WithDBStatement(false)); err != nil {
+	if err := redisotel.InstrumentTracing(rdb, redisotel.WithTracerProvider(tp)); err != nil {
 		panic(err)
 	}
-	c, err := redisync.New(rdb, redisync.WithObserver(redisyncotel.NewObserver(redisyncotel.WithTracerProvider(tp))))
+	c, err := redisync.New(rdb,
+		redisync.WithObserver(redisyncotel.NewObserver(redisyncotel.WithTracerProvider(tp))),
+		redisync.WithHooks(redisyncotel.NewHook(redisyncotel.WithTracerProvider(tp)))) // a span per Redis call
 	if err != nil {
 		panic(err)
 	}

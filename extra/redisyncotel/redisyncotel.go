@@ -7,9 +7,10 @@
 //
 // A wait's span ("redisync.wait") starts when the call (Lock, TryLock,
 // TryLockFor, RLock, Acquire, Campaign, ...) starts its acquisition and
-// ends at its grant or its failure; the Redis commands the wait sends are
-// its children when go-redis's own tracing (redisotel.InstrumentTracing)
-// is installed on the go-redis client, since they carry its context. A
+// ends at its grant or its failure; the Redis calls the wait sends are
+// its children when NewHook is given to redisync.WithHooks (redisync's
+// calls do not go through the go-redis client, whose own tracing,
+// redisotel's, sees its subscriptions only). A
 // hold's span ("redisync.hold") starts at the grant and ends with the
 // hold: its last release, the end of the context it was taken with, a
 // lost lease. The hold's context carries it, so work done under the hold
@@ -37,14 +38,11 @@
 //	redisync.leases.lost     counter ({hold}): holds that lost their lease
 //	redisync.handoffs        counter ({hold}): acquisitions handed over in a process
 //
-// With go-redis's tracing, give redisotel.InstrumentTracing
-// redisotel.WithDBStatement(false): its default statement reads a
-// command's result while redisync's full-duplex connection (a call sent
-// alone) sends it, a data race the race detector reports (go-redis
-// v9.23.0). The commands redisync sends on its own (the watchdog's renewal
-// pipelines, INFO replication every 250ms to see a failover, the releases
-// of holds that ended with their context) carry no span, so each starts a
-// trace: ExampleNewObserver's sampler drops them, and docs/observing.md in
+// The calls redisync sends on its own (the watchdog's renewal batches,
+// INFO replication every 250ms to see a failover, the releases of holds
+// that ended with their context) carry no span, so each starts a trace
+// (in NewHook's spans, or go-redis's tracing for INFO):
+// ExampleNewObserver's sampler drops them, and docs/observing.md in
 // redisync's repository lists them.
 //
 // The tracer's and the meter's instrumentation scope is ScopeName, at

@@ -16,24 +16,22 @@ import (
 )
 
 // A traced service, with go-redis's own tracing installed as go-redis
-// installs it (redisotel.InstrumentTracing): a request waits for a Mutex
-// another service holds, then works under it. Every Redis command the
+// installs it (redisotel.InstrumentTracing, with its defaults: redisync's
+// calls no longer go through go-redis, so its statement races nothing)
+// and NewHook on redisync's own calls: a request waits for a Mutex
+// another service holds, then works under it. Every Redis call the
 // request's lock sends while it waits is a child of its redisync.wait
-// span, the commands sent once it holds (its release) are children of
-// its redisync.hold span, and so is work done with the hold's context:
-// none is left a sibling of the lock's spans under the request.
+// span, the calls sent once it holds (its release) are children of its
+// redisync.hold span, and so is work done with the hold's context: none
+// is left a sibling of the lock's spans under the request.
 func TestTracedService(t *testing.T) {
 	eachServer(t, func(t *testing.T, srv server) {
 		tel := newTelemetry(t)
 		rdb := rdbOf(t, srv)
-		// WithDBStatement(false): redisotel's statement reads each command's
-		// result before the command runs, which go-redis's full-duplex path
-		// (redisync's on a single node) forbids: the race detector reports
-		// it (go-redis v9.23.0).
-		if err := redisotel.InstrumentTracing(rdb, redisotel.WithTracerProvider(tel.tp), redisotel.WithDBStatement(false)); err != nil {
+		if err := redisotel.InstrumentTracing(rdb, redisotel.WithTracerProvider(tel.tp)); err != nil {
 			t.Fatal(err)
 		}
-		c := clientOf(t, rdb, redisync.WithObserver(tel.observer()))
+		c := clientOf(t, rdb, redisync.WithObserver(tel.observer()), redisync.WithHooks(redisyncotel.NewHook(redisyncotel.WithTracerProvider(tel.tp))))
 		other := client(t, srv)
 		held, err := other.Mutex("otel:svc").Lock(context.Background())
 		if err != nil {
@@ -68,8 +66,11 @@ func TestTracedService(t *testing.T) {
 		wait, hold := waits[0].SpanContext.SpanID(), holds[0].SpanContext.SpanID()
 		underWait, underHold := 0, 0
 		for _, s := range tel.exp.GetSpans() {
-			if s.SpanContext.TraceID() != req.SpanContext().TraceID() || s.InstrumentationScope.Name == redisyncotel.ScopeName {
+			if s.SpanContext.TraceID() != req.SpanContext().TraceID() || s.Name == "redisync.wait" || s.Name == "redisync.hold" {
 				continue // another trace (a renewal, the rival's), or the lock's own spans
+			}
+			if s.InstrumentationScope.Name == redisyncotel.ScopeName && !hasAttr(s, "db.system.name", "redis") {
+				t.Errorf("redisync's call span %q without db.system.name=redis: %v", s.Name, s.Attributes)
 			}
 			switch p := s.Parent.SpanID(); {
 			case s.Name == "GET /orders/42":
@@ -99,6 +100,16 @@ func TestTracedService(t *testing.T) {
 			t.Errorf("no command span under redisync.hold (the release)")
 		}
 	})
+}
+
+// hasAttr reports whether s has the attribute k with value v.
+func hasAttr(s tracetest.SpanStub, k, v string) bool {
+	for _, a := range s.Attributes {
+		if string(a.Key) == k && a.Value.Emit() == v {
+			return true
+		}
+	}
+	return false
 }
 
 // The metrics beside the spans: the durations of waits and holds by kind

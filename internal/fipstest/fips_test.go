@@ -96,8 +96,7 @@ func child(t *testing.T) {
 		}
 		c := redis.NewClient(&redis.Options{Addr: addr})
 		t.Cleanup(func() { _ = c.Close() })
-		hook = faultproxy.NewHook()
-		c.AddHook(hook)
+		hook = faultproxy.NewHook() // on redisync's own calls: WithHooks (exercise)
 		rdb = c
 	}
 	exercise(t, rdb, hook)
@@ -114,7 +113,11 @@ func exercise(t *testing.T, rdb redis.UniversalClient, hook *faultproxy.Hook) {
 		renewals.Add(int64(e.Holds - e.Lost - e.Failed))
 		failures.Add(int64(e.Lost + e.Failed))
 	}}
-	c, err := redisync.New(rdb, redisync.WithWatchdogTimeout(3*time.Second), redisync.WithObserver(obs))
+	opts := []redisync.Option{redisync.WithWatchdogTimeout(3 * time.Second), redisync.WithObserver(obs)}
+	if hook != nil {
+		opts = append(opts, redisync.WithHooks(hook))
+	}
+	c, err := redisync.New(rdb, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	other, err := redisync.New(rdb)

@@ -22,10 +22,14 @@ import (
 // is new with each owner) are sent again every KeptEvery, in one batch
 // for all the holds kept, until Redis answers them or the hold's lease
 // would have ended (its local deadline, on the holds' clock: after it,
-// Redis has freed the lock itself). A release whose call may have run (a
-// reset or an EOF after its bytes may have been written, a reply that
-// did not come in time) is not kept: it is what the failover repair
-// (heal.go) sends again when the primary changes.
+// Redis has freed the lock itself). So is a release written whose reply
+// was lost (transport.ErrNoReply: its connection failed after the write,
+// or stayed silent past its liveness): it may have run, and sending it
+// again is harmless for the same reason; the transport never does it
+// itself. A release whose reply did not come within its bound while its
+// connection lives (a paused Redis) is not kept: its reply may still
+// come, and the failover repair (heal.go) sends it again when the
+// primary changes.
 //
 // Nothing waits for them: a release's return does not change. Once the
 // Client closes, those still kept get Close's own bound (ReleaseTimeout
@@ -48,7 +52,7 @@ type kept struct {
 // keep keeps h, whose give-back failed with err, when err says no server
 // ran it and h's lease stands; it reports whether it did.
 func (m *Machine) keep(h *lease.Hold, err error) bool {
-	if !transport.Refused(err) || errors.Is(err, redis.ErrClosed) || len(h.Release) == 0 || !h.InTime() {
+	if !transport.Refused(err) && !errors.Is(err, transport.ErrNoReply) || errors.Is(err, redis.ErrClosed) || len(h.Release) == 0 || !h.InTime() {
 		return false
 	}
 	k := &m.kept

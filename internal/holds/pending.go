@@ -1,6 +1,11 @@
 package holds
 
-import "github.com/redisync-go/redisync/internal/lease"
+import (
+	"errors"
+
+	"github.com/redisync-go/redisync/internal/lease"
+	"github.com/redisync-go/redisync/internal/transport"
+)
 
 // pending is a release that is not a hold's last, under the hold's lock,
 // which Release hands to ReleaseBy in its context: when the release's
@@ -24,6 +29,12 @@ func (p *pending) late(r reply) {
 	defer h.Mu.Unlock()
 	n, err := r.Int64()
 	switch {
+	case err != nil && errors.Is(err, transport.ErrNoReply):
+		// Written, its reply lost: it may have run. The release scripts
+		// set the count the hold has after them, so counting it done is
+		// right either way (the next release sets the count again, and
+		// a last one frees the lock).
+		h.Count = p.count - p.n
 	case err != nil:
 		// Its outcome is unknown; the next script through the hold
 		// sets the count again.

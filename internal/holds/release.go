@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redisync-go/redisync/internal/errs"
 	"github.com/redisync-go/redisync/internal/lease"
 	"github.com/redisync-go/redisync/internal/transport"
@@ -134,6 +136,21 @@ func (m *Machine) Release(ctx context.Context, s *Spec, n int, send func(ctx con
 		}
 		if last {
 			m.giveBackFrom(h, true) // try again in the background; else Redis frees it at the lease's end
+			if transport.Refused(err) && !errors.Is(err, redis.ErrClosed) && h.InTime() &&
+				!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+				// No server ran it (none could be reached, or it refused
+				// it unrun): the hold was the caller's until now, and its
+				// release is sent again in the background until Redis
+				// answers it or its lease would have ended (kept.go).
+				return nil
+			}
+		} else if errors.Is(err, transport.ErrNoReply) {
+			// Written whole, its reply lost: it may have run, and no
+			// reply will come. The release scripts set the count the
+			// hold has after them, so counting it done is right whether
+			// it ran or not: the next release through the hold sets the
+			// count again, and a last one frees the lock.
+			h.Count = count - n
 		}
 		return s.Wrap(err)
 	case reply == 0:
@@ -283,9 +300,8 @@ func (m *Machine) ReleaseAll(ctx context.Context, calls []call) error {
 }
 
 // ReleaseBy sends k, a release script, for Release's send; a last hold
-// found gone is lost unless go-redis wrote the call twice (see writes).
+// found gone is lost (see GoneAt).
 func (m *Machine) ReleaseBy(ctx context.Context, k call) (int64, time.Time, error) {
-	k, w := transport.Counted(k)
 	k.Direct = true
 	p, _ := ctx.Value(pendingKey{}).(*pending)
 	var late func(reply)
@@ -297,5 +313,5 @@ func (m *Machine) ReleaseBy(ctx context.Context, k call) (int64, time.Time, erro
 		p.left = true // late has h's lock now
 	}
 	n, err := r.Int64()
-	return LostOrResent(n, w), r.Sent, err
+	return n, r.Sent, err
 }

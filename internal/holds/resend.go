@@ -1,16 +1,9 @@
 package holds
 
-import "github.com/redisync-go/redisync/internal/transport"
-
 // GoneAt is what a release script answers when the last hold it releases
-// was already gone from Redis: see writes.
+// was already gone from Redis: the hold was lost (forced by another
+// process, lost with Redis's data, a key deleted). The transport never
+// writes a release twice (it knows whether a call's bytes were written:
+// one not written is sent again, one written whose reply was lost is not),
+// so GoneAt is never the release finding what its own first write did.
 const GoneAt = 3
-
-// LostOrResent turns a release script's GoneAt into 2 (released) when the
-// call was written again, and leaves it as the loss it is otherwise.
-func LostOrResent(n int64, w *transport.Writes) int64 {
-	if n == GoneAt && w.Again() {
-		return 2
-	}
-	return n
-}

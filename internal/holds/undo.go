@@ -60,22 +60,34 @@ func (m *Machine) UndoNow(ctx context.Context, h *lease.Hold, calls ...call) err
 }
 
 // undoWait sends calls and waits for their replies, as long as ctx lasts
-// and at most ReleaseTimeout (see UndoNow).
+// and at most ReleaseTimeout (see UndoNow): they are sent in a context of
+// their own (ctx's values, no end), so that what the caller no longer
+// waits for still goes out, however long a hook holds it back.
 func (m *Machine) undoWait(ctx context.Context, calls []call) error {
 	ctx, cancel := context.WithTimeout(ctx, ReleaseTimeout)
 	defer cancel()
-	var first error
-	for i, r := range m.tr.DoAll(ctx, calls) {
-		err := r.Err()
-		if err != nil && !r.Gone {
-			m.log.Warn("redisync: could not give back what an attempt took; its lease or deadline frees it",
-				"script", scriptName(calls[i]), "error", err)
+	done := make(chan error, 1)
+	go func() {
+		bctx := context.WithoutCancel(ctx)
+		var first error
+		for i, r := range m.tr.DoAll(bctx, calls) {
+			err := r.Err()
+			if err != nil && !r.Gone {
+				m.log.Warn("redisync: could not give back what an attempt took; its lease or deadline frees it",
+					"script", scriptName(calls[i]), "error", err)
+			}
+			if first == nil {
+				first = err
+			}
 		}
-		if first == nil {
-			first = err
-		}
+		done <- first
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	return first
 }
 
 // scriptName names k's script for the log.

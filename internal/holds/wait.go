@@ -170,6 +170,13 @@ func (m *Machine) unsure(err error, wait bool, dirty *bool) (time.Duration, erro
 		m.log.Warn("redisync: Redis is not ready; retrying", "error", err)
 		return RetryAfter, nil
 	}
+	if wait && errors.Is(err, transport.ErrNotSent) && !errors.As(err, &re) && !errors.Is(err, redis.ErrClosed) &&
+		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, transport.ErrClosed) {
+		// Not sent for want of a connection (Redis refuses them, the
+		// primary is down): nothing taken, and a wait rides it out.
+		m.log.Warn("redisync: Redis could not be reached; retrying", "error", err)
+		return RetryAfter, nil
+	}
 	if errors.As(err, &re) || errors.Is(err, redis.ErrClosed) || errors.Is(err, transport.ErrNotSent) {
 		return 0, err // refused, or not sent: nothing taken
 	}

@@ -35,6 +35,7 @@ var (
 
 type env struct {
 	rdb    *redis.Client
+	hook   *faultproxy.Hook // on the transport's calls
 	tr     *transport.Transport
 	k      *Keeper
 	closed chan struct{}
@@ -48,9 +49,9 @@ type env struct {
 func newEnv(t *testing.T, lease time.Duration) *env {
 	t.Helper()
 	srv := redistest.Start(t)
-	e := &env{rdb: srv.Client(t), closed: make(chan struct{}), ended: map[*Hold]EndReason{}}
+	e := &env{rdb: srv.Client(t), hook: faultproxy.NewHook(), closed: make(chan struct{}), ended: map[*Hold]EndReason{}}
 	e.tr = transport.New(e.rdb, transport.Options{Publish: func() string { return "publish" },
-		ReleaseTimeout: 5 * time.Second, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		ReleaseTimeout: 5 * time.Second, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Hooks: []redis.Hook{e.hook}})
 	t.Cleanup(func() { e.tr.Close(); e.tr.Drain(5 * time.Second) })
 	e.k = New(Config{
 		Transport: e.tr, Lease: lease, Closed: e.closed, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -150,8 +151,7 @@ func TestLateGrantRenewedBeforeItsDeadline(t *testing.T) {
 func TestLateGrantDuringARoundRenewedBeforeItsDeadline(t *testing.T) {
 	const d = 900 * time.Millisecond
 	e := newEnv(t, d)
-	hook := faultproxy.NewHook()
-	e.rdb.AddHook(hook)
+	hook := e.hook
 	slow := hook.OnCommand(faultproxy.CommandRule{Times: 1, Action: faultproxy.DelayReply(100 * time.Millisecond),
 		Args: func(a []any) bool { return len(a) > 3 && a[3] == "l:beside" }})
 	e.hold(t, "l:beside", d, true) // its first round d/3 from now, its reply 100ms late
@@ -169,8 +169,7 @@ func TestLateGrantDuringARoundRenewedBeforeItsDeadline(t *testing.T) {
 func TestHoldAddedDuringARoundThatEndsItsCadence(t *testing.T) {
 	const long, short = 900 * time.Millisecond, 600 * time.Millisecond
 	e := newEnv(t, long)
-	hook := faultproxy.NewHook()
-	e.rdb.AddHook(hook)
+	hook := e.hook
 	slow := hook.OnCommand(faultproxy.CommandRule{Times: 1, Action: faultproxy.DelayReply(150 * time.Millisecond),
 		Args: func(a []any) bool { return len(a) > 3 && a[3] == "l:a" }})
 	x := e.hold(t, "l:x", short, true) // its cadence's round: short/3 from now

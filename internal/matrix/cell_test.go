@@ -491,7 +491,9 @@ func runCellWith(t *testing.T, fx fixture, c cell, p *primitive, fail func(msg s
 	if opts.strict {
 		wdt = strictLease
 	}
-	copts := append(fx.options(c[fTopo]), redisync.WithWatchdogTimeout(wdt))
+	// h on the Clients' own calls (the engine's: WithHooks), and on their
+	// redis clients (fixture.rdb) for what stays on go-redis.
+	copts := append(fx.options(c[fTopo]), redisync.WithWatchdogTimeout(wdt), redisync.WithHooks(h))
 	if r.ack {
 		copts = append(copts, redisync.WithReplicaAck(1, ackTimeout))
 	}
@@ -628,11 +630,17 @@ func (r *cellRun) inject(fx fixture, h *faultproxy.Hook) bool {
 		time.Sleep(replyOn)
 		rule.Remove()
 		r.add("replies delayed", rule.Fired())
+		if rule.Fired() == 0 {
+			r.violate("no reply delayed: the fault injected nothing")
+		}
 	case faultLostReply:
 		rule := h.OnCommand(faultproxy.CommandRule{Args: touches, Times: replyN, Action: faultproxy.LoseReply()})
 		time.Sleep(replyOn)
 		rule.Remove()
 		r.add("replies lost", rule.Fired())
+		if rule.Fired() == 0 {
+			r.violate("no reply lost: the fault injected nothing")
+		}
 	case faultRestart:
 		r.mu.Lock()
 		r.losses = append(r.losses, window{start: time.Now()})

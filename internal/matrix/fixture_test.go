@@ -22,7 +22,9 @@ import (
 // its servers may have changed (a failover, a slot moved).
 type fixture interface {
 	// rdb returns a new go-redis client (its own pool, like another
-	// process) with the hook h, closed when t ends.
+	// process) with the hook h on its own commands (on a Cluster, its
+	// nodes'), closed when t ends. redisync's scripts do not go through
+	// it: a Client made on it takes h with WithHooks.
 	rdb(t *testing.T, h *faultproxy.Hook) redis.UniversalClient
 	// options are the Client options of a topology on this deployment.
 	options(topo string) []redisync.Option
@@ -300,9 +302,8 @@ func (fx *clusterFixture) nodes() []*redistest.Server {
 func (fx *clusterFixture) rdb(t *testing.T, h *faultproxy.Hook) redis.UniversalClient {
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: fx.rc.Addrs(), DialTimeout: dialTimeout,
 		ReadTimeout: ioTimeout, WriteTimeout: ioTimeout})
-	// On the nodes' clients, so that the faults reach every command,
-	// those redisync sends to a node's own client (WithReplicaAck's
-	// pipelines, renewals) included.
+	// On the nodes' clients, so that the faults reach every command
+	// that stays on go-redis.
 	c.OnNewNode(func(n *redis.Client) { n.AddHook(h) })
 	t.Cleanup(func() { _ = c.Close() })
 	return c

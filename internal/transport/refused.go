@@ -16,7 +16,7 @@ import (
 // reset or an EOF after its bytes may have been written, a reply that
 // did not come in time) is not known to be refused.
 //
-// On the go-redis path it reads the errors: a dial that failed (a
+// It reads the errors: a dial that failed (a
 // *net.OpError whose Op is "dial", a connection refused), no connection
 // to be had from the pool in time, the call not sent at all (ErrNotSent),
 // go-redis's Sentinel client finding no primary (every Sentinel
@@ -63,6 +63,21 @@ func refusedReply(msg string) bool {
 var refusedPrefixes = []string{"READONLY ", "LOADING ", "MASTERDOWN ", "CLUSTERDOWN ", "TRYAGAIN ",
 	"NOREPLICAS ", "BUSY ", "NOSCRIPT ", "MOVED ", "ASK ", "ERR max number of clients reached"}
 
-// Refused reports whether r's call surely did not run (see the function
-// Refused): not when its caller left while it was on its way (Gone).
-func (r Reply) Refused() bool { return Refused(r.Err()) }
+// Refused reports whether r's call surely did not run: the engine knows
+// whether it was written (a call not written did not run, whatever the
+// error; its caller may have left first) and what Redis answered (a reply
+// that refuses it unrun: see the function Refused). Not when its caller
+// left while it was on its way (Gone), nor when it was written and its
+// reply lost.
+func (r Reply) Refused() bool {
+	switch {
+	case r.err == nil || r.Gone:
+		return false
+	case !r.written:
+		return true
+	case r.answered:
+		var re redis.Error
+		return errors.As(r.err, &re) && refusedReply(re.Error())
+	}
+	return false
+}

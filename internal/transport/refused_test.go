@@ -27,18 +27,18 @@ func closedAddr(t *testing.T) string {
 }
 
 // Refused tells a call that reached no server, or that a server refused
-// unrun, from one that may have run: on both paths, against real
-// servers, the key the call would take says which it was.
+// unrun, from one that may have run: against real servers, the key the
+// call would take says which it was.
 func TestRefusedTellsWhatDidNotRun(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	replica := redistest.StartReplica(t, srv)
 	bg := context.Background()
-	paths(t, func(t *testing.T, noFD bool) {
+	{
 		t.Run("connection refused", func(t *testing.T) {
 			rdb := redis.NewClient(&redis.Options{Addr: closedAddr(t), DialTimeout: 200 * time.Millisecond, DialerRetries: 1, MaxRetries: -1})
 			t.Cleanup(func() { _ = rdb.Close() })
-			tr := newT(t, rdb, Options{NoFullDuplex: noFD})
+			tr := newT(t, rdb, Options{ReleaseTimeout: time.Second})
 			r := tr.Do(bg, lockCall("rf:refused"), nil)
 			require.Error(t, r.Err())
 			assert.True(t, r.Refused(), "%v", r.Err())
@@ -48,7 +48,7 @@ func TestRefusedTellsWhatDidNotRun(t *testing.T) {
 		})
 		t.Run("READONLY", func(t *testing.T) {
 			rdb := replica.Client(t)
-			tr := newT(t, rdb, Options{NoFullDuplex: noFD})
+			tr := newT(t, rdb, Options{ReleaseTimeout: time.Second})
 			r := tr.Do(bg, lockCall("rf:readonly"), nil)
 			require.Error(t, r.Err())
 			assert.True(t, r.Refused(), "%v", r.Err())
@@ -60,10 +60,9 @@ func TestRefusedTellsWhatDidNotRun(t *testing.T) {
 			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
 			t.Cleanup(func() { _ = rdb.Close() })
 			h := faultproxy.NewHook()
-			rdb.AddHook(h)
-			tr := newT(t, rdb, Options{NoFullDuplex: noFD})
+			tr := newT(t, rdb, Options{Hooks: []redis.Hook{h}})
 			require.NoError(t, tr.Do(bg, lockCall("rf:warm"), nil).Err()) // the script cached, a connection made
-			key := fmt.Sprintf("rf:ran:%v", noFD)
+			key := "rf:ran"
 			h.OnWrite(faultproxy.WriteRule{Args: func(a []string) bool { return len(a) > 3 && a[3] == key }, Times: 1,
 				Action: faultproxy.CloseAfterWrite()})
 			r := tr.Do(bg, lockCall(key), nil)
@@ -72,13 +71,14 @@ func TestRefusedTellsWhatDidNotRun(t *testing.T) {
 			n, err := srv.Client(t).Exists(bg, key).Result()
 			require.NoError(t, err)
 			assert.EqualValues(t, 1, n, "the call ran")
+			assert.True(t, r.Written())
 		})
-	})
+	}
 	t.Run("no Sentinel", func(t *testing.T) {
 		rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "none", SentinelAddrs: []string{closedAddr(t)},
 			DialTimeout: 200 * time.Millisecond, DialerRetries: 1, MaxRetries: -1})
 		t.Cleanup(func() { _ = rdb.Close() })
-		tr := newT(t, rdb, Options{})
+		tr := newT(t, rdb, Options{ReleaseTimeout: time.Second})
 		r := tr.Do(bg, lockCall("rf:sentinel"), nil)
 		require.Error(t, r.Err())
 		assert.True(t, r.Refused(), "%v", r.Err())
@@ -88,7 +88,7 @@ func TestRefusedTellsWhatDidNotRun(t *testing.T) {
 		rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "unknown", SentinelAddrs: []string{s.Addr()},
 			DialTimeout: 200 * time.Millisecond, DialerRetries: 1, MaxRetries: -1})
 		t.Cleanup(func() { _ = rdb.Close() })
-		tr := newT(t, rdb, Options{})
+		tr := newT(t, rdb, Options{ReleaseTimeout: time.Second})
 		r := tr.Do(bg, lockCall("rf:sentinel"), nil)
 		require.Error(t, r.Err())
 		assert.True(t, r.Refused(), "%v", r.Err())
@@ -114,4 +114,7 @@ func TestRefusedReplies(t *testing.T) {
 	assert.True(t, Refused(redis.ErrPoolTimeout))
 	assert.True(t, Reply{err: notSent(context.Canceled, "test")}.Refused())
 	assert.False(t, Reply{err: context.Canceled, Gone: true}.Refused())
+	assert.False(t, Reply{err: noReply(io.EOF), written: true}.Refused(), "written, its reply lost: it may have run")
+	assert.True(t, Reply{err: replyErr("LOADING x"), written: true, answered: true}.Refused())
+	assert.False(t, Reply{err: replyErr("ERR Error running script"), written: true, answered: true}.Refused())
 }

@@ -3,28 +3,25 @@
 // keys and arguments), replies out (Reply), each within its caller's
 // context. The layers above hand it what it needs (Options).
 //
-// A call sent alone (Do) goes on go-redis's full-duplex auto-pipeline
-// (fd.go): written at once, while other calls are in flight, never held
-// behind another call's reply; on a Cluster, on its master's full-duplex
-// connection (go-redis's cluster router: one per master, routed by slot
-// when submitted). Batches (DoAll, Async) and the calls that wait for
-// replicas (WAIT answers for its own connection's writes) go in
-// pipelines, one lane per master (lane.go; a pipeline's sending:
-// pipeline.go). On every path a script Redis no longer has is sent again
-// whole (NOSCRIPT), MOVED and ASK are followed (go-redis's cluster client
-// does; on a master's own connection, redirect.go), a reply that
-// refused the call for now (TRYAGAIN, CLUSTERDOWN, LOADING) has it sent
-// again within its bound (retry.go), a caller whose context ends leaves at
-// once (the reply that comes later goes to its give-back, late; a call not
-// sent yet is not sent at all: ErrNotSent, also a call on a Cluster whose
-// slot map is still being read: slotmap.go), the calls in flight whose
-// callers left are bounded (left.go), a call whose context cannot end
-// waits at most Options.ReleaseTimeout when it is Direct, and the user's
-// go-redis hooks see every command, with its caller's context values
-// (never its end): on a Cluster, the hooks of each node's client (added
-// through OnNewNode, as go-redis's redisotel adds its own), which every
-// path runs; the ClusterClient's own hooks run only for batches. Writes
-// (writes.go) counts how many times go-redis wrote a call.
+// It is an engine of its own: it dials its own connections to each
+// primary from the user's client (dial.go), writes the calls and reads
+// their replies itself (encode.go, resp.go, conn.go), a few connections
+// per primary (node.go), so that it knows, for every call, whether its
+// bytes were written and what Redis answered (Reply.Written,
+// Reply.Answered): a call written whole whose reply was lost is never sent
+// again (ErrNoReply: it may have run; the layer above decides), one not
+// written, or cut in its write, is sent again on another connection within
+// its bound, and so is one Redis refused without running it (NOSCRIPT as
+// EVAL; LOADING, BUSY, TRYAGAIN, CLUSTERDOWN, MASTERDOWN after a pause;
+// READONLY on the primary now; MOVED and ASK where they say: retry.go). A
+// caller whose context ends leaves at once: a call not written yet is never
+// written (ErrNotSent), one written has its reply handed to its give-back
+// (late) when it comes. The calls in flight are bounded per connection
+// (room.go). On a Cluster it keeps its own slot map (slotmap.go); after a
+// failover it writes to the new primary only (follow.go, with the
+// switches of switch.go). Hooks (Options.Hooks, go-redis's redis.Hook
+// shape) run around each call, batch and dial (hooks.go); the user's
+// go-redis client's own hooks do not see these calls.
 package transport
 
 import (
@@ -48,17 +45,25 @@ type Transport struct {
 	closed    chan struct{}
 	closeOnce sync.Once
 
-	fdOnce sync.Once
-	ap     *redis.AutoPipeliner // the full-duplex path (fd.go); nil: none
-	left   left                 // its calls whose callers left (left.go); on a Cluster, lefts
-	lefts  sync.Map             // on a Cluster, a master's address: its *left
-	slots  slotMap              // on a Cluster, whether its slot map was read (slotmap.go)
+	dialer   *dialer
+	life     context.Context // ends at Drain: the dials under way end with it
+	end      context.CancelFunc
+	single   *node      // a single node's or Sentinel's primary; nil on a Cluster
+	slots    slotMap    // a Cluster's (slotmap.go)
+	mu       sync.Mutex // guards nodes, drained, old
+	nodes    map[string]*node
+	drained  bool
+	old      map[string]bool // Sentinel: the replication ids of primaries that switched away (follow.go)
+	workers  atomic.Int32    // the engine's goroutines
+	calls    atomic.Int32    // Do and DoAll under way
+	active   atomic.Int32    // what may still send: calls whose callers left, hooks' runs, Async's
+	pipes    atomic.Uint64   // writes, to tell them apart
+	rdbWatch closedWatch     // whether the user's client closed (closed.go)
+	watching sync.Once       // Sentinel: the watcher wanted while the engine runs (follow.go)
+	unwatch  func()
 
-	mu      sync.Mutex
-	lanes   map[laneKey]*lane
-	own     map[string]*redis.Client // masters the cluster client does not list (see nodeAt)
-	workers atomic.Int32             // workers running, on every lane, and calls on their way again
-	pipes   atomic.Uint64            // pipelines sent, to tell them apart
+	goneFn func(*op)     // t.onGone, made once
+	live   time.Duration // its connections' liveness (live.go)
 
 	sw switches // the primary's switches: listeners, what was told, the watcher (switch.go)
 }
@@ -69,15 +74,14 @@ type Call struct {
 	Script *lua.Script
 	Keys   []string
 	Args   []any
-	// takes says the Call may take a lock or permits (an acquisition, a
+	// Takes says the Call may take a lock or permits (an acquisition, a
 	// re-entry, a handoff, a renewal): with WithReplicaAck it is followed
 	// by WAIT, and its Reply says whether the replicas have it.
 	Takes bool
-	// direct says the Call goes out at once on an idle lane, without
-	// waiting for a worker (a release); its caller waits for it at most
+	// Direct says the Call is a release: its caller waits for it at most
 	// Options.ReleaseTimeout when its context cannot end.
 	Direct bool
-	// once says a Reply that refuses the Call for now is returned, not
+	// Once says a Reply that refuses the Call for now is returned, not
 	// waited out: its sender tries again sooner (the watchdog's renewals).
 	Once bool
 }
@@ -92,60 +96,73 @@ var Publish = publishArg{}
 
 // Reply is the outcome of a call.
 type Reply struct {
-	Cmd  *redis.Cmd
-	err  error     // when there is no cmd: why (the caller's context ended, ...)
-	Sent time.Time // when its pipeline was sent
-	Pipe uint64    // which pipeline
-	// acked is WAIT's answer, -1 when no WAIT followed the call; werr is
-	// WAIT's own error.
+	v   value
+	err error
+	// Sent is when its write began: a lease it set counts from then.
+	Sent time.Time
+	// Pipe tells its write from others (calls written together share it).
+	Pipe uint64
+	// Acked is WAIT's answer, -1 when no WAIT followed the call; WaitErr
+	// is WAIT's own error.
 	Acked   int64
 	WaitErr error
-	// gone: the caller's context ended first, the call on its way; the
-	// Reply goes to late. A call whose caller left before it was sent (or
-	// sent again) is not sent at all: gone is false, its error wraps
-	// ErrNotSent and the context's, and late is not called.
+	// Gone: the caller's context ended first, the call written; the Reply
+	// goes to late. A call whose caller left before it was written is
+	// never written: Gone is false, its error wraps ErrNotSent and the
+	// context's, and late is not called.
 	Gone bool
+	// written: its bytes reached the connection whole; answered: Redis
+	// answered it (with its reply, or an error reply).
+	written, answered bool
 }
 
-// Err returns the call's error.
-func (r Reply) Err() error {
-	if r.Cmd == nil {
-		return r.err
-	}
-	return r.Cmd.Err()
-}
+// Written reports whether the call's bytes were written whole to Redis's
+// connection (on its last attempt): a call not written did not run.
+func (r Reply) Written() bool { return r.written }
+
+// Answered reports whether Redis answered the call (with its result, or
+// an error reply): a call written and not answered may have run or not.
+func (r Reply) Answered() bool { return r.answered }
+
+// Err returns the call's error: the wire's (wrapping ErrNotSent or
+// ErrNoReply), its context's, or Redis's error reply (a RedisError).
+func (r Reply) Err() error { return r.err }
 
 // Int64 returns the call's Reply as an integer.
 func (r Reply) Int64() (int64, error) {
-	if r.Cmd == nil {
+	if r.err != nil {
 		return 0, r.err
 	}
-	return r.Cmd.Int64()
+	return r.v.int64()
 }
 
 // Text returns the call's Reply as a string.
 func (r Reply) Text() (string, error) {
-	if r.Cmd == nil {
+	if r.err != nil {
 		return "", r.err
 	}
-	return r.Cmd.Text()
+	return r.v.text()
 }
 
 // Int64Slice returns the call's Reply as an array of integers.
 func (r Reply) Int64Slice() ([]int64, error) {
-	if r.Cmd == nil {
+	if r.err != nil {
 		return nil, r.err
 	}
-	return r.Cmd.Int64Slice()
+	return r.v.int64Slice()
 }
 
 // Slice returns the call's Reply as an array.
 func (r Reply) Slice() ([]any, error) {
-	if r.Cmd == nil {
+	if r.err != nil {
 		return nil, r.err
 	}
-	return r.Cmd.Slice()
+	return r.v.slice()
 }
+
+// Val returns the call's Reply as go-redis's Cmd.Val would: int64,
+// string, []any or nil.
+func (r Reply) Val() any { return r.v.any() }
 
 // New returns the transport of the calls sent through rdb (a *redis.Client
 // or a *redis.ClusterClient), with opt. Close it to stop it.
@@ -156,16 +173,25 @@ func New(rdb redis.UniversalClient, opt Options) *Transport {
 	if opt.ReleaseTimeout <= 0 {
 		opt.ReleaseTimeout = 5 * time.Second
 	}
-	t := &Transport{rdb: rdb, opt: opt, closed: make(chan struct{}), lanes: map[laneKey]*lane{}, own: map[string]*redis.Client{}}
+	t := &Transport{rdb: rdb, opt: opt, closed: make(chan struct{}), nodes: map[string]*node{}}
 	t.cc, _ = rdb.(*redis.ClusterClient)
+	t.life, t.end = context.WithCancel(context.Background())
+	t.dialer = newDialer(rdb, opt.Hooks)
+	t.live = liveness(rdb)
+	t.dialer.onChange = t.credentialsChanged
+	t.goneFn = t.onGone
+	if t.cc == nil {
+		t.single = &node{t: t}
+	}
+	t.follow()
 	return t
 }
 
 // Options are what a Transport is told by the layer above it.
 type Options struct {
 	// AckReplicas > 0: the calls that take something are followed by
-	// WAIT AckReplicas AckTimeout on their master's own connection, and
-	// their replies say how many replicas acknowledged them.
+	// WAIT AckReplicas AckTimeout on their own connection, and their
+	// replies say how many replicas acknowledged them.
 	AckReplicas int
 	AckTimeout  time.Duration
 	// Publish returns the command the scripts publish with ("publish"
@@ -177,9 +203,9 @@ type Options struct {
 	ReleaseTimeout time.Duration
 	// Log gets what goes wrong in the background.
 	Log *slog.Logger
-	// NoFullDuplex sends every call in pipelines (lane.go), none on the
-	// full-duplex path (fd.go).
-	NoFullDuplex bool
+	// Hooks run around each call, batch and dial of the engine's, as
+	// go-redis runs a client's hooks (hooks.go).
+	Hooks []redis.Hook
 }
 
 func (o *Options) acks() bool { return o.AckReplicas > 0 }
@@ -191,161 +217,104 @@ func (o *Options) publish() string {
 	return o.Publish()
 }
 
-// The two publish commands, boxed once for calls' arguments.
-var publishAny, spublishAny any = "publish", "spublish"
-
-// publishValue returns publish() as a call's argument, boxed without an
-// allocation for the two commands Redis has.
-func (o *Options) publishValue() any {
-	switch p := o.publish(); p {
-	case "publish":
-		return publishAny
-	case "spublish":
-		return spublishAny
-	default:
-		return p
-	}
-}
-
 // wholeMs rounds d up to whole milliseconds, WAIT's resolution.
 func wholeMs(d time.Duration) time.Duration {
 	return (d + time.Millisecond - 1) / time.Millisecond * time.Millisecond
 }
 
-// Close stops the transport: its workers stop once their lanes are empty
-// (see Drain).
-func (t *Transport) Close() {
-	t.closeOnce.Do(func() { close(t.closed) })
-}
-
-// do sends k and waits for its Reply or for ctx to end. When ctx ends
-// first it returns a Reply whose error is ctx's (gone set), and the Reply
-// that comes later is handed to late (nil: nothing to give back), in a
-// goroutine of its own; when ctx ends before k was sent (on the
-// full-duplex path: while fdMaxLeft calls whose callers left are in
-// flight, or during the pause before a refused call is sent again; on a
-// Cluster, while its slot map is read the first time), k is not sent, and
-// the Reply's error wraps ErrNotSent (see Reply.Gone).
-func (t *Transport) Do(ctx context.Context, k Call, late func(Reply)) Reply {
-	if err := t.awaitSlotMap(ctx, &k); err != nil {
-		return Reply{err: err, Acked: -1}
-	}
-	if !(t.opt.acks() && k.Takes) && !t.opt.NoFullDuplex && t.fd() != nil {
-		return t.doFD(ctx, k, late)
-	}
-	o := &op{Call: k, ctx: context.WithoutCancel(ctx), done: make(chan struct{}), late: late, until: t.retryBound(ctx)}
-	done := ctx.Done()
-	if k.Direct && done == nil {
-		bound, cancel := context.WithTimeout(ctx, t.opt.ReleaseTimeout)
-		defer cancel()
-		ctx, done = bound, bound.Done()
-	}
-	sent := false
-	var aside *lane
-	if k.Direct || done == nil {
-		// On an idle lane the Call goes out at once: no worker to wake,
-		// nothing to batch with. A caller that cannot leave sends it
-		// itself; one that can, from a goroutine of its own, as
-		// go-redis does not end a read on a silent link before its own
-		// timeouts, however long they are, whatever ctx says.
-		if l, err := t.lane(&o.Call); err == nil {
-			if done == nil {
-				sent = l.sendDirect(o)
-			} else if l.sendAside(o) {
-				sent, aside = true, l
-			}
-		}
-	}
-	if !sent {
-		t.submit(o)
-	}
-	if done == nil {
-		<-o.done
-		return o.r
-	}
-	select {
-	case <-o.done:
-		if aside != nil {
-			aside.answered(o) // its next Call finds the lane idle
-		}
-		return o.r
-	case <-done:
-		if r, ok := o.leave(ctx.Err()); ok {
-			return r
-		}
-		<-o.done // delivered meanwhile
-		return o.r
-	}
-}
-
-// doAll sends calls and waits for all their replies, or for ctx to end
-// (the replies still missing then carry ctx's error). Calls to one node
-// are queued together, in order.
-func (t *Transport) DoAll(ctx context.Context, calls []Call) []Reply {
-	ops := make([]*op, len(calls))
-	until := t.retryBound(ctx)
-	vctx := context.WithoutCancel(ctx)
-	for i, k := range calls {
-		ops[i] = &op{Call: k, ctx: vctx, done: make(chan struct{}), until: until}
-	}
-	t.submit(ops...)
-	rs := make([]Reply, len(ops))
-	for i, o := range ops {
-		select {
-		case <-o.done:
-			rs[i] = o.r
-		case <-ctx.Done():
-			if r, ok := o.leave(ctx.Err()); ok {
-				rs[i] = r
-			} else {
-				<-o.done
-				rs[i] = o.r
-			}
-		}
-	}
-	return rs
-}
-
-// async sends calls, in order, without waiting; then (nil: nothing) is
-// called with each Reply, in a worker: it must not block.
-func (t *Transport) Async(then func(Call, Reply), calls ...Call) {
-	ops := make([]*op, len(calls))
-	until := time.Now().Add(t.opt.ReleaseTimeout)
-	for i, k := range calls {
-		o := &op{Call: k, until: until}
-		o.state.Store(opGone)
-		if then != nil {
-			o.late = func(r Reply) { then(o.Call, r) }
-		}
-		ops[i] = o
-	}
-	t.submit(ops...)
-}
-
-// script returns the Call of s with keys and args.
+// Script returns the Call of s with keys and args.
 func Script(s *lua.Script, keys []string, args ...any) Call {
 	return Call{Script: s, Keys: keys, Args: args}
 }
 
-// drain waits, at most d, until no worker runs and no Call is on its way
-// again (once the client is closed, workers stop as soon as their lanes
-// are empty), then closes the transport's own clients.
+// Close stops the transport's background work (the switches' watcher and
+// teller); calls still go out until Drain.
+func (t *Transport) Close() {
+	t.closeOnce.Do(func() { close(t.closed) })
+}
+
+// Drain waits, at most d, until no call is queued or in flight, then
+// closes the engine's connections (what is still in flight fails) and
+// waits, within d, for its goroutines to end. Calls sent after Drain fail
+// without being sent.
 func (t *Transport) Drain(d time.Duration) {
 	deadline := time.Now().Add(d)
+	// Quiet: nothing queued or in flight, no call under way, nothing that
+	// may still send (a call whose caller left, a hook's run, an Async),
+	// for a few looks in a row: what a caller does with a reply (give
+	// back a grant) comes a moment after it.
+	for quiet := 0; quiet < drainQuiet && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if t.load() > 0 || t.active.Load() > 0 || t.calls.Load() > 0 {
+			quiet = 0
+		} else {
+			quiet++
+		}
+	}
+	t.mu.Lock()
+	t.drained = true
+	ns := t.allNodes()
+	t.mu.Unlock()
+	t.end()
+	for _, n := range ns {
+		n.close()
+	}
+	t.dialer.close()
+	if t.unwatch != nil {
+		t.unwatch()
+	}
+	t.waitSwitches(deadline)
 	for t.workers.Load() > 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
-	t.waitSwitches(deadline)
-	t.mu.Lock()
-	for _, c := range t.own {
-		_ = c.Close()
-	}
-	t.own = nil
-	t.mu.Unlock()
-	// The full-duplex auto-pipeliner is the redis client's (one for all
-	// its users): it lives, and is closed, with it.
 }
 
-// Workers returns how many of the transport's goroutines run: lane
-// workers, and calls on their way again; 0 once it is closed and drained.
+// drainQuiet is how many looks, a millisecond apart, Drain finds the
+// transport quiet before it closes it.
+const drainQuiet = 20
+
+// allNodes returns the nodes. Called with t.mu held.
+func (t *Transport) allNodes() []*node {
+	ns := make([]*node, 0, len(t.nodes)+1)
+	if t.single != nil {
+		ns = append(ns, t.single)
+	}
+	for _, n := range t.nodes {
+		ns = append(ns, n)
+	}
+	return ns
+}
+
+// load returns the calls queued or in flight.
+func (t *Transport) load() int {
+	t.mu.Lock()
+	ns := t.allNodes()
+	t.mu.Unlock()
+	l := 0
+	for _, n := range ns {
+		l += n.load()
+	}
+	return l
+}
+
+// Workers returns how many of the engine's goroutines run (readers,
+// writers, dials, the calls whose callers left); 0 once it is drained.
 func (t *Transport) Workers() int { return int(t.workers.Load()) }
+
+// nodeAt returns the node of the primary at addr (a Cluster's), made on
+// first use; nil once the transport is drained.
+func (t *Transport) nodeAt(addr string) *node {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n := t.nodes[addr]; n != nil || t.drained {
+		return n
+	}
+	n := &node{t: t, addr: addr}
+	t.nodes[addr] = n
+	return n
+}
+
+// background returns a context for what the engine sends on its own (a
+// call whose caller left), bounded by what remains of bound.
+func background(until time.Time) (context.Context, context.CancelFunc) {
+	return context.WithDeadline(context.Background(), until)
+}

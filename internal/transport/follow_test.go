@@ -1,0 +1,109 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisync-go/redisync/internal/redistest"
+)
+
+// A planned Sentinel failover while calls are in flight: the old primary
+// still answers as one (for about 10s, until the Sentinels demote it), and
+// the engine's calls move to the new primary within a round of the
+// watcher after +switch-master, and none is written to the old one after.
+func TestFollowSentinelSwitch(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
+	master := redistest.Start(t)
+	replica := redistest.StartReplica(t, master)
+	s := redistest.StartSentinel(t, master, "redisync", 1)
+	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: []string{s.Addr()},
+		DialTimeout: 300 * time.Millisecond, ReadTimeout: time.Second})
+	t.Cleanup(func() { _ = rdb.Close() })
+	tr := newT(t, rdb, Options{})
+	bg := context.Background()
+	col := newCollector()
+	tr.OnSwitch(col.f)
+	locked(t, tr.Do(bg, lockCall("f:warm"), nil))
+	oldAdmin, newAdmin := master.Client(t), replica.Client(t)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var calls, failed atomic.Int64
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(bg, time.Second)
+				r := tr.Do(ctx, lockCall("f:"+strconv.Itoa(g)+":"+strconv.Itoa(i)), nil)
+				cancel()
+				calls.Add(1)
+				if r.Err() != nil {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	time.Sleep(200 * time.Millisecond)
+	switched, addr := s.Failover(t)
+	require.Equal(t, replica.Addr(), addr)
+	lag := watchLag(t)
+	sw := col.next(t, 2*SwitchEvery+time.Second, lag)
+	t.Logf("the engine told a switch %v after +switch-master (%s)", time.Since(switched), sw.Cause)
+	// From here on, nothing more reaches the old primary, which still
+	// answers as one.
+	time.Sleep(100 * time.Millisecond)
+	before := commandCalls(t, oldAdmin, "evalsha", "eval")
+	onNew := commandCalls(t, newAdmin, "evalsha", "eval")
+	time.Sleep(time.Second)
+	role, err := oldAdmin.Do(bg, "role").Slice()
+	require.NoError(t, err)
+	close(stop)
+	wg.Wait()
+	assert.Equal(t, "master", role[0], "the old primary still answers as one (else the test proves nothing)")
+	assert.Equal(t, before, commandCalls(t, oldAdmin, "evalsha", "eval"), "scripts written to the old primary after the switch")
+	assert.Greater(t, commandCalls(t, newAdmin, "evalsha", "eval"), onNew, "the calls go to the new primary")
+	t.Logf("%d calls, %d failed", calls.Load(), failed.Load())
+	assert.Less(t, time.Since(switched), 9*time.Second, "checked before the old primary is demoted")
+}
+
+// A server that answers READONLY (a replica now): the engine retires its
+// connections, tells the switch, and sends the call to the primary.
+func TestFollowReadOnly(t *testing.T) {
+	srv := redistest.Start(t)
+	other := redistest.Start(t)
+	tr := newT(t, srv.Client(t), Options{})
+	bg := context.Background()
+	col := newCollector()
+	tr.OnSwitch(col.f)
+	locked(t, tr.Do(bg, lockCall("ro:warm"), nil))
+	// srv becomes a replica of other: READONLY to writes.
+	require.NoError(t, srv.Client(t).Do(bg, "replicaof", "127.0.0.1", strconv.Itoa(other.Port())).Err())
+	t.Cleanup(func() { _ = srv.Client(t).Do(bg, "replicaof", "no", "one").Err() })
+	ctx, cancel := context.WithTimeout(bg, 300*time.Millisecond)
+	defer cancel()
+	r := tr.Do(ctx, lockCall("ro:1"), nil)
+	require.Error(t, r.Err(), "no primary to send it to: it did not run")
+	lag := watchLag(t)
+	sw := col.next(t, 2*time.Second, lag)
+	assert.Equal(t, "readonly", sw.Cause)
+	// What the wire said: READONLY, or the server's role on a new
+	// connection.
+	if !errors.Is(r.Err(), ErrNotPrimary) {
+		assert.Contains(t, r.Err().Error(), "READONLY")
+	}
+}
