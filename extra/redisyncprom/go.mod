@@ -7,7 +7,7 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/redisync-go/redisync v0.0.0-20261201205439-36a5dc995bc9
+	github.com/redisync-go/redisync v0.0.0-20261203061506-e961fa475be3
 )
 
 require (
