@@ -45,7 +45,8 @@ type dialer struct {
 	streamed   atomic.Pointer[[2]string] // the streaming provider's latest credentials
 	streamErr  error
 	unsub      auth.UnsubscribeFunc
-	onChange   func() // a streamed change of credentials
+	onChange   func()        // a streamed change of credentials
+	gen        atomic.Uint64 // counts the streamed changes: a dial under way through one retires what it made
 }
 
 // newDialer reads rdb's options, and wraps its dial in hooks' DialHook.
@@ -227,6 +228,7 @@ type streamListener struct{ d *dialer }
 func (l streamListener) OnNext(c auth.Credentials) {
 	u, p := c.BasicAuth()
 	l.d.streamed.Store(&[2]string{u, p})
+	l.d.gen.Add(1)
 	if l.d.onChange != nil {
 		l.d.onChange()
 	}

@@ -96,6 +96,63 @@ func TestDialACLUserAndCredentialsProviders(t *testing.T) {
 	require.Eventually(t, func() bool { return whoami(stream) == "bob" }, 5*time.Second, 10*time.Millisecond)
 }
 
+// A streamed change while a connection is being dialled, after it sent the
+// old credentials: the connection is retired once it is added, and the
+// calls go on the next ones, with the new credentials.
+func TestDialStreamedChangeDuringDial(t *testing.T) {
+	srv := redistest.Start(t)
+	bg := context.Background()
+	admin := srv.Client(t)
+	for _, u := range []string{"alice", "bob"} {
+		require.NoError(t, admin.Do(bg, "acl", "setuser", u, "on", ">"+u+"pw", "~*", "&*", "+@all").Err())
+	}
+	gate := make(chan struct{})
+	var held atomic.Bool
+	held.Store(true)
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		nc, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil || !held.Load() {
+			return nc, err
+		}
+		return &gatedRead{Conn: nc, gate: gate}, nil
+	}
+	sp := &streamProv{user: "alice", pass: "alicepw"}
+	tr := newT(t, redis.NewClient(&redis.Options{Addr: srv.Addr(), StreamingCredentialsProvider: sp, Dialer: dial}), Options{})
+	whoami := func() string {
+		ctx, cancel := context.WithTimeout(bg, 5*time.Second)
+		defer cancel()
+		v, err := tr.Do(ctx, Call{Keys: []string{"x"}, Args: []any{"acl", "whoami"}}, nil).Text()
+		require.NoError(t, err)
+		return v
+	}
+	first := make(chan string, 1)
+	go func() { first <- whoami() }()
+	// The first dial sent alice's AUTH and waits for its reply.
+	time.Sleep(200 * time.Millisecond)
+	held.Store(false)
+	sp.change("bob", "bobpw")
+	close(gate)
+	select {
+	case <-first:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first call did not end")
+	}
+	for i := range 20 {
+		require.Equal(t, "bob", whoami(), "call %d after the change", i)
+	}
+}
+
+// gatedRead is a connection whose reads wait until gate is closed.
+type gatedRead struct {
+	net.Conn
+	gate chan struct{}
+}
+
+func (g *gatedRead) Read(b []byte) (int, error) {
+	<-g.gate
+	return g.Conn.Read(b)
+}
+
 // streamProv is a streaming credentials provider whose credentials change
 // when the test says.
 type streamProv struct {

@@ -136,6 +136,7 @@ func (n *node) pick(ctx context.Context, wait bool) (*conn, error) {
 // dial dials a connection of kind (0: shared, 1: WAIT's) and adds it.
 func (n *node) dial(kind int, d *dialing) {
 	defer n.t.workers.Add(-1)
+	gen := n.t.dialer.gen.Load()
 	c, err := n.t.open(n)
 	n.mu.Lock()
 	n.dialing[kind] = nil
@@ -163,6 +164,12 @@ func (n *node) dial(kind int, d *dialing) {
 	n.mu.Unlock()
 	if err == nil && closed {
 		_ = c.nc.Close()
+	}
+	if err == nil && !closed && n.t.dialer.gen.Load() != gen {
+		// The credentials changed while it was dialled, perhaps after
+		// it authenticated with the old ones, and the retiring missed
+		// it: the next connection authenticates with the new ones.
+		c.retire()
 	}
 	close(d.done)
 }
