@@ -92,6 +92,17 @@ func (t *Transport) sendBatch(ctx context.Context, ss []sendState, idx []int) []
 	if len(t.opt.Hooks) > 0 {
 		return t.sendBatchHooked(ctx, ss, idx)
 	}
+	ops, groups := t.group(ss, idx)
+	for _, g := range groups {
+		t.sendGroup(ctx, g, ss, idx, ops, nil)
+	}
+	return ops
+}
+
+// group routes the calls ss[i] for i in idx to their nodes, and returns
+// them grouped by node (and, with WithReplicaAck, by whether WAIT follows
+// them), with ops set for the calls that could not be routed.
+func (t *Transport) group(ss []sendState, idx []int) ([]*op, []*batchGroup) {
 	ops := make([]*op, len(idx))
 	var groups []*batchGroup
 	for j, i := range idx {
@@ -115,10 +126,7 @@ func (t *Transport) sendBatch(ctx context.Context, ss []sendState, idx []int) []
 		}
 		g.at = append(g.at, j)
 	}
-	for _, g := range groups {
-		t.sendGroup(ctx, g, ss, idx, ops, nil)
-	}
-	return ops
+	return ops, groups
 }
 
 // sendGroup writes the calls of g together on one connection of g's

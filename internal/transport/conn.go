@@ -470,6 +470,22 @@ func (c *conn) takeLocked(ends []int) ([]*op, []int) {
 	return batch, ends
 }
 
+// nextBatchLocked takes the next batch to write (takeLocked) and starts
+// the reader for it; when there is none, the writing role is given up.
+// Called with c.mu held, which it releases.
+func (c *conn) nextBatchLocked() ([]*op, []int) {
+	batch, ends := c.takeLocked(c.wends[:0])
+	c.wbatch, c.wends = batch, ends
+	if len(batch) == 0 {
+		c.writing = false
+		c.closeIfIdleLocked()
+	} else {
+		c.startReaderLocked()
+	}
+	c.mu.Unlock()
+	return batch, ends
+}
+
 // write is the writing role of a caller (enqueue said so), with its
 // context's deadline dl (zero: none): one batch, then the role goes to a
 // writer goroutine if calls are still queued. When dl cuts the write, the
@@ -477,23 +493,21 @@ func (c *conn) takeLocked(ends []int) ([]*op, []int) {
 // a writer goroutine finishes it otherwise.
 func (c *conn) write(dl time.Time) {
 	c.mu.Lock()
-	batch, ends := c.takeLocked(c.wends[:0])
-	c.wbatch, c.wends = batch, ends
+	batch, ends := c.nextBatchLocked()
 	if len(batch) == 0 {
-		c.writing = false
-		c.closeIfIdleLocked()
-		c.mu.Unlock()
 		return
 	}
-	c.startReaderLocked()
-	c.mu.Unlock()
 	cut := !dl.IsZero() && !c.tls
+	var n int
+	var err error
 	if cut {
 		_ = c.nc.SetWriteDeadline(dl)
-	}
-	n, err := c.nc.Write(c.wbuf)
-	if cut {
+		n, err = c.nc.Write(c.wbuf)
 		_ = c.nc.SetWriteDeadline(time.Time{})
+	} else {
+		// No deadline of its own: one a caller alone on it set for
+		// its read (roundTrip) does not cut this write.
+		n, err = c.writeBytes(c.wbuf)
 	}
 	if err != nil && cut && isTimeout(err) {
 		c.mu.Lock()
@@ -622,7 +636,6 @@ func (c *conn) writeLoop() {
 // the connection's window is full: a reply makes room, and its reader
 // starts a writer again: kickLocked). The caller has the writing role.
 func (c *conn) writeMore() {
-	var ends []int
 	for {
 		c.mu.Lock()
 		if c.err != nil {
@@ -630,17 +643,10 @@ func (c *conn) writeMore() {
 			c.mu.Unlock()
 			return
 		}
-		var batch []*op
-		batch, ends = c.takeLocked(c.wends[:0])
-		c.wbatch, c.wends = batch, ends
+		batch, ends := c.nextBatchLocked()
 		if len(batch) == 0 {
-			c.writing = false
-			c.closeIfIdleLocked()
-			c.mu.Unlock()
 			return
 		}
-		c.startReaderLocked()
-		c.mu.Unlock()
 		n, err := c.writeBytes(c.wbuf)
 		if !c.wrote(batch, ends, n, err) {
 			return

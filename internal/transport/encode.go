@@ -137,22 +137,12 @@ func appendBulkBytes(b []byte, p []byte) []byte {
 // string.
 func appendInt(b []byte, n int64) []byte {
 	var d [20]byte
-	s := strconv.AppendInt(d[:0], n, 10)
-	b = append(b, '$')
-	b = strconv.AppendInt(b, int64(len(s)), 10)
-	b = append(b, '\r', '\n')
-	b = append(b, s...)
-	return append(b, '\r', '\n')
+	return appendBulkBytes(b, strconv.AppendInt(d[:0], n, 10))
 }
 
 func appendUint(b []byte, n uint64) []byte {
 	var d [20]byte
-	s := strconv.AppendUint(d[:0], n, 10)
-	b = append(b, '$')
-	b = strconv.AppendInt(b, int64(len(s)), 10)
-	b = append(b, '\r', '\n')
-	b = append(b, s...)
-	return append(b, '\r', '\n')
+	return appendBulkBytes(b, strconv.AppendUint(d[:0], n, 10))
 }
 
 // cmdArgs returns k's command as go-redis's hooks see a command's Args:

@@ -38,6 +38,22 @@ type hookRun struct {
 	last     []*op  // by call: its last send's op
 }
 
+// settle returns call x's op o once its send ended with st: told why when
+// its caller left before it was written, or, when the caller left after,
+// the op its outcome comes with (by got), kept as the call's last.
+func (h *hookRun) settle(ctx context.Context, x int, o *op, st int, got chan *op) *op {
+	switch st {
+	case rtDropped:
+		o.err = notSent(context.Cause(ctx), "its caller left before it was written")
+	case rtGone:
+		o = <-got
+		h.mu.Lock()
+		h.last[x] = o
+		h.mu.Unlock()
+	}
+	return o
+}
+
 // leave is the caller leaving (its context ended) while the hooks run for
 // its call j, whose proxy op is p: rtDone when the run finished meanwhile
 // (p's outcome is set), rtGone when a send of the call was written (the
@@ -89,7 +105,13 @@ func (h *hookRun) end(js []int, ops []*op, sts []int) {
 		if sts[i] == rtGone || sts[i] == rtDone && o.written {
 			h.wrote[j] = true
 		}
-		h.last[j] = o
+		if sts[i] != rtGone {
+			// (One whose caller left is the call's last once its
+			// outcome came: settle. Until then its reader writes it,
+			// while a hook that returned without waiting for its next
+			// may already be reading the run's last.)
+			h.last[j] = o
+		}
 	}
 	h.inSend = false
 	close(h.sendDone)
@@ -128,16 +150,7 @@ func (t *Transport) attemptHooked(ctx context.Context, n *node, s *sendState, la
 		got := make(chan *op, 1)
 		o, st := t.send(ctx, n, s, func(o *op) { got <- o })
 		h.end([]int{0}, []*op{o}, []int{st})
-		switch st {
-		case rtDropped:
-			o.err = notSent(context.Cause(ctx), "its caller left before it was written")
-		case rtGone:
-			o = <-got
-			h.mu.Lock()
-			h.last[0] = o
-			h.mu.Unlock()
-		}
-		fillCmd(c, o)
+		fillCmd(c, h.settle(ctx, 0, o, st, got))
 		return c.Err()
 	}
 	process := final
@@ -170,29 +183,7 @@ func (t *Transport) attemptHooked(ctx context.Context, n *node, s *sendState, la
 // sendBatchHooked is sendBatch through the hooks' ProcessPipelineHook,
 // once for the calls to each node.
 func (t *Transport) sendBatchHooked(ctx context.Context, ss []sendState, idx []int) []*op {
-	ops := make([]*op, len(idx))
-	var groups []*batchGroup
-	for j, i := range idx {
-		s := &ss[i]
-		n, err := t.route(s)
-		if err != nil {
-			ops[j] = failedOp(err)
-			continue
-		}
-		wait := t.opt.acks() && s.k.Takes
-		var g *batchGroup
-		for _, x := range groups {
-			if x.n == n && x.wait == wait {
-				g = x
-				break
-			}
-		}
-		if g == nil {
-			g = &batchGroup{n: n, wait: wait}
-			groups = append(groups, g)
-		}
-		g.at = append(g.at, j)
-	}
+	ops, groups := t.group(ss, idx)
 	for _, g := range groups {
 		t.pipelineHooked(ctx, g, ss, idx, ops)
 	}
@@ -260,17 +251,7 @@ func (t *Transport) pipelineHooked(ctx context.Context, g *batchGroup, ss []send
 		h.end(xs, sent, sts)
 		var first error
 		for y, x := range xs {
-			o := sent[y]
-			switch sts[y] {
-			case rtDropped:
-				o.err = notSent(context.Cause(ctx), "its caller left before it was written")
-			case rtGone:
-				o = <-got[y]
-				h.mu.Lock()
-				h.last[x] = o
-				h.mu.Unlock()
-			}
-			fillCmd(cmds[x], o)
+			fillCmd(cmds[x], h.settle(ctx, x, sent[y], sts[y], got[y]))
 			if first == nil {
 				first = cmds[x].Err()
 			}

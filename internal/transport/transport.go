@@ -182,6 +182,11 @@ func New(rdb redis.UniversalClient, opt Options) *Transport {
 	t.goneFn = t.onGone
 	if t.cc == nil {
 		t.single = &node{t: t}
+	} else {
+		// The slot map, read at once rather than by the first call: a
+		// node that is silent by then (CLUSTER SLOTS goes to any node)
+		// would hold that call up.
+		t.readSlots()
 	}
 	t.follow()
 	return t
