@@ -99,6 +99,13 @@ func (t *Transport) next(s *sendState, o *op, n *node, gone bool) int {
 	if gone || !o.again || errors.Is(err, errClosed) || errors.Is(err, redis.ErrClosed) {
 		return stepDone
 	}
+	if errors.Is(err, ErrNotPrimary) && s.redirects < maxRedirects {
+		// The server it was routed to is no longer the primary (a
+		// failover): as after READONLY, sent again after a pause,
+		// within its bound, once the route was read again.
+		s.redirects++
+		return t.later(s)
+	}
 	// Not written, on the engine's side: sent again once, at once, on
 	// another connection (one Redis closed while idle, say); a second
 	// failure (no connection to be had: Redis refuses them, the primary
