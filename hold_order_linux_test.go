@@ -163,13 +163,17 @@ func TestHelperStoppedPastBoth(t *testing.T) {
 			parent, cancel = context.WithCancel(bg)
 			go func() {
 				// Its sleep's timer is the first due on resuming.
+				// last is the previous look's time: a stop between any
+				// two looks is seen by the second (taking the time again
+				// after the look would miss one that fell between).
 				for last := time.Now(); ; {
 					time.Sleep(time.Millisecond)
-					if now := time.Now(); now.Sub(last) > orderLease || parent.Err() != nil {
+					now := time.Now()
+					if now.Sub(last) > orderLease || parent.Err() != nil {
 						cancel()
 						return
 					}
-					last = time.Now()
+					last = now
 				}
 			}()
 		}
