@@ -59,6 +59,7 @@ func (c *ownCtx) Deadline() (time.Time, bool) { return c.h.Parent.Deadline() }
 func (c *ownCtx) Done() <-chan struct{} {
 	h := c.h
 	h.check()
+	h.finishCancel()
 	if cc := h.realCtx(); cc != nil {
 		return cc.Done()
 	}
@@ -88,6 +89,7 @@ func (c *ownCtx) Value(key any) any {
 	case *int:
 		if key == causeKey {
 			h.check()
+			h.finishCancel()
 			// The context package asks for it to derive a context (live:
 			// the real one, its parent), and context.Cause (ended).
 			if cc := h.realCtx(); cc != nil {
@@ -147,6 +149,7 @@ func (h *Hold) cancelOwn(why EndReason, err, cause error) {
 	if cancel == nil {
 		h.causeCC = causeOf(h.k, cause)
 	}
+	h.endCause, h.endByParent = cause, parent
 	h.cstate.Store(state)
 	h.tmu.Unlock()
 	if cancel == nil {
@@ -157,6 +160,24 @@ func (h *Hold) cancelOwn(why EndReason, err, cause error) {
 		h.gate.close(err) // with h.Parent's error and cause
 	}
 	cancel(cause) // a no-op once the gate has
+}
+
+// finishCancel makes, for a reader that finds h's context ended, the
+// cancellation of its real context that the end (cancelOwn) may still be
+// making on another goroutine, so that Done is closed and Cause answers
+// once Err does. It does nothing while h lives, or once it was made (a
+// CancelCauseFunc acts once); an end with the parent's is left to the
+// gate, which gives the parent's error and cause.
+func (h *Hold) finishCancel() {
+	if h.cstate.Load() == ctxLive {
+		return
+	}
+	h.tmu.Lock()
+	cancel, cause, byParent := h.ccCancel, h.endCause, h.endByParent
+	h.tmu.Unlock()
+	if cancel != nil && !byParent {
+		cancel(cause)
+	}
 }
 
 // realCtx returns the real context beside h's own (see above), made now if

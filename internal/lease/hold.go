@@ -75,16 +75,18 @@ type Hold struct {
 	gate   gate           // the base of the real context beside own, ended by Parent's end (parent.go)
 	pdl    int64          // Parent's deadline on the holds' clock (clockAt.pos), or 0: none
 
-	tmu      sync.Mutex              // guards the fields below
-	cc       context.Context         // the real context beside own, once asked for (context.go)
-	ccCancel context.CancelCauseFunc // cancels cc
-	sent     time.Time               // when the newest script that set the lease was sent
-	at       int64                   // the deadline that script set, on the holds' clock (clockAt.pos; kept after the end)
-	atSet    bool                    // at is set
-	why      EndReason
-	stops    []func() bool          // undone when the hold ends
-	ties     map[uint64]func(error) // re-entries' contexts and those derived from own, cancelled when it ends
-	nties    uint64
+	tmu         sync.Mutex              // guards the fields below
+	cc          context.Context         // the real context beside own, once asked for (context.go)
+	ccCancel    context.CancelCauseFunc // cancels cc
+	endCause    error                   // the cause own ended with (cancelOwn)
+	endByParent bool                    // own ended with h.Parent's end (the gate cancels cc)
+	sent        time.Time               // when the newest script that set the lease was sent
+	at          int64                   // the deadline that script set, on the holds' clock (clockAt.pos; kept after the end)
+	atSet       bool                    // at is set
+	why         EndReason
+	stops       []func() bool          // undone when the hold ends
+	ties        map[uint64]func(error) // re-entries' contexts and those derived from own, cancelled when it ends
+	nties       uint64
 	// firsts run when the hold ends, before its context is cancelled:
 	// what they see of other contexts was not caused by its end.
 	firsts []func()

@@ -86,3 +86,26 @@ func TestContextEndBeforeALapseIsTheContexts(t *testing.T) {
 	why, _ := e.endOf(h)
 	assert.Equal(t, EndParent, why)
 }
+
+// A hold's end marks its context ended, then cancels its real context: a
+// reader on another goroutine in between (a stopped process resumed, the
+// end preempted there) finds Done closed and the end's cause, not an open
+// Done and a cause of context.Canceled (TestPausedHolderIsToldAtOnce saw
+// that once, for a Semaphore's hold).
+func TestEndSeenBetweenItsStateAndItsCancel(t *testing.T) {
+	e := newEnv(t, 30*time.Second)
+	h := e.holdIn(t, bg, "l:end-window", 30*time.Second)
+	_ = h.Ctx.Done() // the real context exists, as once anything derived from it
+	// What cancelOwn does before it cancels the real context.
+	h.tmu.Lock()
+	h.endCause, h.endByParent = errLost, false
+	h.cstate.Store(ctxCanceled)
+	h.tmu.Unlock()
+	require.ErrorIs(t, h.Ctx.Err(), context.Canceled)
+	select {
+	case <-h.Ctx.Done():
+	default:
+		t.Fatal("Err says ended, Done is open")
+	}
+	assert.ErrorIs(t, context.Cause(h.Ctx), errLost)
+}
