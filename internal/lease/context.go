@@ -35,13 +35,15 @@ import (
 // would, with the parent's error and cause when the parent's end came
 // first, else context.Canceled and the hold's cause.
 
-// check ends h if it is due to end (Settle), unless its own context has
-// been cancelled already: what a method of its contexts reports is true
-// from then on.
+// check ends h if it is due to end (Settle), or, once its own context has
+// been cancelled, finishes that cancellation (finishCancel): what a method
+// of its contexts reports is true from then on.
 func (h *Hold) check() {
 	if h.cstate.Load() == ctxLive {
 		h.Settle()
+		return
 	}
+	h.finishCancel()
 }
 
 // The states of a hold's own context (Hold.cstate).
@@ -59,7 +61,6 @@ func (c *ownCtx) Deadline() (time.Time, bool) { return c.h.Parent.Deadline() }
 func (c *ownCtx) Done() <-chan struct{} {
 	h := c.h
 	h.check()
-	h.finishCancel()
 	if cc := h.realCtx(); cc != nil {
 		return cc.Done()
 	}
@@ -89,7 +90,6 @@ func (c *ownCtx) Value(key any) any {
 	case *int:
 		if key == causeKey {
 			h.check()
-			h.finishCancel()
 			// The context package asks for it to derive a context (live:
 			// the real one, its parent), and context.Cause (ended).
 			if cc := h.realCtx(); cc != nil {
@@ -165,13 +165,10 @@ func (h *Hold) cancelOwn(why EndReason, err, cause error) {
 // finishCancel makes, for a reader that finds h's context ended, the
 // cancellation of its real context that the end (cancelOwn) may still be
 // making on another goroutine, so that Done is closed and Cause answers
-// once Err does. It does nothing while h lives, or once it was made (a
-// CancelCauseFunc acts once); an end with the parent's is left to the
-// gate, which gives the parent's error and cause.
+// once Err does. It does nothing once it was made (a CancelCauseFunc acts
+// once); an end with the parent's is left to the gate, which gives the
+// parent's error and cause.
 func (h *Hold) finishCancel() {
-	if h.cstate.Load() == ctxLive {
-		return
-	}
 	h.tmu.Lock()
 	cancel, cause, byParent := h.ccCancel, h.endCause, h.endByParent
 	h.tmu.Unlock()
