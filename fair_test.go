@@ -343,7 +343,7 @@ func TestFairMutexCrashedWaiterSkippedWithinBound(t *testing.T) {
 		hctx, err := holder.Lock(context.Background())
 		require.NoError(t, err)
 
-		crashed := redis.NewClient(&redis.Options{Addr: e.addr, MaxRetries: -1})
+		crashed, crash := crashableRDB(t, e.addr)
 		cf := newClient(t, crashed).FairMutex(name, opt)
 		a := lockAsync(context.Background(), cf.Lock)
 		waitQueued(t, rdb, holder, 1)
@@ -352,7 +352,7 @@ func TestFairMutexCrashedWaiterSkippedWithinBound(t *testing.T) {
 		waitQueued(t, rdb, holder, 2)
 
 		lag := watchLag(t)
-		require.NoError(t, crashed.Close())
+		crash()
 		crashedAt := time.Now()
 		require.NoError(t, holder.Unlock(hctx))
 		rb := recvLock(t, b, 3*time.Second, "waiter behind the crashed one")

@@ -303,3 +303,19 @@ func recvWithin[T any](lag *lagWatch, start time.Time, d time.Duration, ch <-cha
 		}
 	}
 }
+
+// crashableRDB returns a go-redis client that reaches addr through a proxy
+// of its own, and crash, which ends it as a dying process would: the proxy
+// closes (every connection, go-redis's and redisync's engine's, and any new
+// one is refused), then the client. Closing the client alone is no crash:
+// the engine's own connections serve a call made before it next looks
+// whether the client closed (up to 100ms on).
+func crashableRDB(t testing.TB, addr string) (rdb *redis.Client, crash func()) {
+	px := faultproxy.New(t, addr)
+	rdb = redis.NewClient(&redis.Options{Addr: px.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb, func() {
+		px.Close()
+		require.NoError(t, rdb.Close())
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -111,7 +110,7 @@ func TestFailureModeCrashedHolderFreesLock(t *testing.T) {
 		cw := e.client(t, WithWatchdogTimeout(lease))
 		k.setup(t, cw, name)
 		base := redisState(t, e)
-		crashed := redis.NewClient(&redis.Options{Addr: e.addr, MaxRetries: -1})
+		crashed, crash := crashableRDB(t, e.addr)
 		hctx, err := k.mine(t, newClient(t, crashed, WithWatchdogTimeout(lease)), name).lock(bg)
 		require.NoError(t, err)
 		waiter := k.rival(t, cw, name)
@@ -121,7 +120,7 @@ func TestFailureModeCrashedHolderFreesLock(t *testing.T) {
 		eventually(t, 2*time.Second, "the waiter waiting", func() bool { return semWaiters(cw) == 1 })
 
 		lag := watchLag(t)
-		require.NoError(t, crashed.Close()) // the process is gone
+		crash() // the process is gone
 		crashedAt := time.Now()
 		r := recvLock(t, got, 3*time.Second, "the waiter")
 		require.NoError(t, r.err)

@@ -358,11 +358,11 @@ func TestRWMutexCrashedWaitingWriterSkippedWithinBound(t *testing.T) {
 		r := e.client(t).RWMutex(name, opt)
 		rd, err := r.RLock(context.Background())
 		require.NoError(t, err)
-		crashed := redis.NewClient(&redis.Options{Addr: e.addr, MaxRetries: -1})
+		crashed, crash := crashableRDB(t, e.addr)
 		w := lockAsync(context.Background(), newClient(t, crashed).RWMutex(name, opt).Lock)
 		waitWriters(t, rdb, r, 1)
 		lag := watchLag(t)
-		require.NoError(t, crashed.Close())
+		crash()
 		crashedAt := time.Now()
 
 		nm := e.client(t).RWMutex(name, opt)
@@ -389,7 +389,7 @@ func TestRWMutexCrashedReaderExpiresOthersKeepTheirs(t *testing.T) {
 		const name = "rw:crashed-reader"
 		const lease = 600 * time.Millisecond
 		rdb := e.rdb(t)
-		crashed := redis.NewClient(&redis.Options{Addr: e.addr, MaxRetries: -1})
+		crashed, crash := crashableRDB(t, e.addr)
 		cr, err := newClient(t, crashed, WithWatchdogTimeout(lease)).RWMutex(name).RLock(context.Background())
 		require.NoError(t, err)
 		live := e.client(t, WithWatchdogTimeout(lease)).RWMutex(name)
@@ -399,7 +399,7 @@ func TestRWMutexCrashedReaderExpiresOthersKeepTheirs(t *testing.T) {
 		require.Equal(t, 2, readers)
 
 		lag := watchLag(t)
-		require.NoError(t, crashed.Close())
+		crash()
 		crashedAt := time.Now()
 		eventually(t, 5*time.Second, "the crashed reader's hold to expire", func() bool {
 			_, _, readers := rwState(t, live)

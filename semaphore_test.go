@@ -268,7 +268,7 @@ func TestSemaphoreCrashedHolder(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, e *testEnv) {
 		const wdt = 600 * time.Millisecond
 		bg := context.Background()
-		rdbA := e.rdb(t)
+		rdbA, crash := crashableRDB(t, e.addr)
 		crashed := newClient(t, rdbA, WithWatchdogTimeout(wdt))
 		live := e.client(t, WithWatchdogTimeout(wdt))
 		waiter := e.client(t, WithWatchdogTimeout(wdt))
@@ -288,7 +288,7 @@ func TestSemaphoreCrashedHolder(t *testing.T) {
 
 		lag := watchLag(t)
 		start := time.Now()
-		require.NoError(t, rdbA.Close()) // the crash: no release, no renewal
+		crash() // no release, no renewal
 		ctx, cancel := context.WithTimeout(bg, 3*time.Second)
 		defer cancel()
 		wctx, err := sw.Acquire(ctx, 2)
