@@ -21,7 +21,7 @@ type sendState struct {
 	askAddr   string      // ASK: the node to send it to, after ASKING
 	tries     int         // sends again after a pause
 	again     int         // sends again after it was not written
-	redirects int         // MOVED, ASK and READONLY followed
+	redirects int         // MOVED and ASK followed
 	until     time.Time   // sends again after a refusal end before
 	waitUntil time.Time   // WithReplicaAck: WAIT's timeout runs to then, once begun
 	late      func(Reply) // its give-back, once its caller left (Do)

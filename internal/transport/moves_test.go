@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -59,7 +60,9 @@ func TestReshardingAskAndTryagain(t *testing.T) {
 		finishing.Store(true)
 		mig.Finish(t)
 	}()
-	ctx, cancel := context.WithTimeout(bg, 5*time.Second)
+	// Bounded past the migration's end, which can take over 5s (redistest
+	// sends the assignment again when a node is slow to see it).
+	ctx, cancel := context.WithTimeout(bg, 20*time.Second)
 	defer cancel()
 	split := Call{Keys: []string{tag + "split1", tag + "split2"}, Args: []any{"exists", tag + "split1", tag + "split2"}}
 	var wg sync.WaitGroup
@@ -165,4 +168,48 @@ func TestFollowsMovedSlots(t *testing.T) {
 		rc.MigrateSlot(t, redistest.SlotOf(t, rc.Masters[0], base), rc.Masters[1])
 		check(t, ":mig")
 	})
+}
+
+// Two masters each naming the other as a slot's owner (as while a
+// migration's end is agreed on): a call sent back and forth is redirected
+// after pauses, within its bound, until one of them serves the slot, rather
+// than give up after a few redirects in microseconds.
+func TestMovedBackAndForthWaitsForAnOwner(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
+	rc := redistest.StartClusterWithReplicas(t, 2, 0)
+	bg := context.Background()
+	cc := rc.Client(t)
+	tr := newT(t, cc, Options{})
+	tag := "{" + nameOn(t, cc, rc.Masters[0], "trpingpong") + "}"
+	slot := redistest.SlotOf(t, rc.Masters[0], tag)
+	m0, m1 := rc.Masters[0].Client(t), rc.Masters[1].Client(t)
+	id1 := redistest.NodeID(t, rc.Masters[1])
+	locked(t, tr.Do(bg, lockCall(tag+"warm"), nil))
+	require.NoError(t, m0.Del(bg, tag+"warm").Err())
+	// The slot's owner (with no keys in it) gives it to the other, who has
+	// not taken it: each names the other.
+	require.NoError(t, m0.Do(bg, "cluster", "setslot", slot, "node", id1).Err())
+	require.Eventually(t, func() bool {
+		err := m1.Get(bg, tag+"x").Err()
+		return err != nil && strings.HasPrefix(err.Error(), "MOVED "+strconv.Itoa(slot)+" "+rc.Masters[0].Addr())
+	}, 5*time.Second, 10*time.Millisecond, "the other still names the first")
+	require.ErrorContains(t, m0.Get(bg, tag+"x").Err(), "MOVED "+strconv.Itoa(slot)+" "+rc.Masters[1].Addr())
+
+	const settle = 500 * time.Millisecond
+	settled := make(chan time.Time, 1)
+	go func() {
+		time.Sleep(settle)
+		settled <- time.Now()
+		assert.NoError(t, m1.Do(bg, "cluster", "setslot", slot, "node", id1).Err(), "the other takes the slot")
+	}()
+	ctx, cancel := context.WithTimeout(bg, 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	locked(t, tr.Do(ctx, lockCall(tag+"l"), nil))
+	at := <-settled
+	assert.Greater(t, time.Since(start), settle, "it waited for an owner")
+	assert.False(t, time.Now().Before(at))
+	n, err := m1.Exists(bg, tag+"l").Result()
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, n, "on the master that took the slot")
 }

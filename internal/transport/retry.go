@@ -22,7 +22,8 @@ import (
 //     its bound (retryBound), unless it is Once.
 //   - MOVED: its slot is served elsewhere; the slot map learns it at once
 //     and the call goes there. ASK: its key is being migrated; the call is
-//     sent to the node named, after ASKING, once.
+//     sent to the node named, after ASKING, once. Past redirectsAtOnce,
+//     a call is redirected after a pause, within its bound.
 //   - READONLY: the server is no primary any more (a failover); the
 //     switch is told (follow.go), and the call is sent to the primary now,
 //     after a pause.
@@ -42,9 +43,12 @@ const (
 	stepPause        // send it again after a pause
 )
 
-// maxRedirects bounds the MOVED, ASK and READONLY replies one call
-// follows.
-const maxRedirects = 16
+// redirectsAtOnce is how many MOVED and ASK replies one call follows at
+// once; it follows any further one after a pause, within its bound. While
+// a slot's new owner is being agreed on (a migration ending, a failover),
+// two masters can each name the other for seconds: a call sent back and
+// forth at once would give up in microseconds.
+const redirectsAtOnce = 2
 
 // Pauses before a Call that Redis refused for now is sent again: the
 // first, doubling up to the last.
@@ -70,10 +74,6 @@ func (t *Transport) next(s *sendState, o *op, n *node, gone bool) int {
 		case gone:
 			return stepDone
 		case strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK "):
-			if s.redirects >= maxRedirects {
-				return stepDone
-			}
-			s.redirects++
 			ask, slot, addr, ok := redirect(msg)
 			if !ok {
 				return stepDone
@@ -83,12 +83,12 @@ func (t *Transport) next(s *sendState, o *op, n *node, gone bool) int {
 			} else {
 				t.moved(slot, addr)
 			}
-			return stepAgain
-		case strings.HasPrefix(msg, "READONLY"):
-			if s.redirects >= maxRedirects {
-				return stepDone
-			}
 			s.redirects++
+			if s.redirects <= redirectsAtOnce {
+				return stepAgain
+			}
+			return t.later(s)
+		case strings.HasPrefix(msg, "READONLY"):
 			t.readOnly(n)
 			return t.later(s)
 		case notNow(msg):
@@ -99,11 +99,10 @@ func (t *Transport) next(s *sendState, o *op, n *node, gone bool) int {
 	if gone || !o.again || errors.Is(err, errClosed) || errors.Is(err, redis.ErrClosed) {
 		return stepDone
 	}
-	if errors.Is(err, ErrNotPrimary) && s.redirects < maxRedirects {
+	if errors.Is(err, ErrNotPrimary) {
 		// The server it was routed to is no longer the primary (a
 		// failover): as after READONLY, sent again after a pause,
 		// within its bound, once the route was read again.
-		s.redirects++
 		return t.later(s)
 	}
 	// Not written, on the engine's side: sent again once, at once, on
