@@ -174,7 +174,8 @@ func (c *Client) Close() error {
 		deadline := time.Now().Add(holds.ReleaseTimeout)
 		close(c.closed)
 		c.tr.Close() // its background work stops; calls go out until Drain
-		c.wd.Close(deadline)
+		unreleased := c.wd.Close(deadline)
+		c.holds.KeepAll(unreleased) // those refused: sent again within the bound
 		c.ps.Close()
 		c.holds.Close(deadline)
 		c.tr.Drain(time.Until(deadline))

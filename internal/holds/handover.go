@@ -27,12 +27,12 @@ func (m *Machine) GiveBackHandoff(h *cohort.Handoff) {
 		m.Sweep(h.Acc.Lease, h.Release)
 	case h.Granted:
 		if !m.bgStart() {
-			m.Undo(h.Release) // closing: no background work
+			m.Undo(h.St.Sent, h.Acc.Lease, h.Release) // closing: no background work
 			return
 		}
 		go func() {
 			defer m.bg.Done()
-			m.Undo(h.Release)
+			m.Undo(h.St.Sent, h.Acc.Lease, h.Release)
 		}()
 	}
 }

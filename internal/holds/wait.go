@@ -194,7 +194,7 @@ func (m *Machine) unsure(err error, wait bool, dirty *bool) (time.Duration, erro
 // give-back.
 func (m *Machine) Sweep(lease time.Duration, calls ...call) {
 	if !m.bgStart() {
-		m.Undo(calls...) // closing: once, now, as Close releases holds
+		m.Undo(time.Now(), lease, calls...) // closing: once, now, as Close releases holds
 		return
 	}
 	go func() {
@@ -207,7 +207,7 @@ func (m *Machine) Sweep(lease time.Duration, calls ...call) {
 					return
 				}
 			}
-			m.Undo(calls...)
+			m.Undo(time.Now(), lease, calls...) // its script ran by now, or a later round gives it back
 		}
 	}()
 }
