@@ -17,8 +17,10 @@ import (
 // adopt it; it waits on as a new owner.
 var ErrHandoffLeft = errors.New("redisync: the releaser left before the handoff's reply")
 
-// giveBackHandoff gives back what a handoff nobody took may have granted:
+// GiveBackHandoff gives back what a handoff nobody took may have granted:
 // at once when it was granted, by a sweep when its outcome is unknown.
+// Either way through Undo: a give-back that reached no server is kept
+// (kept.go) until the lease the handoff set would have ended.
 func (m *Machine) GiveBackHandoff(h *cohort.Handoff) {
 	switch {
 	case errors.Is(h.Err, errs.NotReplicated):
