@@ -29,10 +29,12 @@ import (
 // another failure is logged.
 func (m *Machine) Undo(sent time.Time, d time.Duration, calls ...call) {
 	if sent.IsZero() {
-		sent = time.Now() // not known: the lease counts from no earlier than now
+		sent = time.Now() // not known: counted from now, no earlier (a resend is harmless)
 	}
 	until := lease.Deadline(sent, d)
-	var refused []call // in order: the transport calls then in order, in one goroutine
+	// The transport calls then with each reply, in order, from one
+	// goroutine: those refused are kept together, in their order.
+	var refused []call
 	var first error
 	n := 0
 	m.tr.Async(func(k call, r reply) {
