@@ -160,10 +160,11 @@ func (c *Client) ID() string {
 // Close stops the watchdog and the subscription. Waits in progress end with
 // ErrClosed; holds are released best-effort and their contexts cancelled with
 // a cause that matches both ErrClosed and ErrLeaseLost. Close waits for
-// those releases at most 5s in all, even while Redis does
-// not answer; a lock whose release did not reach Redis is freed when its
-// lease ends. Later calls return ErrClosed. Close does not close the redis
-// client it was given.
+// those releases at most 5s in all, even while Redis does not answer; a
+// release that reached no server (the server down, say) is sent again
+// within those 5s, and a lock whose release did not reach Redis by then is
+// freed when its lease ends. Later calls return ErrClosed. Close does not
+// close the redis client it was given.
 func (c *Client) Close() error {
 	if c == nil || c.wd == nil {
 		return fmt.Errorf("%w: Close of a nil or zero Client", ErrInvalid)
@@ -174,7 +175,8 @@ func (c *Client) Close() error {
 		deadline := time.Now().Add(holds.ReleaseTimeout)
 		close(c.closed)
 		c.tr.Close() // its background work stops; calls go out until Drain
-		c.wd.Close(deadline)
+		unreleased := c.wd.Close(deadline)
+		c.holds.KeepAll(unreleased) // those refused: sent again within the bound
 		c.ps.Close()
 		c.holds.Close(deadline)
 		c.tr.Drain(time.Until(deadline))

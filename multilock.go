@@ -376,7 +376,7 @@ func (m *MultiLock) takeBack(a *holds.Acquisition, field string, i int, failing 
 	}
 	calls := m.unlockCallsOf(m.groups[:i], field, 1)
 	if failing {
-		m.c.holds.Undo(calls...)
+		m.c.holds.Undo(a.St.Sent, m.spec.Lease, calls...)
 		return nil
 	}
 	for _, r := range m.c.tr.DoAll(a.WaitCtx, calls) {

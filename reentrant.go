@@ -401,7 +401,7 @@ func (m *Mutex) handOver(ctx context.Context, h *lease.Hold, ho *cohort.Handoff,
 	// (holds.ErrHandoffLeft), so that the grant is nobody's.
 	rep := m.c.tr.Do(ctx, k, func(r reply) {
 		if v, err := r.Int64Slice(); err == nil && len(v) > 0 && v[0] == 1 {
-			m.c.holds.Undo(ho.Release)
+			m.c.holds.Undo(r.Sent, ho.Acc.Lease, ho.Release)
 		}
 	})
 	ho.St.Sent = rep.Sent

@@ -359,7 +359,7 @@ func (t *rwAttempt) try() (bool, time.Duration, error) {
 		// script may have run once the write lock was gone from
 		// Redis. (A write hold live now was there when it ran: its
 		// local deadline comes before its lease ends in Redis.)
-		r.c.holds.Undo(a.Give(field))
+		r.c.holds.Undo(a.St.Sent, t.s.Lease, a.Give(field))
 		return false, 0, err
 	}
 	renew := call{Script: lua.RWRenewWrite, Keys: r.keys[:1], Args: a.Args(a.Arg(field), r.leaseMS)}

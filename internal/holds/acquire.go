@@ -277,7 +277,7 @@ func (a *Acquisition) Send(build func(field string) call) (string, []int64, time
 			if v, err := Took(r, a.Spec.Counts, nil); err == nil && len(v) > 0 && v[0] == 1 {
 				calls = append(calls, a.gives(field)...)
 			}
-			a.m.Undo(calls...)
+			a.m.Undo(r.Sent, a.Spec.Lease, calls...)
 		}
 	}
 	r := a.m.tr.Do(a.WaitCtx, k, late)

@@ -17,8 +17,10 @@ import (
 // adopt it; it waits on as a new owner.
 var ErrHandoffLeft = errors.New("redisync: the releaser left before the handoff's reply")
 
-// giveBackHandoff gives back what a handoff nobody took may have granted:
+// GiveBackHandoff gives back what a handoff nobody took may have granted:
 // at once when it was granted, by a sweep when its outcome is unknown.
+// Either way through Undo: a give-back that reached no server is kept
+// (kept.go) until the lease the handoff set would have ended.
 func (m *Machine) GiveBackHandoff(h *cohort.Handoff) {
 	switch {
 	case errors.Is(h.Err, errs.NotReplicated):
@@ -27,12 +29,12 @@ func (m *Machine) GiveBackHandoff(h *cohort.Handoff) {
 		m.Sweep(h.Acc.Lease, h.Release)
 	case h.Granted:
 		if !m.bgStart() {
-			m.Undo(h.Release) // closing: no background work
+			m.Undo(h.St.Sent, h.Acc.Lease, h.Release) // closing: no background work
 			return
 		}
 		go func() {
 			defer m.bg.Done()
-			m.Undo(h.Release)
+			m.Undo(h.St.Sent, h.Acc.Lease, h.Release)
 		}()
 	}
 }

@@ -35,7 +35,12 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	rdb := redistest.Start(t).Client(t)
+	return newEnvOn(t, redistest.Start(t).Client(t))
+}
+
+// newEnvOn is newEnv on rdb.
+func newEnvOn(t *testing.T, rdb *redis.Client) *env {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	closed := make(chan struct{})
 	tr := transport.New(rdb, transport.Options{Publish: func() string { return "publish" }, ReleaseTimeout: ReleaseTimeout, Log: log})

@@ -1,6 +1,7 @@
 package holds
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync"
@@ -31,6 +32,15 @@ import (
 // come, and the failover repair (heal.go) sends it again when the
 // primary changes.
 //
+// The same goes for the other calls that give back what Redis may keep
+// for this Client: the release of the holds still live when the Client
+// closes (Close passes on those refused, see KeepAll), and the undo of
+// what an attempt nobody waits for took (Undo: an abandoned attempt's
+// grant, a handoff nobody took, a sweep), kept until the lease that
+// attempt set would have ended (lease.Deadline from its sending). Those
+// scripts too act only on the owner field they name, so sending them
+// again is harmless.
+//
 // Nothing waits for them: a release's return does not change. Once the
 // Client closes, those still kept get Close's own bound (ReleaseTimeout
 // from then), and are dropped after it.
@@ -38,46 +48,44 @@ import (
 // KeptEvery is how often the kept releases are sent again.
 const KeptEvery = 100 * time.Millisecond
 
-// KeptMax bounds how many holds are kept; a release refused beyond it is
-// dropped, as it was before releases were kept.
+// KeptMax bounds how many releases are kept; a release refused beyond it
+// is dropped, as it was before releases were kept.
 const KeptMax = 4096
 
-// kept is the set of holds whose release no server has run yet.
+// kept is the set of releases no server has run yet.
 type kept struct {
-	mu    sync.Mutex
-	holds map[*lease.Hold]struct{}
-	live  bool // the loop runs
+	mu   sync.Mutex
+	rels map[any]*keptRelease // by its hold, or by itself (an undo)
+	live bool                 // the loop runs
 }
 
-// keep keeps h, whose give-back failed with err, when err says no server
-// ran it and h's lease stands; it reports whether it did.
+// keptRelease is one release kept: its calls, sent again in order, and
+// until when they are.
+type keptRelease struct {
+	calls []call
+	hold  *lease.Hold // the hold released; nil for an undo
+	until time.Time   // an undo's: when the lease it gives back would end
+}
+
+// inTime reports whether what r releases may still be held in Redis: its
+// hold's local deadline, or the undo's, has not passed.
+func (r *keptRelease) inTime() bool {
+	if r.hold != nil {
+		return r.hold.InTime()
+	}
+	return !lease.Expired(r.until)
+}
+
+// keptable reports whether err, a release's, says that no server ran it
+// (or that it may have run, its reply lost), so that it is kept.
+func keptable(err error) bool {
+	return (transport.Refused(err) || errors.Is(err, transport.ErrNoReply)) && !errors.Is(err, redis.ErrClosed)
+}
+
+// keep keeps the release of h, whose give-back failed with err, when err
+// says no server ran it and h's lease stands; it reports whether it did.
 func (m *Machine) keep(h *lease.Hold, err error) bool {
-	if !transport.Refused(err) && !errors.Is(err, transport.ErrNoReply) || errors.Is(err, redis.ErrClosed) || len(h.Release) == 0 || !h.InTime() {
-		return false
-	}
-	k := &m.kept
-	k.mu.Lock()
-	if _, ok := k.holds[h]; ok {
-		k.mu.Unlock()
-		return true
-	}
-	if len(k.holds) >= KeptMax {
-		k.mu.Unlock()
-		return false
-	}
-	if k.holds == nil {
-		k.holds = map[*lease.Hold]struct{}{}
-	}
-	k.holds[h] = struct{}{}
-	start := !k.live
-	k.live = true
-	k.mu.Unlock()
-	if start && !m.goKept() {
-		// Closing, with no loop to give it Close's bound.
-		k.mu.Lock()
-		delete(k.holds, h)
-		k.live = false
-		k.mu.Unlock()
+	if !keptable(err) || len(h.Release) == 0 || !h.InTime() || !m.keepRelease(h, &keptRelease{calls: h.Release, hold: h}) {
 		return false
 	}
 	m.log.Warn("redisync: a release reached no server; it is sent again until Redis answers it or its lease ends",
@@ -85,11 +93,75 @@ func (m *Machine) keep(h *lease.Hold, err error) bool {
 	return true
 }
 
-// Kept returns how many holds are kept, their release not run yet.
+// KeepAll keeps the releases that the Client's Close sent for the holds
+// still live and that failed (lease.Keeper.Close): those that reached no
+// server are sent again within Close's bound. The others are logged.
+func (m *Machine) KeepAll(failed []lease.Unreleased) {
+	n, first := 0, error(nil)
+	for _, u := range failed {
+		if !m.keep(u.Hold, u.Err) {
+			n++
+			first = cmp.Or(first, u.Err)
+		}
+	}
+	if n > 0 {
+		m.log.Warn("redisync: could not release holds as the Client closed; Redis frees them when their leases end",
+			"holds", n, "error", first)
+	}
+}
+
+// keepUndo keeps calls, an undo that failed with err, when err says no
+// server ran them and until has not passed; it reports whether it did.
+func (m *Machine) keepUndo(calls []call, until time.Time, err error) bool {
+	if !keptable(err) || len(calls) == 0 || lease.Expired(until) {
+		return false
+	}
+	r := &keptRelease{calls: calls, until: until}
+	if !m.keepRelease(r, r) {
+		return false
+	}
+	m.log.Warn("redisync: a release reached no server; it is sent again until Redis answers it or its lease ends",
+		"script", scriptName(calls[0]), "key", keyOf(calls[0]), "error", err)
+	return true
+}
+
+// keepRelease adds r to the kept releases under key (a release kept
+// already is kept once), starting the loop that sends them again; false
+// when there is no room, or the Client is closing with no loop to give
+// it Close's bound.
+func (m *Machine) keepRelease(key any, r *keptRelease) bool {
+	k := &m.kept
+	k.mu.Lock()
+	if _, ok := k.rels[key]; ok {
+		k.mu.Unlock()
+		return true
+	}
+	if len(k.rels) >= KeptMax {
+		k.mu.Unlock()
+		return false
+	}
+	if k.rels == nil {
+		k.rels = map[any]*keptRelease{}
+	}
+	k.rels[key] = r
+	start := !k.live
+	k.live = true
+	k.mu.Unlock()
+	if start && !m.goKept() {
+		k.mu.Lock()
+		delete(k.rels, key)
+		k.live = false
+		k.mu.Unlock()
+		return false
+	}
+	return true
+}
+
+// Kept returns how many releases are kept, not run yet.
 func (m *Machine) Kept() int {
 	m.kept.mu.Lock()
 	defer m.kept.mu.Unlock()
-	return len(m.kept.holds)
+	return len(m.kept.rels)
 }
 
 // goKept starts sendKept, counted as background work and as the loop
@@ -152,44 +224,44 @@ func (m *Machine) sendKept() {
 			m.dropKept("the Client closed")
 			return
 		}
-		hs := m.keptBatch()
-		if hs == nil {
+		rs := m.keptBatch()
+		if rs == nil {
 			return
 		}
-		m.sendKeptOnce(hs, by)
+		m.sendKeptOnce(rs, by)
 	}
 }
 
-// keptBatch returns the holds kept whose lease stands, dropping the
-// others; nil, and the loop is over, when none is left.
-func (m *Machine) keptBatch() []*lease.Hold {
+// keptBatch returns the kept releases still in time, dropping the others;
+// nil, and the loop is over, when none is left.
+func (m *Machine) keptBatch() []*keptRelease {
 	k := &m.kept
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	var hs []*lease.Hold
+	var rs []*keptRelease
 	ended := 0
-	for h := range k.holds {
-		if !h.InTime() {
-			delete(k.holds, h)
+	for key, r := range k.rels {
+		if !r.inTime() {
+			delete(k.rels, key)
 			ended++
 			continue
 		}
-		hs = append(hs, h)
+		rs = append(rs, r)
 	}
 	if ended > 0 {
 		m.log.Warn("redisync: releases that reached no server within their lease; Redis freed those locks at the lease's end",
-			"holds", ended)
+			"releases", ended)
 	}
-	if len(hs) == 0 {
+	if len(rs) == 0 {
 		k.live = false
 		return nil
 	}
-	return hs
+	return rs
 }
 
-// sendKeptOnce sends the release calls of hs in one batch, within
-// ReleaseTimeout and by (when set), and forgets the holds Redis answered.
-func (m *Machine) sendKeptOnce(hs []*lease.Hold, by time.Time) {
+// sendKeptOnce sends the calls of rs in one batch, within ReleaseTimeout
+// and by (when set), and forgets the releases Redis answered.
+func (m *Machine) sendKeptOnce(rs []*keptRelease, by time.Time) {
 	ctx, cancel := context.WithTimeout(m.keptCtx, ReleaseTimeout)
 	defer cancel()
 	if !by.IsZero() {
@@ -198,35 +270,39 @@ func (m *Machine) sendKeptOnce(hs []*lease.Hold, by time.Time) {
 		defer cancelBy()
 	}
 	var calls []call
-	for _, h := range hs {
-		calls = append(calls, h.Release...)
+	for _, r := range rs {
+		calls = append(calls, r.calls...)
 	}
 	sent := time.Now()
-	rs := m.tr.DoAll(ctx, calls)
-	var done []*lease.Hold
+	replies := m.tr.DoAll(ctx, calls)
+	done := map[*keptRelease]bool{}
 	i := 0
-	for _, h := range hs {
+	for _, r := range rs {
 		ok := true
-		for range h.Release {
-			ok = ok && keptAnswered(rs[i])
+		for range r.calls {
+			ok = ok && keptAnswered(replies[i])
 			i++
 		}
 		if ok {
-			done = append(done, h)
+			done[r] = true
 		}
 	}
 	if len(done) == 0 {
 		return
 	}
 	m.kept.mu.Lock()
-	for _, h := range done {
-		delete(m.kept.holds, h)
+	for key, r := range m.kept.rels {
+		if done[r] {
+			delete(m.kept.rels, key)
+		}
 	}
 	m.kept.mu.Unlock()
-	for _, h := range done {
-		m.recorded(h, sent) // for the repair after a failover (heal.go)
+	for r := range done {
+		if r.hold != nil {
+			m.recorded(r.hold, sent) // for the repair after a failover (heal.go)
+		}
 	}
-	m.log.Info("redisync: releases that had reached no server were sent again; Redis answered them", "holds", len(done))
+	m.log.Info("redisync: releases that had reached no server were sent again; Redis answered them", "releases", len(done))
 }
 
 // keptAnswered reports whether r, a kept release's reply, came from a
@@ -242,16 +318,24 @@ func keptAnswered(r reply) bool {
 	return !r.Refused() && errors.As(err, &re)
 }
 
-// dropKept forgets every kept hold, logged with why.
+// dropKept forgets every kept release, logged with why.
 func (m *Machine) dropKept(why string) {
 	k := &m.kept
 	k.mu.Lock()
-	n := len(k.holds)
-	k.holds = nil
+	n := len(k.rels)
+	k.rels = nil
 	k.live = false
 	k.mu.Unlock()
 	if n > 0 {
 		m.log.Warn("redisync: could not send again releases that reached no server; Redis frees those locks when their leases end",
-			"holds", n, "why", why)
+			"releases", n, "why", why)
 	}
+}
+
+// keyOf names k's first key for the log.
+func keyOf(k call) string {
+	if len(k.Keys) == 0 {
+		return ""
+	}
+	return k.Keys[0]
 }

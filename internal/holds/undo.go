@@ -1,6 +1,7 @@
 package holds
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -22,12 +23,34 @@ import (
 // the undo has answered; GiveBack releases an ended hold, under its lock.
 
 // Undo sends calls, in order and without waiting, to give back what an
-// abandoned attempt took or left in Redis; a failure is logged.
-func (m *Machine) Undo(calls ...call) {
+// abandoned attempt took or left in Redis: an attempt sent at sent, whose
+// script sets a lease of d. Those that reach no server are kept (kept.go)
+// and sent again until Redis answers them or that lease would have ended;
+// another failure is logged.
+func (m *Machine) Undo(sent time.Time, d time.Duration, calls ...call) {
+	if sent.IsZero() {
+		sent = time.Now() // not known: counted from now, no earlier (a resend is harmless)
+	}
+	until := lease.Deadline(sent, d)
+	// The transport calls then with each reply, in order, from one
+	// goroutine: those refused are kept together, in their order.
+	var refused []call
+	var first error
+	n := 0
 	m.tr.Async(func(k call, r reply) {
+		n++
 		if err := r.Err(); err != nil {
+			if keptable(err) {
+				refused = append(refused, k)
+				first = cmp.Or(first, err)
+			} else {
+				m.log.Warn("redisync: could not give back what an abandoned attempt took; its lease or deadline frees it",
+					"script", scriptName(k), "error", err)
+			}
+		}
+		if n == len(calls) && len(refused) > 0 && !m.keepUndo(refused, until, first) {
 			m.log.Warn("redisync: could not give back what an abandoned attempt took; its lease or deadline frees it",
-				"script", scriptName(k), "error", err)
+				"script", scriptName(refused[0]), "error", first)
 		}
 	}, calls...)
 }

@@ -188,13 +188,14 @@ func (m *Machine) unsure(err error, wait bool, dirty *bool) (time.Duration, erro
 	return RetryAfter, nil
 }
 
-// sweep gives back, now and then every third of lease until a lease has
+// Sweep gives back, now and then every third of lease until a lease has
 // passed, what a failed call's attempts may have taken under their field:
 // a script whose reply was lost can run in Redis later than its caller's
-// give-back.
+// give-back. Each round is an Undo, kept when it reaches no server until
+// a lease from that round has passed.
 func (m *Machine) Sweep(lease time.Duration, calls ...call) {
 	if !m.bgStart() {
-		m.Undo(calls...) // closing: once, now, as Close releases holds
+		m.Undo(time.Now(), lease, calls...) // closing: once, now, as Close releases holds
 		return
 	}
 	go func() {
@@ -207,7 +208,7 @@ func (m *Machine) Sweep(lease time.Duration, calls ...call) {
 					return
 				}
 			}
-			m.Undo(calls...)
+			m.Undo(time.Now(), lease, calls...) // its script ran by now, or a later round gives it back
 		}
 	}()
 }

@@ -332,11 +332,20 @@ func IsGone(err error) bool {
 	return errors.As(err, &re) && strings.HasPrefix(err.Error(), "WRONGTYPE")
 }
 
+// Unreleased is a hold whose release at Close failed, and why (the first
+// error of its release calls).
+type Unreleased struct {
+	Hold *Hold
+	Err  error
+}
+
 // Close stops the renewal loop (a round in flight is abandoned), ends
 // every hold (their contexts are cancelled first, with a cause matching
 // both ErrClosed and ErrLeaseLost), then releases them in Redis,
-// best-effort, in one pipeline, waiting for it until deadline.
-func (w *Keeper) Close(deadline time.Time) {
+// best-effort, in one pipeline, waiting for it until deadline. It returns
+// the holds whose release failed: the caller may send those again within
+// its bound (holds.Machine.KeepAll).
+func (w *Keeper) Close(deadline time.Time) []Unreleased {
 	w.mu.Lock()
 	w.closed = true
 	hs := make([]*Hold, 0, len(w.holds))
@@ -356,7 +365,7 @@ func (w *Keeper) Close(deadline time.Time) {
 		}
 	}
 	if len(ended) == 0 {
-		return
+		return nil
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
@@ -364,7 +373,22 @@ func (w *Keeper) Close(deadline time.Time) {
 	for _, h := range ended {
 		calls = append(calls, h.Release...)
 	}
-	w.cfg.Transport.DoAll(ctx, calls)
+	rs := w.cfg.Transport.DoAll(ctx, calls)
+	var failed []Unreleased
+	i := 0
+	for _, h := range ended {
+		var err error
+		for range h.Release {
+			if err == nil {
+				err = rs[i].Err()
+			}
+			i++
+		}
+		if err != nil {
+			failed = append(failed, Unreleased{Hold: h, Err: err})
+		}
+	}
+	return failed
 }
 
 // acked is Config.Acked, or nil without it.
