@@ -665,7 +665,7 @@ func (c *conn) writeMore() {
 		if len(batch) == 0 {
 			return
 		}
-			n, err := c.writeBytes(c.wbuf)
+		n, err := c.writeBytes(c.wbuf)
 		if !c.wrote(batch, ends, n, err) {
 			return
 		}
