@@ -107,3 +107,33 @@ func TestFollowReadOnly(t *testing.T) {
 		assert.Contains(t, r.Err().Error(), "READONLY")
 	}
 }
+
+// A call whose server is no primary now (READONLY, then ErrNotPrimary at
+// each new dial) is sent again after pauses, within its bound, and runs
+// once the server answers as a primary again, rather than fail at the
+// second dial.
+func TestNotPrimaryAtDialSentAgainWithinBound(t *testing.T) {
+	srv := redistest.Start(t)
+	other := redistest.Start(t)
+	tr := newT(t, srv.Client(t), Options{})
+	bg := context.Background()
+	locked(t, tr.Do(bg, lockCall("np:warm"), nil))
+	require.NoError(t, srv.Client(t).Do(bg, "replicaof", "127.0.0.1", strconv.Itoa(other.Port())).Err())
+	const back = 500 * time.Millisecond
+	promoted := make(chan time.Time, 1)
+	go func() {
+		time.Sleep(back)
+		assert.NoError(t, srv.Client(t).Do(bg, "replicaof", "no", "one").Err())
+		promoted <- time.Now()
+	}()
+	ctx, cancel := context.WithTimeout(bg, 5*time.Second)
+	defer cancel()
+	r := tr.Do(ctx, lockCall("np:1"), nil)
+	at := <-promoted
+	require.NoError(t, r.Err(), "sent again until the server is a primary")
+	locked(t, r)
+	assert.False(t, time.Now().Before(at), "it ran once the server was a primary again")
+	n, err := srv.Client(t).Exists(bg, "np:1").Result()
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, n)
+}
