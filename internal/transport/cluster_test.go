@@ -412,3 +412,28 @@ func TestClusterLeavingRacesReply(t *testing.T) {
 	t.Logf("%d calls: %d left on their way (give-back told), %d not sent", len(outs), gone, notSent)
 	assert.Zero(t, tr.load(), "nothing left in flight")
 }
+
+// A Cluster's slot map is read at New, before any call: a call made later,
+// while the node CLUSTER SLOTS would have gone to is paused, goes to its
+// own master without waiting for that node.
+func TestClusterSlotMapReadAtNew(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
+	cl := redistest.StartCluster(t, 3)
+	cc := cl.Client(t)
+	tr := newT(t, cc, Options{})
+	require.Eventually(t, tr.slots.read.Load, 5*time.Second, 10*time.Millisecond, "read with no call made")
+	for _, m := range cl.Masters {
+		key := nameOn(t, cc, m, "trmapnew")
+		n := tr.nodeOf(key)
+		require.NotNil(t, n, key)
+		assert.Equal(t, m.Addr(), n.addr, key)
+	}
+	other := nameOn(t, cc, cl.Masters[1], "trmapnew:other")
+	for _, m := range []*redistest.Server{cl.Masters[0], cl.Masters[2]} {
+		m.Pause()
+		defer m.Resume()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	locked(t, tr.Do(ctx, lockCall(other), nil))
+}
