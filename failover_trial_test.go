@@ -84,20 +84,26 @@ func (l *trialLog) work(ctx context.Context, c *Client, i int, name string) {
 		if l.live[name].Add(1) > 1 {
 			l.over.Add(1)
 		}
-		l.mu.Lock()
-		l.acqs[name] = append(l.acqs[name], trialAcq{client: i, at: time.Now()})
-		l.mu.Unlock()
+		at := time.Now()
 		time.Sleep(time.Duration(5+rand.IntN(25)) * time.Millisecond)
 		l.live[name].Add(-1)
 		if err := m.Unlock(h); err != nil {
+			// Not counted: a hold the primary serving the lock never
+			// had (taken on a master demoted without knowing it yet,
+			// after a forced failover) is no acquisition.
 			l.failed("Unlock", err)
+		} else {
+			l.mu.Lock()
+			l.acqs[name] = append(l.acqs[name], trialAcq{client: i, at: at})
+			l.mu.Unlock()
 		}
 		time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
 	}
 }
 
 // after returns, for name, how long after at another Client than its last
-// holder before at first acquired it; ok is false when none did.
+// holder before at first acquired it (a hold its Unlock found held); ok is
+// false when none did.
 func (l *trialLog) after(name string, at time.Time) (d time.Duration, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
