@@ -93,3 +93,44 @@ func TestRevCancelledBeforeDoNeverWritten(t *testing.T) {
 	}
 	assert.Zero(t, ran, "of %d calls whose context had ended before Do, %d ran", n, ran)
 }
+
+// The same behind other calls (the connection busy: the call is queued,
+// and its caller may have the writing role): a call whose context, one
+// with a deadline still ahead, was cancelled before Do is never written.
+func TestRevCancelledBeforeDoQueuedNeverWritten(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	tr := newT(t, rdb, Options{})
+	bg := context.Background()
+	stop := make(chan struct{})
+	var load sync.WaitGroup
+	for g := range 8 {
+		load.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k := "rev:load:" + strconv.Itoa(g)
+				_ = tr.Do(bg, Call{Keys: []string{k}, Args: []any{"incr", k}}, nil)
+			}
+		})
+	}
+	ran := 0
+	const n = 400
+	for i := range n {
+		key := "rev:qcancelled:" + strconv.Itoa(i)
+		ctx, cancel := context.WithTimeout(bg, time.Second)
+		cancel()
+		_ = tr.Do(ctx, Call{Keys: []string{key}, Args: []any{"set", key, "1"}}, nil)
+	}
+	close(stop)
+	load.Wait()
+	for i := range n {
+		if rdb.Exists(bg, "rev:qcancelled:"+strconv.Itoa(i)).Val() == 1 {
+			ran++
+		}
+	}
+	assert.Zero(t, ran, "of %d calls whose context had ended before Do, %d ran", n, ran)
+}
