@@ -216,6 +216,22 @@ func (c *conn) roundTrip(ctx context.Context, o *op) int {
 		_ = c.nc.SetDeadline(time.Time{})
 	}
 
+	if ctx.Err() != nil {
+		// Its caller left before it was written (a context cancelled
+		// already: the AfterFunc above sets its past deadline on a
+		// goroutine of its own, maybe after the write): taken back,
+		// never written.
+		disarm()
+		c.mu.Lock()
+		c.q = c.q[:len(c.q)-1]
+		o.state.Store(opDropped)
+		c.load.Add(-1)
+		c.reading, c.writing = readNone, false
+		c.kickLocked()
+		c.closeIfIdleLocked()
+		c.mu.Unlock()
+		return rtDropped
+	}
 	c.mu.Lock()
 	o.sent, o.pipe, o.written, o.inWrite = time.Now(), c.n.t.pipes.Add(1), true, true
 	c.mu.Unlock()

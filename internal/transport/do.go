@@ -144,6 +144,9 @@ func (t *Transport) send(ctx context.Context, n *node, s *sendState, gone func(*
 		if o.gone = gone; gone == nil {
 			o.gone = t.goneFn
 		}
+		if ctx.Err() != nil {
+			return o, rtDropped // its caller left before it was written: never written
+		}
 		c, err := n.pick(ctx, wait)
 		if err != nil {
 			o.err, o.again = err, true
