@@ -19,7 +19,7 @@ import (
 // callers whose contexts end at once (a deadline, or a cancel) while their
 // calls are queued or being written: a call whose Reply says it was not
 // sent (ErrNotSent) never ran in Redis.
-func TestRevNotSentNeverRunsUnderGather(t *testing.T) {
+func TestNotSentNeverRunsUnderGather(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	tr := newT(t, rdb, Options{})
@@ -70,7 +70,7 @@ func TestRevNotSentNeverRunsUnderGather(t *testing.T) {
 // A Do whose context was cancelled (no deadline) before it is called, on
 // an idle connection (the call alone on it: roundTrip), is never written:
 // its caller left before it was written.
-func TestRevCancelledBeforeDoNeverWritten(t *testing.T) {
+func TestCancelledBeforeDoNeverWritten(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	tr := newT(t, rdb, Options{})
@@ -97,7 +97,7 @@ func TestRevCancelledBeforeDoNeverWritten(t *testing.T) {
 // The same behind other calls (the connection busy: the call is queued,
 // and its caller may have the writing role): a call whose context, one
 // with a deadline still ahead, was cancelled before Do is never written.
-func TestRevCancelledBeforeDoQueuedNeverWritten(t *testing.T) {
+func TestCancelledBeforeDoQueuedNeverWritten(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	tr := newT(t, rdb, Options{})
