@@ -2,6 +2,7 @@ package redisync
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -45,6 +46,7 @@ type trialLog struct {
 	acqs map[string][]trialAcq // by name, in order
 	live map[string]*atomic.Int32
 	over atomic.Int64 // two live holders of one name seen at once
+	lost []time.Time  // when the holds whose Unlock found them lost were taken (under mu)
 	errs atomic.Int64 // Lock or Unlock errors
 	some sync.Map     // an error of each kind's text: seen
 }
@@ -92,6 +94,11 @@ func (l *trialLog) work(ctx context.Context, c *Client, i int, name string) {
 			// had (taken on a master demoted without knowing it yet,
 			// after a forced failover) is no acquisition.
 			l.failed("Unlock", err)
+			if errors.Is(err, ErrLeaseLost) {
+				l.mu.Lock()
+				l.lost = append(l.lost, at)
+				l.mu.Unlock()
+			}
 		} else {
 			l.mu.Lock()
 			l.acqs[name] = append(l.acqs[name], trialAcq{client: i, at: at})
@@ -157,6 +164,16 @@ func runTrial(t *testing.T, clients []*Client, names []string, flip func() time.
 	l.some.Range(func(k, _ any) bool { kinds = append(kinds, k.(string)); return true })
 	slices.Sort(kinds)
 	t.Logf("overlapping holders seen: %d; Lock/Unlock errors: %d %q", l.over.Load(), l.errs.Load(), kinds)
+	if len(l.lost) > 0 {
+		// When the holds the new primary never had were taken, from the
+		// switch: before it (or just after), on the old primary in its
+		// last moment, none once the Client had heard of the switch.
+		var offs []string
+		for _, a := range l.lost {
+			offs = append(offs, a.Sub(at).Round(time.Millisecond).String())
+		}
+		t.Logf("holds found lost at their Unlock, taken at (from the switch): %s", strings.Join(offs, " "))
+	}
 	return out
 }
 
