@@ -128,6 +128,14 @@ func TestKeptUndoOfAbandonedAttempt(t *testing.T) {
 	tried := make(chan error, 1)
 	go func() { _, err := a.Mutex(name).TryLockFor(bg, 300*time.Millisecond); tried <- err }()
 	eventually(t, time.Second, "the attempt sent", func() bool { return held.Fired() == 1 })
+	// The grant ran in Redis and its reply reached A (held by the hook)
+	// before the server refuses: a cut before the reply was read would
+	// make the outcome unknown (a sweep's, not this undo's).
+	eventually(t, time.Second, "the grant run", func() bool {
+		n, err := srv.Client(t).Exists(bg, name).Result()
+		return err == nil && n == 1
+	})
+	time.Sleep(50 * time.Millisecond)
 	p.Refuse(t, true) // before the attempt is left: what it left is given back to a server refusing
 	require.Error(t, <-tried, "the attempt's wait ended before its reply")
 	late.free() // the grant comes: its give-back is refused
