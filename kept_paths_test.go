@@ -183,3 +183,38 @@ func TestKeptGiveBackOfUntakenHandoff(t *testing.T) {
 	t.Logf("B took the lock %v after the server was back", d)
 	assert.True(t, d >= 0 && d < backBound, "B took it %v after the server was back (-1: not within the wait); want < %v", d, backBound)
 }
+
+// An attempt abandoned while its script ran in Redis and its reply was
+// lost (the caller's wait ended while Redis was paused; the reply, once
+// it ran, never came: the connection died): what it may have taken is
+// given back, owner-checked, once a server answers, rather than held
+// until its lease ends.
+func TestAbandonedAttemptWhoseReplyWasLostIsGivenBack(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
+	p, _, a, b, _, srv := outageClient(t)
+	bg := context.Background()
+	const name = "kept:lostlate"
+	require.NoError(t, lua.Lock.Load(bg, srv.Client(t)).Err())
+	warm, err := a.Mutex(name + ":warm").Lock(bg) // A's connection dialled
+	require.NoError(t, err)
+	require.NoError(t, a.Mutex(name+":warm").Unlock(warm))
+	srv.Pause()
+	tried := make(chan error, 1)
+	go func() { _, err := a.Mutex(name).TryLockFor(bg, 300*time.Millisecond); tried <- err }()
+	time.Sleep(100 * time.Millisecond) // written: waiting in the paused server's socket
+	p.Blackhole(true)                  // its reply will be lost
+	require.Error(t, <-tried, "the attempt's wait ended before its reply")
+	srv.Resume()
+	eventually(t, 2*time.Second, "the abandoned attempt's script run", func() bool {
+		n, err := srv.Client(t).Exists(bg, name).Result()
+		return err == nil && n == 1
+	})
+	p.CutAll() // the connection dies: the reply is lost for good
+	p.Blackhole(false)
+	start := time.Now()
+	hctx, err := b.Mutex(name).TryLockFor(bg, backBound+3*time.Second)
+	require.NoError(t, err, "B could not take the lock: A's abandoned grant was not given back")
+	t.Logf("B took the lock %v after the reply was lost", time.Since(start))
+	assert.Less(t, time.Since(start), backBound)
+	require.NoError(t, b.Mutex(name).Unlock(hctx))
+}
