@@ -115,12 +115,20 @@ func (c *conn) claim(o *op) bool {
 // unclaim takes back o, claimed and not written (its encoding failed).
 func (c *conn) unclaim(o *op) {
 	c.mu.Lock()
-	c.q = c.q[:len(c.q)-1]
-	c.writing, c.reading = false, readNone
-	o.state.Store(opDropped)
-	c.load.Add(-1)
-	c.kickLocked()
+	c.dropClaimedLocked(o)
 	c.mu.Unlock()
+}
+
+// dropClaimedLocked takes back o, claimed and not written (claim): it is
+// never written, and c is free for others. Called with c.mu held.
+func (c *conn) dropClaimedLocked(o *op) {
+	c.q = c.q[:len(c.q)-1]
+	o.state.Store(opDropped)
+	o.written, o.inWrite = false, false
+	c.load.Add(-1)
+	c.reading, c.writing = readNone, false
+	c.kickLocked()
+	c.closeIfIdleLocked()
 }
 
 // The outcomes of roundTrip for its caller.
@@ -223,12 +231,7 @@ func (c *conn) roundTrip(ctx context.Context, o *op) int {
 		// never written.
 		disarm()
 		c.mu.Lock()
-		c.q = c.q[:len(c.q)-1]
-		o.state.Store(opDropped)
-		c.load.Add(-1)
-		c.reading, c.writing = readNone, false
-		c.kickLocked()
-		c.closeIfIdleLocked()
+		c.dropClaimedLocked(o)
 		c.mu.Unlock()
 		return rtDropped
 	}
@@ -263,13 +266,7 @@ func (c *conn) roundTrip(ctx context.Context, o *op) int {
 		c.mu.Lock()
 		if c.err == nil && n == 0 {
 			// Nothing of it was written: taken back, never written.
-			c.q = c.q[:len(c.q)-1]
-			o.state.Store(opDropped)
-			o.written, o.inWrite = false, false
-			c.load.Add(-1)
-			c.reading, c.writing = readNone, false
-			c.kickLocked()
-			c.closeIfIdleLocked()
+			c.dropClaimedLocked(o)
 			c.mu.Unlock()
 			return rtDropped
 		}
