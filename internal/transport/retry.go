@@ -92,12 +92,6 @@ func (t *Transport) next(s *sendState, o *op, n *node, gone bool) int {
 			t.readOnly(n)
 			return t.later(s)
 		case notNow(msg):
-			if t.cc != nil && strings.HasPrefix(msg, "CLUSTERDOWN") {
-				// The node knows no master for the slot (a failover or
-				// a takeover not agreed on yet): where the map sends it
-				// may have changed by the next attempt.
-				t.reloadSlots()
-			}
 			return t.later(s)
 		}
 		return stepDone
