@@ -181,7 +181,10 @@ func settledRead(t *testing.T, read func() (int, error)) (n int, err error) {
 	t.Helper()
 	eventually(t, 10*time.Second, "a read that is not redirected", func() bool {
 		n, err = read()
-		return err == nil || !strings.Contains(err.Error(), "MOVED ")
+		// MOVED, or CLUSTERDOWN from a node that knows no master for the
+		// slot yet (a takeover being agreed on: seen twice in full runs):
+		// the map is still settling.
+		return err == nil || !strings.Contains(err.Error(), "MOVED ") && !strings.Contains(err.Error(), "CLUSTERDOWN ")
 	})
 	return n, err
 }
