@@ -55,7 +55,7 @@ const KeptMax = 4096
 // kept is the set of releases no server has run yet.
 type kept struct {
 	mu   sync.Mutex
-	rels map[any]*keptRelease // by its hold, or by itself (an undo)
+	rels map[any]*keptRelease // by key()
 	live bool                 // the loop runs
 }
 
@@ -65,6 +65,15 @@ type keptRelease struct {
 	calls []call
 	hold  *lease.Hold // the hold released; nil for an undo
 	until time.Time   // an undo's: when the lease it gives back would end
+}
+
+// key is what r is kept under: its hold, a release kept once however many
+// times it is refused; an undo, by itself.
+func (r *keptRelease) key() any {
+	if r.hold != nil {
+		return r.hold
+	}
+	return r
 }
 
 // inTime reports whether what r releases may still be held in Redis: its
@@ -85,7 +94,7 @@ func keptable(err error) bool {
 // keep keeps the release of h, whose give-back failed with err, when err
 // says no server ran it and h's lease stands; it reports whether it did.
 func (m *Machine) keep(h *lease.Hold, err error) bool {
-	if !keptable(err) || len(h.Release) == 0 || !h.InTime() || !m.keepRelease(h, &keptRelease{calls: h.Release, hold: h}) {
+	if !keptable(err) || len(h.Release) == 0 || !h.InTime() || !m.keepRelease(&keptRelease{calls: h.Release, hold: h}) {
 		return false
 	}
 	m.log.Warn("redisync: a release reached no server; it is sent again until Redis answers it or its lease ends",
@@ -116,8 +125,7 @@ func (m *Machine) keepUndo(calls []call, until time.Time, err error) bool {
 	if !keptable(err) || len(calls) == 0 || lease.Expired(until) {
 		return false
 	}
-	r := &keptRelease{calls: calls, until: until}
-	if !m.keepRelease(r, r) {
+	if !m.keepRelease(&keptRelease{calls: calls, until: until}) {
 		return false
 	}
 	m.log.Warn("redisync: a release reached no server; it is sent again until Redis answers it or its lease ends",
@@ -125,11 +133,11 @@ func (m *Machine) keepUndo(calls []call, until time.Time, err error) bool {
 	return true
 }
 
-// keepRelease adds r to the kept releases under key (a release kept
-// already is kept once), starting the loop that sends them again; false
-// when there is no room, or the Client is closing with no loop to give
-// it Close's bound.
-func (m *Machine) keepRelease(key any, r *keptRelease) bool {
+// keepRelease adds r to the kept releases (a release kept already is kept
+// once), starting the loop that sends them again; false when there is no
+// room, or the Client is closing with no loop to give it Close's bound.
+func (m *Machine) keepRelease(r *keptRelease) bool {
+	key := r.key()
 	k := &m.kept
 	k.mu.Lock()
 	if _, ok := k.rels[key]; ok {
@@ -275,7 +283,7 @@ func (m *Machine) sendKeptOnce(rs []*keptRelease, by time.Time) {
 	}
 	sent := time.Now()
 	replies := m.tr.DoAll(ctx, calls)
-	done := map[*keptRelease]bool{}
+	var done []*keptRelease
 	i := 0
 	for _, r := range rs {
 		ok := true
@@ -284,20 +292,20 @@ func (m *Machine) sendKeptOnce(rs []*keptRelease, by time.Time) {
 			i++
 		}
 		if ok {
-			done[r] = true
+			done = append(done, r)
 		}
 	}
 	if len(done) == 0 {
 		return
 	}
 	m.kept.mu.Lock()
-	for key, r := range m.kept.rels {
-		if done[r] {
-			delete(m.kept.rels, key)
+	for _, r := range done {
+		if m.kept.rels[r.key()] == r {
+			delete(m.kept.rels, r.key())
 		}
 	}
 	m.kept.mu.Unlock()
-	for r := range done {
+	for _, r := range done {
 		if r.hold != nil {
 			m.recorded(r.hold, sent) // for the repair after a failover (heal.go)
 		}
