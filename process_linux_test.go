@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -129,29 +128,7 @@ func (ch *child) next(prefix string) string {
 	}
 }
 
-// signal sends sig to the child; a SIGSTOP returns once the child is seen
-// stopped. A stop is delivered when the child next runs: on a busy machine
-// that can be later than a SIGCONT sent after a sleep, which then cancels
-// the stop still pending (the child never stopped: seen once in a full
-// run, the child waiting for a stop it never saw).
-func (ch *child) signal(sig syscall.Signal) {
-	require.NoError(ch.t, syscall.Kill(ch.pid, sig))
-	if sig != syscall.SIGSTOP {
-		return
-	}
-	stat := "/proc/" + strconv.Itoa(ch.pid) + "/stat"
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		b, err := os.ReadFile(stat)
-		require.NoError(ch.t, err)
-		// pid (comm) state ...: comm may hold spaces and parentheses.
-		if f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:])); len(f) > 0 && (f[0] == "T" || f[0] == "t") {
-			return
-		}
-		if time.Now().After(deadline) {
-			ch.t.Fatalf("the child was not seen stopped within 10s of its SIGSTOP: %s", b)
-		}
-	}
-}
+func (ch *child) signal(sig syscall.Signal) { require.NoError(ch.t, syscall.Kill(ch.pid, sig)) }
 
 // childClient is a child process's Client, with lease as its watchdog
 // timeout, on the Redis whose address is in the environment variable env,
