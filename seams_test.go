@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -423,4 +424,31 @@ func TestWaitRidesOutRedirects(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Greater(t, asks.Fired(), 1, "the attempts redirected")
 	assert.True(t, strings.HasPrefix(err.Error(), `redisync: lock "seam:ask": context deadline exceeded (the last attempt`), err.Error())
+}
+
+// A wait whose context ends while an attempt is being redirected (the
+// attempt then never written again) ends as a wait ended between attempts
+// does: with its context's error, the redirect named as what the last
+// attempt met, not with the transport's "not sent".
+func TestWaitCutWhileRedirected(t *testing.T) {
+	e := realEnv(t)
+	rdb, hook := faultRDB(t, &redis.Options{Addr: e.addr})
+	c := newClient(t, rdb)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var seen atomic.Int32
+	runs := faultproxy.RunsScript(lua.Lock.Script)
+	hook.OnCommand(faultproxy.CommandRule{Args: func(args []any) bool {
+		if !runs(args) {
+			return false
+		}
+		if seen.Add(1) == 3 {
+			cancel() // the caller leaves while this attempt is redirected
+		}
+		return true
+	}, Action: faultproxy.Fail(errAsk{})})
+	_, err := c.Mutex("seam:cut").Lock(ctx)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.True(t, strings.HasPrefix(err.Error(), `redisync: lock "seam:cut": context canceled (the last attempt failed: ASK`), err.Error())
+	assert.NotContains(t, err.Error(), "not sent")
 }

@@ -8,8 +8,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redisync-go/redisync/internal/errs"
 	"github.com/redisync-go/redisync/internal/lease"
+	"github.com/redisync-go/redisync/internal/transport"
 )
 
 // A context carries holds, not an owner. Each first acquisition of a lock
@@ -291,6 +294,16 @@ func (a *Acquisition) Send(build func(field string) call) (string, []int64, time
 		switch {
 		case uerr == nil:
 			a.last = err // the wait goes on
+		case a.WaitCtx.Err() != nil && errors.Is(uerr, transport.ErrNotSent):
+			// Never written, the wait having ended: it ends as between
+			// attempts, with the context's error, and what Redis said to
+			// this call's last write (a redirect it was to follow) is
+			// the last attempt's.
+			var re redis.Error
+			if errors.As(uerr, &re) {
+				a.last = re
+			}
+			return field, nil, 0, a.WaitCtx.Err()
 		case a.WaitCtx.Err() != nil:
 			a.unsent = time.Since(a.St.Sent) // the wait ended first
 		}
