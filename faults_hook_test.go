@@ -848,14 +848,25 @@ func TestLostReplyReleaseIsWrittenOnce(t *testing.T) {
 			t.Cleanup(again.Remove)
 			return cut, again
 		}
-		// lost checks a release's error: no reply, not a loss.
-		lost := func(t *testing.T, err error, cut, again *faultproxy.Rule) {
+		// lost checks a release's error: no reply, not a loss. The call
+		// itself did not write it again (it would have had a reply: the
+		// server is up). A hold's last release is then given back once
+		// more, in the background (owner-checked: harmless whether the
+		// first ran or not; some primitives give back with the release's
+		// own script, counted in again), and a re-entry's is not written
+		// again.
+		lost := func(t *testing.T, err error, cut, again *faultproxy.Rule, last bool) {
 			t.Helper()
 			assert.ErrorIs(t, err, transport.ErrNoReply)
 			assert.NotErrorIs(t, err, ErrLeaseLost)
 			assert.NotErrorIs(t, err, ErrNotHeld)
 			require.Equal(t, 1, cut.Fired(), "the release's reply lost")
-			assert.Zero(t, again.Fired(), "the release written again")
+			time.Sleep(3 * holds.KeptEvery) // what is sent again is sent by then
+			if last {
+				assert.LessOrEqual(t, again.Fired(), 1, "the release written again more than once")
+			} else {
+				assert.Zero(t, again.Fired(), "a re-entry's release written again")
+			}
 		}
 		// free checks that no key of the lock name is left soon (the
 		// release may still be on its way to Redis when its caller is
@@ -881,7 +892,7 @@ func TestLostReplyReleaseIsWrittenOnce(t *testing.T) {
 				hctx, err := k.lock(ctx, c, name)
 				require.NoError(t, err)
 				r, again := cut(t, k.release)
-				lost(t, k.unlock(hctx, c, name), r, again)
+				lost(t, k.unlock(hctx, c, name), r, again, true)
 				ended(t, hctx)
 				free(t, name)
 			})
@@ -892,7 +903,7 @@ func TestLostReplyReleaseIsWrittenOnce(t *testing.T) {
 				hctx2, err := k.lock(hctx, c, name)
 				require.NoError(t, err)
 				r, again := cut(t, k.release)
-				lost(t, k.unlock(hctx2, c, name), r, again)
+				lost(t, k.unlock(hctx2, c, name), r, again, false)
 				require.NoError(t, hctx.Err(), "one hold remains")
 				eventually(t, time.Second, "the release run once", func() bool {
 					n, err := k.holds(hctx, c, name)
@@ -909,7 +920,7 @@ func TestLostReplyReleaseIsWrittenOnce(t *testing.T) {
 			hctx, err := rw.RLock(ctx)
 			require.NoError(t, err)
 			r, again := cut(t, lua.RWRUnlock)
-			lost(t, rw.RUnlock(hctx), r, again)
+			lost(t, rw.RUnlock(hctx), r, again, true)
 			ended(t, hctx)
 			free(t, rw.Name())
 		})
@@ -919,7 +930,7 @@ func TestLostReplyReleaseIsWrittenOnce(t *testing.T) {
 			hctx, err := s.Acquire(ctx, 1)
 			require.NoError(t, err)
 			r, again := cut(t, lua.SemRelease)
-			lost(t, s.Release(hctx, 1), r, again)
+			lost(t, s.Release(hctx, 1), r, again, true)
 			ended(t, hctx)
 			n, err := s.Available(ctx)
 			require.NoError(t, err)
@@ -930,7 +941,7 @@ func TestLostReplyReleaseIsWrittenOnce(t *testing.T) {
 			hctx, err := m.Lock(ctx)
 			require.NoError(t, err)
 			r, again := cut(t, lua.MultiUnlock)
-			lost(t, m.Unlock(hctx), r, again)
+			lost(t, m.Unlock(hctx), r, again, true)
 			ended(t, hctx)
 			free(t, "s9-multi")
 		})
@@ -939,7 +950,7 @@ func TestLostReplyReleaseIsWrittenOnce(t *testing.T) {
 			lctx, err := el.Campaign(ctx, "me")
 			require.NoError(t, err)
 			r, again := cut(t, lua.ElectResign)
-			lost(t, el.Resign(lctx), r, again)
+			lost(t, el.Resign(lctx), r, again, true)
 			ended(t, lctx)
 			l, err := el.Leader(ctx)
 			require.NoError(t, err)
