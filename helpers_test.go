@@ -319,3 +319,31 @@ func crashableRDB(t testing.TB, addr string) (rdb *redis.Client, crash func()) {
 		require.NoError(t, rdb.Close())
 	}
 }
+
+// realTimeTTL makes mr's keys expire in real time, as Redis's do, until
+// the test ends: its clock is moved on between commands every few
+// milliseconds. (miniredis's own ClockTTL moves it on at every access,
+// within a script too, so a key could expire between two calls of one
+// script, which Redis, whose time stands still during a script, never
+// does: seen as WRONGTYPE, or a semaphore with no permits set, under
+// load.)
+func realTimeTTL(t testing.TB, mr *miniredis.Miniredis) {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		last := time.Now()
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case now := <-tick.C:
+				mr.FastForward(now.Sub(last))
+				last = now
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+}

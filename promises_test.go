@@ -103,7 +103,7 @@ func TestFailureModeCrashedHolderFreesLock(t *testing.T) {
 	t.Parallel() // its own servers, mostly waiting
 	forEachEnvKind(t, func(t *testing.T, e *testEnv, k apiKind, name string) {
 		if e.mr != nil {
-			e.mr.ClockTTL(true) // leases run out in real time
+			realTimeTTL(t, e.mr) // leases run out in real time
 		}
 		const lease = 600 * time.Millisecond
 		bg := context.Background()

@@ -18,7 +18,7 @@ import (
 func TestRWMutexDowngradeReenteredWhileWriteHeld(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, e *testEnv) {
 		if e.mr != nil {
-			e.mr.ClockTTL(true) // leases run out in real time
+			realTimeTTL(t, e.mr) // leases run out in real time
 		}
 		const name = "rw:downgrade-reenter"
 		const lease = 600 * time.Millisecond

@@ -384,7 +384,7 @@ func TestRWMutexCrashedWaitingWriterSkippedWithinBound(t *testing.T) {
 func TestRWMutexCrashedReaderExpiresOthersKeepTheirs(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, e *testEnv) {
 		if e.mr != nil {
-			e.mr.ClockTTL(true) // leases run out in real time
+			realTimeTTL(t, e.mr) // leases run out in real time
 		}
 		const name = "rw:crashed-reader"
 		const lease = 600 * time.Millisecond
