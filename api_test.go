@@ -1128,7 +1128,9 @@ func TestAPIObserverRenewed(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, e *testEnv) {
 		bg := context.Background()
 		var o obsRecorder
-		c := e.client(t, WithObserver(o.observer()), WithWatchdogTimeout(300*time.Millisecond))
+		// A 900ms lease, renewed every 300ms: one of 300ms (the rounds
+		// 100ms apart) was lost beside two busy loops, a round late.
+		c := e.client(t, WithObserver(o.observer()), WithWatchdogTimeout(900*time.Millisecond))
 		m := c.Mutex("api:renewed")
 		s := c.Semaphore("api:renewed-sem")
 		require.NoError(t, s.SetPermits(bg, 1))
@@ -1138,7 +1140,7 @@ func TestAPIObserverRenewed(t *testing.T) {
 		require.NoError(t, err)
 		_, _, _, before := o.get()
 
-		time.Sleep(550 * time.Millisecond) // rounds every 100ms
+		time.Sleep(1650 * time.Millisecond) // rounds every 300ms
 		_, _, _, ren := o.get()
 		ren = ren[len(before):]
 		assert.GreaterOrEqual(t, len(ren), 3)
@@ -1154,9 +1156,9 @@ func TestAPIObserverRenewed(t *testing.T) {
 
 		require.NoError(t, m.Unlock(mctx))
 		require.NoError(t, s.Release(sctx, 1))
-		time.Sleep(150 * time.Millisecond)
+		time.Sleep(450 * time.Millisecond)
 		_, _, _, after := o.get()
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(900 * time.Millisecond)
 		_, _, _, later := o.get()
 		assert.Equal(t, len(after), len(later), "no rounds reported without holds")
 	})
