@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"sort"
@@ -41,8 +42,14 @@ import (
 //   - anything else that meets one (Switched): the engine's connections
 //     when they meet READONLY or MOVED, or redial onto another server.
 //
+// On a Sentinel failover client the watcher also looks at go-redis's
+// pool every PoolEvery, and runs a round at once when go-redis closed
+// connections, as its failover client does the moment a Sentinel
+// announces a new primary (failoverPool).
+//
 // Cost: one INFO replication per primary every SwitchEvery (4 a second)
-// while switches are wanted, nothing otherwise; on a Cluster, one CLUSTER
+// while switches are wanted, nothing otherwise (under Sentinel, a read of
+// go-redis's pool counters every PoolEvery meanwhile); on a Cluster, one CLUSTER
 // SLOTS more per round while a change is suspected (a master down, or
 // one that no longer is one until the slot map says so).
 
@@ -143,6 +150,7 @@ type switches struct {
 	wanted  bool          // demand since the watcher's last round
 	running bool          // the watcher runs
 	kick    chan struct{} // buffered 1: look now
+	every   time.Duration // between rounds: SwitchEvery unless a test sets it
 	wg      sync.WaitGroup
 
 	// The watcher's own state, kept from one run to the next (only the
@@ -403,18 +411,36 @@ func (t *Transport) watch() {
 		case <-ctx.Done():
 		}
 	}()
-	tick := time.NewTicker(SwitchEvery)
+	tick := time.NewTicker(cmp.Or(sw.every, SwitchEvery))
 	defer tick.Stop()
+	pool, look := t.failoverPool()
+	if pool != nil {
+		p := time.NewTicker(PoolEvery)
+		defer p.Stop()
+		look = p.C
+	}
 	for {
 		t.watchRound(ctx)
-		select {
-		case <-t.closed:
-			sw.mu.Lock()
-			sw.running = false
-			sw.mu.Unlock()
-			return
-		case <-tick.C:
-		case <-sw.kick:
+		last := pool.conns()
+	wait:
+		for {
+			select {
+			case <-t.closed:
+				sw.mu.Lock()
+				sw.running = false
+				sw.mu.Unlock()
+				return
+			case <-tick.C:
+				break wait
+			case <-sw.kick:
+				break wait
+			case <-look:
+				if n := pool.conns(); n < last {
+					break wait // go-redis closed connections: it may have moved
+				} else {
+					last = n
+				}
+			}
 		}
 		sw.mu.Lock()
 		if sw.demand == 0 && !sw.wanted {
@@ -425,6 +451,41 @@ func (t *Transport) watch() {
 		sw.wanted = sw.demand > 0
 		sw.mu.Unlock()
 	}
+}
+
+// PoolEvery is how often the watcher looks, on a Sentinel failover
+// client, at how many connections go-redis's pool has (see failoverPool).
+const PoolEvery = 5 * time.Millisecond
+
+// goPool is a Sentinel failover client's connection pool, as the watcher
+// looks at it; nil on any other topology.
+type goPool struct{ c *redis.Client }
+
+// failoverPool returns, on a Sentinel failover client, its pool, which
+// the watcher looks at every PoolEvery: go-redis's failover client, the
+// moment a Sentinel announces a new primary (+switch-master), closes
+// every connection of its pool to another server, and a round run then
+// reaches the new primary through a connection go-redis dials there
+// (which its dial hook tells the engine, follow.go), so every Client
+// follows within a few milliseconds of the announcement, not up to a
+// round later, when a Client still on the old primary could take there a
+// lock that another, already moved, takes on the new one. A look reads
+// go-redis's counters (no network); a connection closed for another
+// reason costs a round early. Closes in the middle of a round (which may
+// dial) are not told apart: then the next round learns the switch.
+func (t *Transport) failoverPool() (*goPool, <-chan time.Time) {
+	if c, ok := t.rdb.(*redis.Client); ok && t.cc == nil && t.dialer.sentinel {
+		return &goPool{c}, nil
+	}
+	return nil, nil
+}
+
+// conns returns how many connections the pool has (0 for a nil pool).
+func (p *goPool) conns() uint32 {
+	if p == nil {
+		return 0
+	}
+	return p.c.PoolStats().TotalConns
 }
 
 // watchRound asks who the primaries are, and reports what changed since

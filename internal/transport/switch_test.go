@@ -368,3 +368,37 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// On a Sentinel failover client a planned failover is told as soon as
+// go-redis moves (it closes its connections to the old primary when a
+// Sentinel announces the new one), not at the watcher's next round: here
+// the rounds are an hour apart.
+func TestSwitchLearnedWhenGoRedisMoves(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
+	master := redistest.Start(t)
+	replica := redistest.StartReplica(t, master)
+	s := redistest.StartSentinel(t, master, "redisync", 1)
+	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: []string{s.Addr()},
+		DialTimeout: 300 * time.Millisecond, ReadTimeout: time.Second})
+	t.Cleanup(func() { _ = rdb.Close() })
+	infos := &infoCounter{}
+	rdb.AddHook(infos)
+	tr := newT(t, rdb, Options{})
+	tr.sw.every = time.Hour
+	col := newCollector()
+	tr.OnSwitch(col.f)
+	done := tr.WatchSwitches()
+	defer done()
+	for end := time.Now().Add(2 * time.Second); infos.n.Load() == 0 && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	require.Equal(t, int64(1), infos.n.Load(), "one round, the first")
+
+	switched, addr := s.Failover(t)
+	require.Equal(t, replica.Addr(), addr)
+	lag := watchLag(t)
+	sw := col.next(t, 500*time.Millisecond, lag)
+	t.Logf("told %v after +switch-master: %+v", time.Since(switched), sw)
+	assert.Equal(t, "replid", sw.Cause)
+}
