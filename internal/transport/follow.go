@@ -108,13 +108,30 @@ func (t *Transport) switched(s Switch) {
 		return
 	}
 	t.forget(s.From.ReplID)
-	to := s.To.ReplID
+	to, from := s.To.ReplID, s.From.ReplID
+	if to != "" {
+		// The new primary's: never taken for an old one, whatever a
+		// report that crossed this one forgot.
+		t.mu.Lock()
+		delete(t.old, to)
+		t.mu.Unlock()
+	}
 	t.single.retire(func(c *conn) bool {
-		if to == "" || c.replID != to {
+		switch {
+		case to != "":
+			if c.replID == to {
+				return false
+			}
 			t.forget(c.replID)
 			return true
+		case from != "" && c.replID != "" && c.replID != from && !t.isOld(c.replID):
+			// Its server was a primary, not the one that stopped
+			// being one, when it was dialled: it may be the new
+			// primary, dialled since the switch was reported (this
+			// listener runs after its report), and is kept.
+			return false
 		}
-		return false
+		return true
 	})
 }
 

@@ -137,3 +137,38 @@ func TestNotPrimaryAtDialSentAgainWithinBound(t *testing.T) {
 	require.NoError(t, err)
 	assert.EqualValues(t, 1, n)
 }
+
+// A report naming no new primary ("redial", "readonly") that is told
+// after the engine already dialled the new primary (its listener runs
+// after the report, while calls go on) keeps that connection, and the
+// new primary is never taken for the old one: found in the failover
+// trial, where a Client's engine then refused every server as "the
+// primary it was before a failover" until the old primary was demoted.
+func TestCrossedReportKeepsTheNewPrimary(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
+	master := redistest.Start(t)
+	redistest.StartReplica(t, master)
+	s := redistest.StartSentinel(t, master, "redisync", 1)
+	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: []string{s.Addr()},
+		DialTimeout: 300 * time.Millisecond, ReadTimeout: time.Second})
+	t.Cleanup(func() { _ = rdb.Close() })
+	tr := newT(t, rdb, Options{})
+	bg := context.Background()
+	locked(t, tr.Do(bg, lockCall("x:warm"), nil))
+	id, err := ReplID(bg, master.Client(t))
+	require.NoError(t, err)
+
+	// The report of a switch away from a primary before this one.
+	tr.switched(Switch{From: Server{ReplID: "0123456789abcdef0123456789abcdef01234567"}, Cause: "redial"})
+	assert.False(t, tr.isOld(id), "the primary now taken for an old one")
+	ctx, cancel := context.WithTimeout(bg, time.Second)
+	defer cancel()
+	locked(t, tr.Do(ctx, lockCall("x:after"), nil))
+
+	// A report naming the primary as the new one clears what a crossed
+	// report forgot.
+	tr.forget(id)
+	tr.switched(Switch{From: Server{ReplID: "0123456789abcdef0123456789abcdef01234567"}, To: Server{ReplID: id}, Cause: "replid"})
+	assert.False(t, tr.isOld(id))
+	locked(t, tr.Do(ctx, lockCall("x:again"), nil))
+}
