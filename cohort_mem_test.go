@@ -13,6 +13,8 @@ import (
 
 	"github.com/redisync-go/redisync/internal/faultproxy"
 	"github.com/redisync-go/redisync/internal/holds"
+	"github.com/redisync-go/redisync/internal/transport"
+	"github.com/redisync-go/redisync/lua"
 )
 
 // Hand-over in memory (issue 25): a Mutex's last Unlock, with a goroutine
@@ -227,4 +229,35 @@ func (r *localRun) checkNoneLiveSince(t *testing.T, since time.Time) {
 			t.Errorf("a hold granted %v before the check is still live", since.Sub(r.grants[i].at))
 		}
 	}
+}
+
+// No hand-over in memory of a hold whose lease was set before a switch of
+// the primary: taken on the old primary in its last moment, the new one
+// may not have it (here: deleted, as a failover loses an unreplicated
+// write). The handoff goes through Redis, which tells the releaser the
+// hold was lost, and the waiter holds the lock in Redis, not in memory
+// only. (Found in the failover trial: a Client handed such a hold from
+// goroutine to goroutine for 100ms while another Client held the lock on
+// the new primary.)
+func TestMemHandoffNotAfterSwitch(t *testing.T) {
+	e := realEnv(t)
+	rdb, h := faultRDB(t, &redis.Options{Addr: e.srv.Addr()})
+	c := newClient(t, rdb)
+	m := c.Mutex("mem-switch")
+	bg := context.Background()
+	hctx, err := m.Lock(bg)
+	require.NoError(t, err)
+	w := idleWaiter(t, bg, c, m)
+	require.NoError(t, e.rdb(t).Del(bg, m.Name()).Err()) // never on the new primary
+	c.tr.Switched(transport.Switch{Cause: "test"})
+
+	handoffs := h.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.Handoff.Script)})
+	assert.ErrorIs(t, m.Unlock(hctx), ErrLeaseLost, "the hold Redis did not have was reported released")
+	assert.Positive(t, handoffs.Fired(), "no handoff script: handed in memory")
+	got := <-w
+	require.NoError(t, got.err)
+	n, err := m.HoldCount(got.hctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "the waiter's hold is not in Redis")
+	require.NoError(t, m.Unlock(got.hctx))
 }

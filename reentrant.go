@@ -436,7 +436,8 @@ func (m *Mutex) handOver(ctx context.Context, h *lease.Hold, ho *cohort.Handoff,
 // internal/cohort), and reports whether it did: within the run's bound, when the
 // hold ended by its own last release (not forced) and the waiter's lease
 // is the same watchdog lease, with neither a fencing token nor a replica
-// acknowledgement to get from Redis. The waiter takes over h's Redis
+// acknowledgement to get from Redis, and the primary has not switched
+// since h's lease was last set (transport.SwitchedSince). The waiter takes over h's Redis
 // field, with the lease's real deadline (the stamp of the script that set
 // it last) and the ForceUnlock epoch as it is now, so a ForceUnlock in
 // this process from now on refuses the waiter's grant (given back, which
@@ -446,7 +447,10 @@ func (m *Mutex) handInMemory(h *lease.Hold, ho *cohort.Handoff) bool {
 		return false
 	}
 	why, sent := h.Ended()
-	if why != lease.EndUnlocked {
+	if why != lease.EndUnlocked || m.c.tr.SwitchedSince(m.name, sent) {
+		// Not unlocked, or its lease was set on a primary that switched
+		// since: taken there in its last moment, Redis may not have it
+		// (the handoff's script checks it on the new one).
 		return false
 	}
 	ho.Field = h.Field

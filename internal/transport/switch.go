@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -144,6 +145,7 @@ type switches struct {
 	queue     []Switch    // to tell, in order
 	telling   bool        // the teller goroutine runs
 	whole     told        // the last switch told for route 0 (Slots nil)
+	anyTold   atomic.Bool // some switch was told
 	slots     []toldRange // on a Cluster, the last switch told for each slot, by range
 
 	demand  int           // WatchSwitches not yet done
@@ -205,6 +207,38 @@ func (t *Transport) OnSwitch(f func(Switch)) (stop func()) {
 			sw.mu.Unlock()
 		})
 	}
+}
+
+// SwitchSettle is how long after a switch is told a call may still have
+// been sent to the old primary (its listeners move the connections after
+// it is told).
+const SwitchSettle = 100 * time.Millisecond
+
+// SwitchedSince reports whether a switch of the primary serving key was
+// told after at, less SwitchSettle: whether what a script sent at at set
+// in Redis may be on the old primary only (a hold taken there in its last
+// moment), so that it must be checked on the new one before it is relied
+// on (a Mutex's handoff in memory is not: the handoff goes through Redis).
+func (t *Transport) SwitchedSince(key string, at time.Time) bool {
+	if t == nil {
+		return false
+	}
+	sw := &t.sw
+	if !sw.anyTold.Load() {
+		return false // the common case, without the lock
+	}
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	last := sw.whole.at
+	if t.cc != nil {
+		slot := keys.Slot(key)
+		for _, r := range sw.slots {
+			if slot >= r.First && slot <= r.Last {
+				last = r.at
+			}
+		}
+	}
+	return !last.IsZero() && at.Before(last.Add(SwitchSettle))
 }
 
 // Switched reports a switch; it never blocks. The listeners are told each
@@ -313,6 +347,7 @@ func (sw *switches) news(s Switch) bool {
 
 // record notes that s is told. Called with sw.mu held.
 func (sw *switches) record(s Switch) {
+	sw.anyTold.Store(true)
 	t := told{to: s.To, at: s.At}
 	if s.Slots == nil {
 		sw.whole = t
