@@ -20,8 +20,11 @@ import (
 )
 
 // The failover trial: the figures the README's failover row and
-// docs/guarantees.md give. Several Clients contend for several locks
-// (the default 30s lease) while the primary switches; for each lock name,
+// docs/guarantees.md give. Several Clients contend for several fenced
+// Mutexes and a Semaphore (the default 30s lease) while the primary
+// switches, counting two live holders of one name, a fencing token not
+// above the name's last, and holders beyond the Semaphore's permits; for
+// each lock name,
 // the first acquisition by another Client than its last holder before the
 // switch, counted from the switch (Sentinel's +switch-master; the
 // replica's promotion on a Cluster). It runs only when asked:
@@ -38,17 +41,22 @@ const (
 	trialRuns    = 3
 	trialClients = 3
 	trialNames   = 8
+	trialPermits = 3 // the Semaphore's, taken by trialPermits goroutines of each Client
 )
 
 // trialLog records the acquisitions of a trial.
 type trialLog struct {
-	mu   sync.Mutex
-	acqs map[string][]trialAcq // by name, in order
-	live map[string]*atomic.Int32
-	over atomic.Int64 // two live holders of one name seen at once
-	lost []time.Time  // when the holds whose Unlock found them lost were taken (under mu)
-	errs atomic.Int64 // Lock or Unlock errors
-	some sync.Map     // an error of each kind's text: seen
+	mu      sync.Mutex
+	acqs    map[string][]trialAcq // by name, in order
+	live    map[string]*atomic.Int32
+	over    atomic.Int64     // two live holders of one name seen at once
+	back    atomic.Int64     // a fencing token not above the name's last one
+	toks    map[string]int64 // the last token of each name (under mu)
+	sem     atomic.Int32     // the Semaphore's permits held now
+	semOver atomic.Int64     // more held than it has
+	lost    []time.Time      // when the holds whose Unlock found them lost were taken (under mu)
+	errs    atomic.Int64     // Lock or Unlock errors
+	some    sync.Map         // an error of each kind's text: seen
 }
 
 // failed counts err, and keeps its text (its first line, without
@@ -64,16 +72,17 @@ type trialAcq struct {
 }
 
 func newTrialLog(names []string) *trialLog {
-	l := &trialLog{acqs: map[string][]trialAcq{}, live: map[string]*atomic.Int32{}}
+	l := &trialLog{acqs: map[string][]trialAcq{}, live: map[string]*atomic.Int32{}, toks: map[string]int64{}}
 	for _, n := range names {
 		l.live[n] = &atomic.Int32{}
 	}
 	return l
 }
 
-// work contends for name on c (client number i) until ctx ends.
+// work contends for name on c (client number i), a fenced Mutex, until
+// ctx ends.
 func (l *trialLog) work(ctx context.Context, c *Client, i int, name string) {
-	m := c.Mutex(name)
+	m := c.Mutex(name, WithFencing())
 	for ctx.Err() == nil {
 		h, err := m.Lock(ctx)
 		if err != nil {
@@ -86,6 +95,13 @@ func (l *trialLog) work(ctx context.Context, c *Client, i int, name string) {
 		if l.live[name].Add(1) > 1 {
 			l.over.Add(1)
 		}
+		tok, _ := m.Token(h)
+		l.mu.Lock()
+		if tok <= l.toks[name] {
+			l.back.Add(1)
+		}
+		l.toks[name] = max(l.toks[name], tok)
+		l.mu.Unlock()
 		at := time.Now()
 		time.Sleep(time.Duration(5+rand.IntN(25)) * time.Millisecond)
 		l.live[name].Add(-1)
@@ -103,6 +119,31 @@ func (l *trialLog) work(ctx context.Context, c *Client, i int, name string) {
 			l.mu.Lock()
 			l.acqs[name] = append(l.acqs[name], trialAcq{client: i, at: at})
 			l.mu.Unlock()
+		}
+		time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
+	}
+}
+
+// permits takes one of the trialPermits of the Semaphore name on c until
+// ctx ends, counting the holders beyond its permits.
+func (l *trialLog) permits(ctx context.Context, c *Client, name string) {
+	s := c.Semaphore(name)
+	for ctx.Err() == nil {
+		h, err := s.Acquire(ctx, 1)
+		if err != nil {
+			if ctx.Err() == nil {
+				l.failed("Acquire", err)
+				time.Sleep(50 * time.Millisecond)
+			}
+			continue
+		}
+		if l.sem.Add(1) > trialPermits {
+			l.semOver.Add(1)
+		}
+		time.Sleep(time.Duration(5+rand.IntN(25)) * time.Millisecond)
+		l.sem.Add(-1)
+		if err := s.Release(h, 1); err != nil {
+			l.failed("Release", err)
 		}
 		time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
 	}
@@ -130,13 +171,17 @@ func (l *trialLog) after(name string, at time.Time) (d time.Duration, ok bool) {
 // run contends on names with clients, switches the primary with flip
 // (which returns the moment of the switch), and returns each name's
 // figure once every name has one, or after 40s.
-func runTrial(t *testing.T, clients []*Client, names []string, flip func() time.Time) []time.Duration {
+func runTrial(t *testing.T, clients []*Client, names []string, sem string, flip func() time.Time) []time.Duration {
 	l := newTrialLog(names)
 	ctx, cancel := context.WithCancel(context.Background())
+	require.NoError(t, clients[0].Semaphore(sem).SetPermits(ctx, trialPermits))
 	var wg sync.WaitGroup
 	for i, c := range clients {
 		for _, n := range names {
 			wg.Go(func() { l.work(ctx, c, i, n) })
+		}
+		for range trialPermits {
+			wg.Go(func() { l.permits(ctx, c, sem) })
 		}
 	}
 	time.Sleep(2 * time.Second)
@@ -163,7 +208,8 @@ func runTrial(t *testing.T, clients []*Client, names []string, flip func() time.
 	var kinds []string
 	l.some.Range(func(k, _ any) bool { kinds = append(kinds, k.(string)); return true })
 	slices.Sort(kinds)
-	t.Logf("overlapping holders seen: %d; Lock/Unlock errors: %d %q", l.over.Load(), l.errs.Load(), kinds)
+	t.Logf("overlapping holders seen: %d; fencing tokens not above the last: %d; Semaphore holders beyond its %d permits: %d; errors: %d %q",
+		l.over.Load(), l.back.Load(), trialPermits, l.semOver.Load(), l.errs.Load(), kinds)
 	if len(l.lost) > 0 {
 		// When the holds the new primary never had were taken, from the
 		// switch: before it (or just after), on the old primary in its
@@ -212,7 +258,7 @@ func TestFailoverTrial(t *testing.T) {
 			for i := range trialNames {
 				names = append(names, fmt.Sprintf("trial-%d", i))
 			}
-			ds := runTrial(t, clients, names, func() time.Time {
+			ds := runTrial(t, clients, names, "trial-sem", func() time.Time {
 				if !kill {
 					return g.failover(t)
 				}
@@ -239,7 +285,13 @@ func TestFailoverTrial(t *testing.T) {
 					names = append(names, n)
 				}
 			}
-			ds := runTrial(t, clients, names, func() time.Time {
+			sem := ""
+			for i := 0; sem == ""; i++ {
+				if n := fmt.Sprintf("{s%d}trial-sem", i); shardOf(t, cl, n) == 0 {
+					sem = n
+				}
+			}
+			ds := runTrial(t, clients, names, sem, func() time.Time {
 				replica := cl.Replicas[0][0]
 				promoted := promotedAt(t, replica)
 				tag, _, _ := strings.Cut(strings.TrimPrefix(names[0], "{"), "}")
