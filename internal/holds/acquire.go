@@ -295,13 +295,16 @@ func (a *Acquisition) Send(build func(field string) call) (string, []int64, time
 		case uerr == nil:
 			a.last = err // the wait goes on
 		case a.WaitCtx.Err() != nil && errors.Is(uerr, transport.ErrNotSent):
-			// Never written, the wait having ended: it ends as between
-			// attempts, with the context's error, and what Redis said to
-			// this call's last write (a redirect it was to follow) is
-			// the last attempt's.
-			var re redis.Error
-			if errors.As(uerr, &re) {
+			// Not written (again), the wait having ended: it ends as
+			// between attempts, with the context's error. What Redis
+			// said to this call's last write (a redirect it was to
+			// follow) is the last attempt's error; with none, the
+			// attempt had no reply for as long as it waited (a
+			// connection that never came).
+			if re := redis.Error(nil); errors.As(uerr, &re) {
 				a.last = re
+			} else {
+				a.unsent = time.Since(a.St.Sent)
 			}
 			return field, nil, 0, a.WaitCtx.Err()
 		case a.WaitCtx.Err() != nil:

@@ -109,13 +109,6 @@ func (t *Transport) switched(s Switch) {
 	}
 	t.forget(s.From.ReplID)
 	to, from := s.To.ReplID, s.From.ReplID
-	if to != "" {
-		// The new primary's: never taken for an old one, whatever a
-		// report that crossed this one forgot.
-		t.mu.Lock()
-		delete(t.old, to)
-		t.mu.Unlock()
-	}
 	t.single.retire(func(c *conn) bool {
 		switch {
 		case to != "":

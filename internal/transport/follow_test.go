@@ -164,11 +164,35 @@ func TestCrossedReportKeepsTheNewPrimary(t *testing.T) {
 	ctx, cancel := context.WithTimeout(bg, time.Second)
 	defer cancel()
 	locked(t, tr.Do(ctx, lockCall("x:after"), nil))
+}
 
-	// A report naming the primary as the new one clears what a crossed
-	// report forgot.
-	tr.forget(id)
-	tr.switched(Switch{From: Server{ReplID: "0123456789abcdef0123456789abcdef01234567"}, To: Server{ReplID: id}, Cause: "replid"})
-	assert.False(t, tr.isOld(id))
-	locked(t, tr.Do(ctx, lockCall("x:again"), nil))
+// A report told late (reports are told in the order they were made, after
+// the engine itself may have found a later switch) never makes a primary
+// the engine took for an old one usable again: here the engine found the
+// next primary (open() forgot Z and retired its connections), then the
+// earlier report X→Z is told; Z, a planned failover's old primary still
+// answering as one, must not be written to. (From a reviewer: 0234d43
+// cleared Z from the old ones.)
+func TestLateReportDoesNotReviveAnOldPrimary(t *testing.T) {
+	t.Parallel() // its own servers, mostly waiting
+	master := redistest.Start(t) // Z
+	redistest.StartReplica(t, master)
+	s := redistest.StartSentinel(t, master, "redisync", 1)
+	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: []string{s.Addr()},
+		DialTimeout: 300 * time.Millisecond, ReadTimeout: time.Second})
+	t.Cleanup(func() { _ = rdb.Close() })
+	tr := newT(t, rdb, Options{})
+	bg := context.Background()
+	locked(t, tr.Do(bg, lockCall("r:warm"), nil))
+	z, err := ReplID(bg, master.Client(t))
+	require.NoError(t, err)
+
+	tr.forget(z)
+	tr.single.retire(nil)
+	tr.switched(Switch{From: Server{ReplID: "1111111111111111111111111111111111111111"}, To: Server{ReplID: z}, Cause: "replid"})
+	ctx, cancel := context.WithTimeout(bg, 500*time.Millisecond)
+	defer cancel()
+	r := tr.Do(ctx, lockCall("r:after"), nil)
+	require.Error(t, r.Err(), "written to a primary the engine had taken for an old one")
+	assert.ErrorIs(t, r.Err(), ErrNotPrimary)
 }
