@@ -249,7 +249,16 @@ func TestMemHandoffNotAfterSwitch(t *testing.T) {
 	require.NoError(t, err)
 	w := idleWaiter(t, bg, c, m)
 	require.NoError(t, e.rdb(t).Del(bg, m.Name()).Err()) // never on the new primary
+	told := make(chan struct{}, 1)
+	stop := c.tr.OnSwitch(func(transport.Switch) { told <- struct{}{} }) // after the Client's own listener
+	defer stop()
 	c.tr.Switched(transport.Switch{Cause: "test"})
+	<-told
+	// The switch moved the subscription; the waiter can be handed the
+	// lock once it is confirmed on the new connection.
+	eventually(t, 2*time.Second, "the waiter subscribed again", func() bool {
+		return c.ps.ConfirmedOn(m.channel) && advIdleWaiters(c, m.channel) == 1
+	})
 
 	handoffs := h.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.Handoff.Script)})
 	assert.ErrorIs(t, m.Unlock(hctx), ErrLeaseLost, "the hold Redis did not have was reported released")
