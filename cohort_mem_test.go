@@ -248,7 +248,6 @@ func TestMemHandoffNotAfterSwitch(t *testing.T) {
 	hctx, err := m.Lock(bg)
 	require.NoError(t, err)
 	w := idleWaiter(t, bg, c, m)
-	require.NoError(t, e.rdb(t).Del(bg, m.Name()).Err()) // never on the new primary
 	told := make(chan struct{}, 1)
 	stop := c.tr.OnSwitch(func(transport.Switch) { told <- struct{}{} }) // after the Client's own listener
 	defer stop()
@@ -259,6 +258,7 @@ func TestMemHandoffNotAfterSwitch(t *testing.T) {
 	eventually(t, 2*time.Second, "the waiter subscribed again", func() bool {
 		return c.ps.ConfirmedOn(m.channel) && advIdleWaiters(c, m.channel) == 1
 	})
+	require.NoError(t, e.rdb(t).Del(bg, m.Name()).Err()) // never on the new primary
 
 	handoffs := h.OnCommand(faultproxy.CommandRule{Args: faultproxy.RunsScript(lua.Handoff.Script)})
 	assert.ErrorIs(t, m.Unlock(hctx), ErrLeaseLost, "the hold Redis did not have was reported released")
