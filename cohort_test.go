@@ -280,7 +280,7 @@ func TestCohortRunIsBounded(t *testing.T) {
 		}()
 	}
 	time.Sleep(100 * time.Millisecond) // a's handoffs under way
-	const turns = 60 // 20 saw no run reach its bound once in 6 runs
+	const turns = 60                   // 20 saw no run reach its bound once in 6 runs
 	for range turns {
 		ctx, err := b.TryLockFor(context.Background(), 10*time.Second)
 		require.NoError(t, err, "another client's waiter starved")

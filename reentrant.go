@@ -437,9 +437,9 @@ func (m *Mutex) handOver(ctx context.Context, h *lease.Hold, ho *cohort.Handoff,
 // hold ended by its own last release (not forced) and the waiter's lease
 // is the same watchdog lease, with neither a fencing token nor a replica
 // acknowledgement to get from Redis, and the primary has not switched
-// since h's lease was last set (transport.SwitchedSince). The waiter takes over h's Redis
-// field, with the lease's real deadline (the stamp of the script that set
-// it last) and the ForceUnlock epoch as it is now, so a ForceUnlock in
+// since h's lease was last set (transport.SwitchedSince). The waiter
+// takes over h's Redis field, with the lease's real deadline (the stamp
+// of the script that set it last) and the ForceUnlock epoch as it is now, so a ForceUnlock in
 // this process from now on refuses the waiter's grant (given back, which
 // frees the lock), as it refuses a grant whose script is in flight.
 func (m *Mutex) handInMemory(h *lease.Hold, ho *cohort.Handoff) bool {

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -22,12 +21,7 @@ import (
 // watcher after +switch-master, and none is written to the old one after.
 func TestFollowSentinelSwitch(t *testing.T) {
 	t.Parallel() // its own servers, mostly waiting
-	master := redistest.Start(t)
-	replica := redistest.StartReplica(t, master)
-	s := redistest.StartSentinel(t, master, "redisync", 1)
-	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: []string{s.Addr()},
-		DialTimeout: 300 * time.Millisecond, ReadTimeout: time.Second})
-	t.Cleanup(func() { _ = rdb.Close() })
+	master, replica, s, rdb := failoverGroup(t)
 	tr := newT(t, rdb, Options{})
 	bg := context.Background()
 	col := newCollector()
@@ -146,12 +140,7 @@ func TestNotPrimaryAtDialSentAgainWithinBound(t *testing.T) {
 // primary it was before a failover" until the old primary was demoted.
 func TestCrossedReportKeepsTheNewPrimary(t *testing.T) {
 	t.Parallel() // its own servers, mostly waiting
-	master := redistest.Start(t)
-	redistest.StartReplica(t, master)
-	s := redistest.StartSentinel(t, master, "redisync", 1)
-	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: []string{s.Addr()},
-		DialTimeout: 300 * time.Millisecond, ReadTimeout: time.Second})
-	t.Cleanup(func() { _ = rdb.Close() })
+	master, _, _, rdb := failoverGroup(t)
 	tr := newT(t, rdb, Options{})
 	bg := context.Background()
 	locked(t, tr.Do(bg, lockCall("x:warm"), nil))
@@ -174,13 +163,8 @@ func TestCrossedReportKeepsTheNewPrimary(t *testing.T) {
 // answering as one, must not be written to. (From a reviewer: 0234d43
 // cleared Z from the old ones.)
 func TestLateReportDoesNotReviveAnOldPrimary(t *testing.T) {
-	t.Parallel() // its own servers, mostly waiting
-	master := redistest.Start(t) // Z
-	redistest.StartReplica(t, master)
-	s := redistest.StartSentinel(t, master, "redisync", 1)
-	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: []string{s.Addr()},
-		DialTimeout: 300 * time.Millisecond, ReadTimeout: time.Second})
-	t.Cleanup(func() { _ = rdb.Close() })
+	t.Parallel()                          // its own servers, mostly waiting
+	master, _, _, rdb := failoverGroup(t) // Z
 	tr := newT(t, rdb, Options{})
 	bg := context.Background()
 	locked(t, tr.Do(bg, lockCall("r:warm"), nil))

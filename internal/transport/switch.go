@@ -232,9 +232,10 @@ func (t *Transport) SwitchedSince(key string, at time.Time) bool {
 	last := sw.whole.at
 	if t.cc != nil {
 		slot := keys.Slot(key)
-		for _, r := range sw.slots {
+		for _, r := range sw.slots { // disjoint ranges
 			if slot >= r.First && slot <= r.Last {
 				last = r.at
+				break
 			}
 		}
 	}
@@ -448,7 +449,8 @@ func (t *Transport) watch() {
 	}()
 	tick := time.NewTicker(cmp.Or(sw.every, SwitchEvery))
 	defer tick.Stop()
-	pool, look := t.failoverPool()
+	pool := t.failoverPool()
+	var look <-chan time.Time // nil: never ready, but under Sentinel
 	if pool != nil {
 		p := time.NewTicker(PoolEvery)
 		defer p.Stop()
@@ -508,11 +510,11 @@ type goPool struct{ c *redis.Client }
 // go-redis's counters (no network); a connection closed for another
 // reason costs a round early. Closes in the middle of a round (which may
 // dial) are not told apart: then the next round learns the switch.
-func (t *Transport) failoverPool() (*goPool, <-chan time.Time) {
+func (t *Transport) failoverPool() *goPool {
 	if c, ok := t.rdb.(*redis.Client); ok && t.cc == nil && t.dialer.sentinel {
-		return &goPool{c}, nil
+		return &goPool{c}
 	}
-	return nil, nil
+	return nil
 }
 
 // conns returns how many connections the pool has (0 for a nil pool).

@@ -20,6 +20,19 @@ import (
 // listeners, and the watcher on a Sentinel group and on a Cluster.
 
 // infoCounter counts the INFO commands sent through the clients it hooks.
+// failoverGroup starts a primary, a replica of it and a Sentinel watching
+// them, and returns them with a failover client of that Sentinel's,
+// closed when the test ends.
+func failoverGroup(t *testing.T) (master, replica *redistest.Server, s *redistest.Sentinel, rdb *redis.Client) {
+	master = redistest.Start(t)
+	replica = redistest.StartReplica(t, master)
+	s = redistest.StartSentinel(t, master, "redisync", 1)
+	rdb = redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: []string{s.Addr()},
+		DialTimeout: 300 * time.Millisecond, ReadTimeout: time.Second})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return master, replica, s, rdb
+}
+
 type infoCounter struct{ n atomic.Int64 }
 
 func (c *infoCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -211,12 +224,7 @@ func TestSwitchWatcherNotOnSingleNode(t *testing.T) {
 // Close ends the watcher.
 func TestSwitchWatcherSentinel(t *testing.T) {
 	t.Parallel() // its own servers, mostly waiting
-	master := redistest.Start(t)
-	replica := redistest.StartReplica(t, master)
-	s := redistest.StartSentinel(t, master, "redisync", 1)
-	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: []string{s.Addr()},
-		DialTimeout: 300 * time.Millisecond, ReadTimeout: time.Second})
-	t.Cleanup(func() { _ = rdb.Close() })
+	master, replica, s, rdb := failoverGroup(t)
 	infos := &infoCounter{}
 	rdb.AddHook(infos)
 	tr := New(rdb, Options{})
@@ -375,12 +383,7 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 // the rounds are an hour apart.
 func TestSwitchLearnedWhenGoRedisMoves(t *testing.T) {
 	t.Parallel() // its own servers, mostly waiting
-	master := redistest.Start(t)
-	replica := redistest.StartReplica(t, master)
-	s := redistest.StartSentinel(t, master, "redisync", 1)
-	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: []string{s.Addr()},
-		DialTimeout: 300 * time.Millisecond, ReadTimeout: time.Second})
-	t.Cleanup(func() { _ = rdb.Close() })
+	_, replica, s, rdb := failoverGroup(t)
 	infos := &infoCounter{}
 	rdb.AddHook(infos)
 	tr := newT(t, rdb, Options{})
