@@ -210,7 +210,10 @@ func TestClusterAbandonedCallsEndAtDrain(t *testing.T) {
 	defer cl.Masters[0].Resume()
 	var gave, gone atomic.Int32
 	for i := range abandoned {
-		ctx, cancel := context.WithTimeout(bg, time.Millisecond)
+		// Long enough for the write on a loaded machine (a call whose
+		// ctx ends before its write is not Gone: none was, once, at 1ms
+		// in CI), short enough for 64 in sequence.
+		ctx, cancel := context.WithTimeout(bg, 20*time.Millisecond)
 		r := tr.Do(ctx, lockCall("{"+names[0]+"}left"+strconv.Itoa(i)), func(r Reply) {
 			if errors.Is(r.Err(), ErrNoReply) {
 				gave.Add(1)
