@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -57,6 +58,28 @@ type trialLog struct {
 	lost    []time.Time      // when the holds whose Unlock found them lost were taken (under mu)
 	errs    atomic.Int64     // Lock or Unlock errors
 	some    sync.Map         // an error of each kind's text: seen
+	events  []trialEvent     // every Lock and Unlock, when REDISYNC_TRIAL_LOG is set (under mu)
+	logging bool
+}
+
+// trialEvent is one Lock or Unlock of a name, for the trial's log of a
+// slow name.
+type trialEvent struct {
+	name   string
+	client int
+	what   string
+	at     time.Time
+	err    error
+}
+
+// event records what client did on name at at, when logging.
+func (l *trialLog) event(name string, client int, what string, at time.Time, err error) {
+	if !l.logging {
+		return
+	}
+	l.mu.Lock()
+	l.events = append(l.events, trialEvent{name: name, client: client, what: what, at: at, err: err})
+	l.mu.Unlock()
 }
 
 // failed counts err, and keeps its text (its first line, without
@@ -72,7 +95,7 @@ type trialAcq struct {
 }
 
 func newTrialLog(names []string) *trialLog {
-	l := &trialLog{acqs: map[string][]trialAcq{}, live: map[string]*atomic.Int32{}, toks: map[string]int64{}}
+	l := &trialLog{acqs: map[string][]trialAcq{}, live: map[string]*atomic.Int32{}, toks: map[string]int64{}, logging: os.Getenv("REDISYNC_TRIAL_LOG") != ""}
 	for _, n := range names {
 		l.live[n] = &atomic.Int32{}
 	}
@@ -84,7 +107,9 @@ func newTrialLog(names []string) *trialLog {
 func (l *trialLog) work(ctx context.Context, c *Client, i int, name string) {
 	m := c.Mutex(name, WithFencing())
 	for ctx.Err() == nil {
+		asked := time.Now()
 		h, err := m.Lock(ctx)
+		l.event(name, i, "lock asked at "+asked.Format("15:04:05.000"), time.Now(), err)
 		if err != nil {
 			if ctx.Err() == nil {
 				l.failed("Lock", err)
@@ -105,7 +130,9 @@ func (l *trialLog) work(ctx context.Context, c *Client, i int, name string) {
 		at := time.Now()
 		time.Sleep(time.Duration(5+rand.IntN(25)) * time.Millisecond)
 		l.live[name].Add(-1)
-		if err := m.Unlock(h); err != nil {
+		err = m.Unlock(h)
+		l.event(name, i, "unlock", time.Now(), err)
+		if err != nil {
 			// Not counted: a hold the primary serving the lock never
 			// had (taken on a master demoted without knowing it yet,
 			// after a forced failover) is no acquisition.
@@ -186,6 +213,9 @@ func runTrial(t *testing.T, clients []*Client, names []string, sem string, flip 
 	}
 	time.Sleep(2 * time.Second)
 	at := flip()
+	if l.logging {
+		t.Logf("switch at %s", at.Format("15:04:05.000"))
+	}
 	out := make([]time.Duration, len(names))
 	for deadline := time.Now().Add(40 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		all := true
@@ -201,6 +231,15 @@ func runTrial(t *testing.T, clients []*Client, names []string, sem string, flip 
 	for i, n := range names {
 		if _, ok := l.after(n, at); !ok {
 			out[i] = -1 // none within the trial
+		}
+		if l.logging && (out[i] < 0 || out[i] > 1500*time.Millisecond) {
+			l.mu.Lock()
+			for _, e := range l.events {
+				if e.name == n && e.at.After(at.Add(-time.Second)) && e.at.Before(at.Add(out[i]+time.Second)) {
+					t.Logf("slow %s: %v client %d %s err=%v", n, e.at.Sub(at).Round(time.Millisecond), e.client, e.what, e.err)
+				}
+			}
+			l.mu.Unlock()
 		}
 	}
 	cancel()
@@ -251,8 +290,8 @@ func TestFailoverTrial(t *testing.T) {
 		for run := range trialRuns {
 			g := startSentinelGroup(t)
 			var clients []*Client
-			for range trialClients {
-				clients = append(clients, newClient(t, g.client(t)))
+			for i := range trialClients {
+				clients = append(clients, newClient(t, g.client(t), trialLogger(i)...))
 			}
 			var names []string
 			for i := range trialNames {
@@ -274,8 +313,8 @@ func TestFailoverTrial(t *testing.T) {
 				cl = redistest.StartClusterWithReplicas(t, 3, 1)
 			}
 			var clients []*Client
-			for range trialClients {
-				clients = append(clients, newClient(t, cl.Client(t)))
+			for i := range trialClients {
+				clients = append(clients, newClient(t, cl.Client(t), trialLogger(i)...))
 			}
 			// Names on the shard that switches.
 			var names []string
@@ -312,6 +351,15 @@ func TestFailoverTrial(t *testing.T) {
 			}
 		}
 	})
+}
+
+// trialLogger gives Client i a logger to stderr when REDISYNC_TRIAL_LOG
+// is set.
+func trialLogger(i int) []Option {
+	if os.Getenv("REDISYNC_TRIAL_LOG") == "" {
+		return nil
+	}
+	return []Option{WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("client", i))}
 }
 
 // kill kills the primary and returns the moment the Sentinel announces
