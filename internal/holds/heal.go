@@ -32,6 +32,9 @@ const HealEvery = 250 * time.Millisecond
 // after the healer has seen the new one.
 const healHot = 2 * time.Second
 
+// healLastFor bounds the healer's last round, at Close.
+const healLastFor = time.Second
+
 // Primary says which server is the primary serving a key: ID names it (a
 // new ID after a failover, or when a Cluster slot moves to another
 // master). Err: not known now (the primary unreachable, or in the middle
@@ -93,12 +96,25 @@ func (m *Machine) heal() {
 	for {
 		select {
 		case <-m.closed:
+			m.healLast(hs)
 			return
 		case <-t.C:
 		case <-m.kick:
 		}
 		m.healRound(ctx, hs, time.Now())
 	}
+}
+
+// healLast is the healer's last round, as the Client closes: a switch
+// that came since the last round (up to HealEvery before Close) would
+// otherwise leave the releases the old primary answered to their leases,
+// with no Client left to send them again. It asks who serves only when
+// some release is still within its lease, and takes healLastFor at most
+// (a silent Redis delays Close that long, no more).
+func (m *Machine) healLast(hs *healer) {
+	ctx, cancel := context.WithTimeout(context.Background(), healLastFor)
+	defer cancel()
+	m.healRound(ctx, hs, time.Now())
 }
 
 // healRound asks who serves the locks of the records within their lease

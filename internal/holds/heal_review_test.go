@@ -130,3 +130,42 @@ func TestHealResendFailuresLogOnce(t *testing.T) {
 	require.Positive(t, got, "the failures are reported")
 	require.LessOrEqual(t, got, int64(2), "one line for the change, one for the failures")
 }
+
+// A Client closed a moment after a failover that lost its last release
+// (before the healer's next round) still sends it again: the healer asks
+// once more who serves its releases as the Client closes, within Close's
+// bound, instead of leaving the lock to the lease (the failover trial's
+// runs once began with a lock held up for 27s by the previous run's
+// Clients, closed 0.2s after a forced failover).
+func TestCloseHealsAFailoverItJustMissed(t *testing.T) {
+	e := newEnv(t)
+	var moved atomic.Bool
+	e.m.cfg.Primaries = func(_ context.Context, ks []string) []Primary {
+		out := make([]Primary, len(ks))
+		for i := range ks {
+			out[i].ID = "old"
+			if moved.Load() {
+				out[i].ID = "promoted"
+			}
+		}
+		return out
+	}
+	l := newLock("closeheal", time.Minute)
+	const field = "test:closeheal"
+	require.NoError(t, e.rdb.HSet(bg, l.key, field, 1).Err())
+	h := &lease.Hold{Ref: lease.Ref{Kind: "test", Name: l.key}, Field: field, Lease: time.Minute}
+	h.One = [2]call{{}, l.drop(field)}
+	h.Release = h.One[1:2:2]
+	require.NoError(t, e.m.ReleaseAll(bg, h.Release))
+	e.m.recorded(h, time.Now())
+	time.Sleep(3 * HealEvery) // the healer has seen the old primary
+
+	// The failover lost the release; the Client closes before the
+	// healer's next round.
+	require.NoError(t, e.rdb.HSet(bg, l.key, field, 1).Err())
+	moved.Store(true)
+	start := time.Now()
+	e.close()
+	require.EqualValues(t, 0, e.rdb.Exists(bg, l.key).Val(), "the release the failover lost was left to the lease")
+	require.Less(t, time.Since(start), ReleaseTimeout, "Close kept its bound")
+}

@@ -2,6 +2,7 @@ package holds
 
 import (
 	"context"
+	"sync"
 	"errors"
 	"io"
 	"log/slog"
@@ -29,8 +30,9 @@ import (
 var bg = context.Background()
 
 type env struct {
-	rdb *redis.Client
-	m   *Machine
+	rdb   *redis.Client
+	m     *Machine
+	close func() // what the Client's Close does, once (also at the test's end)
 }
 
 func newEnv(t *testing.T) *env {
@@ -55,16 +57,20 @@ func newEnvOn(t *testing.T, rdb *redis.Client) *env {
 	hub := notify.New(notify.Config{RDB: rdb, Closed: closed, ClosedErr: errs.Closed, Log: log,
 		Mode: func(context.Context) (bool, bool) { return false, true }, Hold: q.ChanYielding})
 	m = New(Config{ID: "test", Transport: tr, Keeper: k, Hub: hub, Queue: q, Closed: closed, Log: log})
-	t.Cleanup(func() {
-		deadline := time.Now().Add(ReleaseTimeout)
-		close(closed)
-		tr.Close()
-		k.Close(deadline)
-		hub.Close()
-		m.Close(deadline)
-		tr.Drain(time.Until(deadline))
-	})
-	return &env{rdb: rdb, m: m}
+	var once sync.Once
+	shut := func() {
+		once.Do(func() {
+			deadline := time.Now().Add(ReleaseTimeout)
+			close(closed)
+			tr.Close()
+			k.Close(deadline)
+			hub.Close()
+			m.Close(deadline)
+			tr.Drain(time.Until(deadline))
+		})
+	}
+	t.Cleanup(shut)
+	return &env{rdb: rdb, m: m, close: shut}
 }
 
 // lock is a Mutex's scripts on key, without its handle.
