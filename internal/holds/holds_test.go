@@ -2,10 +2,10 @@ package holds
 
 import (
 	"context"
-	"sync"
 	"errors"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
