@@ -163,10 +163,10 @@ func (c *Client) ID() string {
 // those releases at most 5s in all, even while Redis does not answer; a
 // release that reached no server (the server down, say) is sent again
 // within those 5s, and a lock whose release did not reach Redis by then is
-// freed when its lease ends. Within those 5s it also asks once more who
-// serves the locks it released within their lease, and sends those
-// releases again where the primary changed (a failover may have lost
-// them). Later calls return ErrClosed. Close does not close the redis
+// freed when its lease ends. Within those 5s it also sends again the
+// releases it made from shortly before the last switch of their primary
+// it learned of (a failover may have lost them), asking Redis nothing
+// more. Later calls return ErrClosed. Close does not close the redis
 // client it was given.
 func (c *Client) Close() error {
 	if c == nil || c.wd == nil {

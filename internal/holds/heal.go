@@ -96,7 +96,7 @@ func (m *Machine) heal() {
 	for {
 		select {
 		case <-m.closed:
-			m.healLast(hs)
+			m.healLast()
 			return
 		case <-t.C:
 		case <-m.kick:
@@ -108,13 +108,20 @@ func (m *Machine) heal() {
 // healLast is the healer's last round, as the Client closes: a switch
 // that came since the last round (up to HealEvery before Close) would
 // otherwise leave the releases the old primary answered to their leases,
-// with no Client left to send them again. It asks who serves only when
-// some release is still within its lease, and takes healLastFor at most
-// (a silent Redis delays Close that long, no more).
-func (m *Machine) healLast(hs *healer) {
+// with no Client left to send them again. It asks Redis nothing (a
+// question through go-redis is not bounded by its context while Redis is
+// silent): it sends again the releases within their lease made from
+// healHot before the last switch of their primary that the transport was
+// told (by its watcher, a MOVED, a READONLY) to now, and takes healLastFor
+// at most.
+func (m *Machine) healLast() {
+	again := m.recent.sinceSwitch(time.Now(), healHot, m.tr.SwitchedAt)
+	if len(again) == 0 {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), healLastFor)
 	defer cancel()
-	m.healRound(ctx, hs, time.Now())
+	m.resend(ctx, again)
 }
 
 // healRound asks who serves the locks of the records within their lease

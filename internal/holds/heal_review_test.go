@@ -12,6 +12,7 @@ import (
 
 	"github.com/redisync-go/redisync/internal/keys"
 	"github.com/redisync-go/redisync/internal/lease"
+	"github.com/redisync-go/redisync/internal/transport"
 )
 
 // A hold on names in several Cluster slots (a MultiLock) gives back with
@@ -132,40 +133,44 @@ func TestHealResendFailuresLogOnce(t *testing.T) {
 }
 
 // A Client closed a moment after a failover that lost its last release
-// (before the healer's next round) still sends it again: the healer asks
-// once more who serves its releases as the Client closes, within Close's
-// bound, instead of leaving the lock to the lease (the failover trial's
-// runs once began with a lock held up for 27s by the previous run's
-// Clients, closed 0.2s after a forced failover).
+// (before the healer's next round) still sends it again: as the Client
+// closes, the healer sends again the releases made since a little before
+// the last switch of their primary the transport was told, within
+// Close's bound, instead of leaving the lock to the lease (the failover
+// trial's runs once began with a lock held up for 27s by the previous
+// run's Clients, closed 0.2s after a forced failover). A release made
+// long before that switch is not sent again.
 func TestCloseHealsAFailoverItJustMissed(t *testing.T) {
 	e := newEnv(t)
-	var moved atomic.Bool
 	e.m.cfg.Primaries = func(_ context.Context, ks []string) []Primary {
-		out := make([]Primary, len(ks))
-		for i := range ks {
-			out[i].ID = "old"
-			if moved.Load() {
-				out[i].ID = "promoted"
-			}
-		}
-		return out
+		return make([]Primary, len(ks)) // the healer's rounds see no change
 	}
-	l := newLock("closeheal", time.Minute)
-	const field = "test:closeheal"
-	require.NoError(t, e.rdb.HSet(bg, l.key, field, 1).Err())
-	h := &lease.Hold{Ref: lease.Ref{Kind: "test", Name: l.key}, Field: field, Lease: time.Minute}
-	h.One = [2]call{{}, l.drop(field)}
-	h.Release = h.One[1:2:2]
-	require.NoError(t, e.m.ReleaseAll(bg, h.Release))
-	e.m.recorded(h, time.Now())
-	time.Sleep(3 * HealEvery) // the healer has seen the old primary
+	hold := func(key string, at time.Time) {
+		l := newLock(key, time.Minute)
+		field := "test:" + key
+		require.NoError(t, e.rdb.HSet(bg, l.key, field, 1).Err())
+		h := &lease.Hold{Ref: lease.Ref{Kind: "test", Name: l.key}, Field: field, Lease: time.Minute}
+		h.One = [2]call{{}, l.drop(field)}
+		h.Release = h.One[1:2:2]
+		require.NoError(t, e.m.ReleaseAll(bg, h.Release))
+		e.m.recorded(h, at)
+	}
+	hold("closeheal:old", time.Now().Add(-healHot-time.Second))
+	hold("closeheal", time.Now())
+	time.Sleep(3 * HealEvery) // the healer's first round sends them again (it knew no primary), the next ones nothing
+	// The failover lost the releases.
+	for _, k := range []string{"closeheal:old", "closeheal"} {
+		require.NoError(t, e.rdb.HSet(bg, k, "test:"+k, 1).Err())
+	}
+	time.Sleep(2 * HealEvery)
+	require.EqualValues(t, 1, e.rdb.Exists(bg, "closeheal").Val(), "the healer's rounds saw no change")
 
-	// The failover lost the release; the Client closes before the
-	// healer's next round.
-	require.NoError(t, e.rdb.HSet(bg, l.key, field, 1).Err())
-	moved.Store(true)
+	// The switch is told; the Client closes before the healer's next
+	// round.
+	e.m.tr.Switched(transport.Switch{To: transport.Server{ReplID: "promoted"}, Cause: "test"})
 	start := time.Now()
 	e.close()
-	require.EqualValues(t, 0, e.rdb.Exists(bg, l.key).Val(), "the release the failover lost was left to the lease")
-	require.Less(t, time.Since(start), ReleaseTimeout, "Close kept its bound")
+	require.EqualValues(t, 0, e.rdb.Exists(bg, "closeheal").Val(), "the release the failover lost was left to the lease")
+	require.EqualValues(t, 1, e.rdb.Exists(bg, "closeheal:old").Val(), "a release long before the switch was sent again")
+	require.Less(t, time.Since(start), healLastFor+time.Second, "Close kept its bound")
 }

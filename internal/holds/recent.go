@@ -136,6 +136,31 @@ func (e *released) picked(route func(string) int, again func(route int, seq uint
 	return false
 }
 
+// sinceSwitch returns the calls of the records within their lease at now
+// made from before ahead of the last switch (switchedAt: zero when none)
+// of the primary of one of their keys.
+func (r *recent) sinceSwitch(now time.Time, before time.Duration, switchedAt func(key string) time.Time) []call {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []call
+	for i := range r.ring {
+		e := &r.ring[i]
+		if !now.Before(e.until) || e.key() == "" {
+			continue
+		}
+		for _, k := range e.calls() {
+			if len(k.Keys) == 0 {
+				continue
+			}
+			if at := switchedAt(k.Keys[0]); !at.IsZero() && e.at.After(at.Add(-before)) {
+				out = append(out, e.calls()...)
+				break
+			}
+		}
+	}
+	return out
+}
+
 // rest returns e's calls after its first: those of a hold on names in
 // several Cluster slots.
 func (e *released) rest() []call {

@@ -220,12 +220,19 @@ const SwitchSettle = 100 * time.Millisecond
 // moment), so that it must be checked on the new one before it is relied
 // on (a Mutex's handoff in memory is not: the handoff goes through Redis).
 func (t *Transport) SwitchedSince(key string, at time.Time) bool {
+	last := t.SwitchedAt(key)
+	return !last.IsZero() && at.Before(last.Add(SwitchSettle))
+}
+
+// SwitchedAt returns when the last switch of the primary serving key was
+// told; zero when none was.
+func (t *Transport) SwitchedAt(key string) time.Time {
 	if t == nil {
-		return false
+		return time.Time{}
 	}
 	sw := &t.sw
 	if !sw.anyTold.Load() {
-		return false // the common case, without the lock
+		return time.Time{} // the common case, without the lock
 	}
 	sw.mu.Lock()
 	defer sw.mu.Unlock()
@@ -239,7 +246,7 @@ func (t *Transport) SwitchedSince(key string, at time.Time) bool {
 			}
 		}
 	}
-	return !last.IsZero() && at.Before(last.Add(SwitchSettle))
+	return last
 }
 
 // Switched reports a switch; it never blocks. The listeners are told each
