@@ -371,12 +371,17 @@ func TestFailoverTrial(t *testing.T) {
 }
 
 // trialLogger gives Client i a logger to stderr when REDISYNC_TRIAL_LOG
-// is set.
+// is set, and has its acquisitions acknowledged by a replica
+// (WithReplicaAck(1, 100ms)) when REDISYNC_TRIAL_ACK is set.
 func trialLogger(i int) []Option {
-	if os.Getenv("REDISYNC_TRIAL_LOG") == "" {
-		return nil
+	var opts []Option
+	if os.Getenv("REDISYNC_TRIAL_LOG") != "" {
+		opts = append(opts, WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("client", i)))
 	}
-	return []Option{WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("client", i))}
+	if os.Getenv("REDISYNC_TRIAL_ACK") != "" {
+		opts = append(opts, WithReplicaAck(1, 100*time.Millisecond))
+	}
+	return opts
 }
 
 // kill kills the primary and returns the moment the Sentinel announces

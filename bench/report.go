@@ -94,13 +94,6 @@ func (r *report) uncontended() error {
 		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", l.name, fmtRate(rate), fmtF(rate/floor, 2), fmtF(rate/(yrate/2), 2),
 			fmtDur(s.pct(50)), fmtDur(s.pct(99)), fmtF(float64(s.pct(50))/float64(r.rtt), 2),
 			reqsPerAcq(a.reqs, a.acq), perAcq(a.rs.commands(), a.acq, 1), fmtDur(cpuPer(a.rs.cpu, a.acq)))
-		if os.Getenv("BENCH_DIST") != "" {
-			var sum time.Duration
-			for _, d := range s {
-				sum += d
-			}
-			fmt.Fprintf(os.Stderr, "DIST %s: n=%d mean=%v p10=%v p50=%v p75=%v p90=%v p95=%v p99=%v p99.9=%v max=%v over4ms=%d\n", l.name, len(s), sum/time.Duration(len(s)), s.pct(10), s.pct(50), s.pct(75), s.pct(90), s.pct(95), s.pct(99), s.pct(99.9), s.pct(100), len(s)-sortIdx(s, 4*time.Millisecond))
-		}
 	}
 	fmt.Println()
 	return nil
@@ -374,13 +367,4 @@ func (r *report) has(name string) bool {
 		}
 	}
 	return false
-}
-
-func sortIdx(s durations, d time.Duration) int {
-	for i, x := range s {
-		if x >= d {
-			return i
-		}
-	}
-	return len(s)
 }
