@@ -67,19 +67,28 @@ type trialLog struct {
 type trialEvent struct {
 	name   string
 	client int
-	what   string
-	at     time.Time
+	asked  time.Time // a Lock's call; zero: an Unlock
+	at     time.Time // when it returned
 	err    error
 }
 
-// event records what client did on name at at, when logging.
-func (l *trialLog) event(name string, client int, what string, at time.Time, err error) {
+// event records a Lock (asked at asked) or an Unlock (asked zero) that
+// client made on name and that returned at at, when logging.
+func (l *trialLog) event(name string, client int, asked, at time.Time, err error) {
 	if !l.logging {
 		return
 	}
 	l.mu.Lock()
-	l.events = append(l.events, trialEvent{name: name, client: client, what: what, at: at, err: err})
+	l.events = append(l.events, trialEvent{name: name, client: client, asked: asked, at: at, err: err})
 	l.mu.Unlock()
+}
+
+// String says what e was, for the log of a slow name.
+func (e trialEvent) String() string {
+	if e.asked.IsZero() {
+		return fmt.Sprintf("client %d unlock err=%v", e.client, e.err)
+	}
+	return fmt.Sprintf("client %d lock asked at %s err=%v", e.client, e.asked.Format("15:04:05.000"), e.err)
 }
 
 // failed counts err, and keeps its text (its first line, without
@@ -109,7 +118,7 @@ func (l *trialLog) work(ctx context.Context, c *Client, i int, name string) {
 	for ctx.Err() == nil {
 		asked := time.Now()
 		h, err := m.Lock(ctx)
-		l.event(name, i, "lock asked at "+asked.Format("15:04:05.000"), time.Now(), err)
+		l.event(name, i, asked, time.Now(), err)
 		if err != nil {
 			if ctx.Err() == nil {
 				l.failed("Lock", err)
@@ -131,7 +140,7 @@ func (l *trialLog) work(ctx context.Context, c *Client, i int, name string) {
 		time.Sleep(time.Duration(5+rand.IntN(25)) * time.Millisecond)
 		l.live[name].Add(-1)
 		err = m.Unlock(h)
-		l.event(name, i, "unlock", time.Now(), err)
+		l.event(name, i, time.Time{}, time.Now(), err)
 		if err != nil {
 			// Not counted: a hold the primary serving the lock never
 			// had (taken on a master demoted without knowing it yet,
@@ -236,7 +245,7 @@ func runTrial(t *testing.T, clients []*Client, names []string, sem string, flip 
 			l.mu.Lock()
 			for _, e := range l.events {
 				if e.name == n && e.at.After(at.Add(-time.Second)) && e.at.Before(at.Add(out[i]+time.Second)) {
-					t.Logf("slow %s: %v client %d %s err=%v", n, e.at.Sub(at).Round(time.Millisecond), e.client, e.what, e.err)
+					t.Logf("slow %s: %v %v", n, e.at.Sub(at).Round(time.Millisecond), e)
 				}
 			}
 			l.mu.Unlock()
@@ -291,7 +300,7 @@ func TestFailoverTrial(t *testing.T) {
 			g := startSentinelGroup(t)
 			var clients []*Client
 			for i := range trialClients {
-				clients = append(clients, newClient(t, g.client(t), trialLogger(i)...))
+				clients = append(clients, newClient(t, g.client(t), trialOptions(i)...))
 			}
 			var names []string
 			for i := range trialNames {
@@ -314,7 +323,7 @@ func TestFailoverTrial(t *testing.T) {
 			}
 			var clients []*Client
 			for i := range trialClients {
-				clients = append(clients, newClient(t, cl.Client(t), trialLogger(i)...))
+				clients = append(clients, newClient(t, cl.Client(t), trialOptions(i)...))
 			}
 			// Names on the shard that switches, new in each run: a name
 			// the last run's Clients left held (see below) would hold
@@ -356,7 +365,7 @@ func TestFailoverTrial(t *testing.T) {
 			// demoted at Close): held for the rest of its lease.
 			rc := cl.Client(t)
 			left := 0
-			for _, n := range append(names, sem) {
+			for _, n := range append(slices.Clone(names), sem) {
 				if ttl, _ := settledRead(t, func() (int, error) {
 					d, err := rc.PTTL(context.Background(), n).Result()
 					return int(d / time.Millisecond), err
@@ -370,10 +379,10 @@ func TestFailoverTrial(t *testing.T) {
 	})
 }
 
-// trialLogger gives Client i a logger to stderr when REDISYNC_TRIAL_LOG
+// trialOptions gives Client i a logger to stderr when REDISYNC_TRIAL_LOG
 // is set, and has its acquisitions acknowledged by a replica
 // (WithReplicaAck(1, 100ms)) when REDISYNC_TRIAL_ACK is set.
-func trialLogger(i int) []Option {
+func trialOptions(i int) []Option {
 	var opts []Option
 	if os.Getenv("REDISYNC_TRIAL_LOG") != "" {
 		opts = append(opts, WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("client", i)))

@@ -145,7 +145,7 @@ func (r *recent) sinceSwitch(now time.Time, before time.Duration, switchedAt fun
 	var out []call
 	for i := range r.ring {
 		e := &r.ring[i]
-		if !now.Before(e.until) || e.key() == "" {
+		if !now.Before(e.until) {
 			continue
 		}
 		for _, k := range e.calls() {
